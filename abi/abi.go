@@ -1,0 +1,221 @@
+// Package abi is the contract between a wasmkeep host and the actor classes
+// it runs: the names a guest module exports and imports, the event kinds, the
+// status codes host functions return, and the byte encodings of the records
+// that cross the boundary. Both sides import it (the host natively, the Go
+// guest SDK under GOOS=wasip1), so every name and number lives here once.
+//
+// The rationale for each choice is in README.md beside this file.
+package abi
+
+// Version is the ABI version this package describes. A module declares the
+// version it was built for by exporting a function named VersionExportPrefix
+// followed by the decimal version (for v1: "wasmkeep_abi_v1"); a host refuses
+// a module that declares a version it does not speak, or none.
+const Version = 1
+
+// VersionExportPrefix begins the name of the marker export that declares a
+// module's ABI version. The marker is a function of type () -> (); the host
+// never calls it, it only reads its name.
+const VersionExportPrefix = "wasmkeep_abi_v"
+
+// VersionExport is the marker export for Version.
+const VersionExport = "wasmkeep_abi_v1"
+
+// ImportModule is the module name under which the host provides its
+// functions to the guest.
+const ImportModule = "wasmkeep"
+
+// WASIModule is the WASI preview 1 module name. The host provides it with no
+// filesystem and no network; clocks and randomness come from the host.
+const WASIModule = "wasi_snapshot_preview1"
+
+// Exports a guest provides. Only ExportAlloc and the version marker are
+// required; a class without a handler for an event kind does not receive that
+// kind (HTTP answers 404, upgrades are refused).
+const (
+	// ExportAlloc is (size i32) -> (ptr i32): the guest returns a region of
+	// at least size bytes. The host writes event payloads there before
+	// calling handlers, and may reuse the region for every later payload that
+	// fits, so it must stay valid (and untouched by the guest outside a
+	// handler's reading of its payload) until the host calls ExportAlloc
+	// again. It is never called with size 0.
+	ExportAlloc = "wasmkeep_alloc"
+
+	// ExportOnRequest is (ptr i32, len i32) -> (): an HTTP request, encoded
+	// as a Request record. The guest answers by calling ImportHTTPRespond
+	// once; a request left unanswered gets HTTP 500.
+	ExportOnRequest = "wasmkeep_on_request"
+
+	// ExportOnSocketOpen is (socket i32, ptr i32, len i32) -> (): a WebSocket
+	// was accepted; the payload is a SocketOpen record.
+	ExportOnSocketOpen = "wasmkeep_on_socket_open"
+
+	// ExportOnSocketMessage is (socket i32, kind i32, ptr i32, len i32) -> ():
+	// a complete message; kind is MessageText or MessageBinary.
+	ExportOnSocketMessage = "wasmkeep_on_socket_message"
+
+	// ExportOnSocketClose is (socket i32, code i32, ptr i32, len i32) -> ():
+	// the socket is gone; the payload is the close reason (UTF-8). The socket
+	// id is not valid for sends any more.
+	ExportOnSocketClose = "wasmkeep_on_socket_close"
+
+	// ExportInitialize is the WASI reactor initializer. A fresh room runs it
+	// once (after the module's start function, if any); a room woken from a
+	// snapshot never runs either again.
+	ExportInitialize = "_initialize"
+)
+
+// Export names reserved for later minor versions. A v1 host never calls them;
+// they are listed so that no v1 guest gives them another meaning.
+const (
+	ExportOnJoin           = "wasmkeep_on_join"
+	ExportOnChannelMessage = "wasmkeep_on_channel_message"
+	ExportOnLeave          = "wasmkeep_on_leave"
+	ExportOnAlarm          = "wasmkeep_on_alarm"
+	ExportOnCall           = "wasmkeep_on_call"
+)
+
+// ReservedExportPrefix begins every export name the host gives a meaning to,
+// and the names the module rewriter adds ("__wk_"). A guest must not export
+// other names with these prefixes.
+const (
+	ReservedExportPrefix = "wasmkeep_"
+	RewriterExportPrefix = "__wk_"
+)
+
+// Host functions, imported by the guest from ImportModule. Every one returns
+// an i32: Success (0) or a non-negative count where noted, otherwise one of
+// the negative Status codes.
+const (
+	// ImportHTTPRespond is (ptr i32, len i32) -> i32: the response to the
+	// request being handled, encoded as a Response record. Only valid during
+	// ExportOnRequest, once.
+	ImportHTTPRespond = "http_respond"
+
+	// ImportSocketSend is (socket i32, kind i32, ptr i32, len i32) -> i32:
+	// queue a message to one socket of this room.
+	ImportSocketSend = "socket_send"
+
+	// ImportSocketClose is (socket i32, code i32, ptr i32, len i32) -> i32:
+	// close one socket with a close code (1000 or 3000–4999) and a reason of
+	// at most MaxCloseReason bytes. The room still receives its close event.
+	ImportSocketClose = "socket_close"
+
+	// ImportSocketList is (ptr i32, cap i32) -> i32: write up to cap socket
+	// ids (little-endian u32) of this room's open sockets at ptr, and return
+	// how many there are in all (which may exceed cap: call again with room
+	// for that many).
+	ImportSocketList = "socket_list"
+
+	// ImportBroadcast is (kind i32, ptr i32, len i32, except i32) -> i32:
+	// queue a message to every open socket of this room but except (0 for
+	// none). Returns the number of sockets it was queued to.
+	ImportBroadcast = "broadcast"
+
+	// ImportRoomInfo is (ptr i32, cap i32) -> i32: write this room's RoomInfo
+	// record at ptr if it fits in cap, and return its length in any case.
+	ImportRoomInfo = "room_info"
+
+	// ImportLog is (level i32, ptr i32, len i32) -> i32: a log line, at most
+	// MaxLogLine bytes (longer lines are cut), attributed to the room.
+	ImportLog = "log"
+
+	// ImportCheckpoint is () -> i32: make the room's state durable. Reserved
+	// in v1: the host provides it and answers StatusUnsupported until
+	// durability on demand lands, so guests may import it already.
+	ImportCheckpoint = "checkpoint"
+
+	// ImportAlarmSet is (at_ms i64) -> i32 and ImportAlarmClear is () -> i32:
+	// reserved like ImportCheckpoint (answer StatusUnsupported in v1).
+	ImportAlarmSet   = "alarm_set"
+	ImportAlarmClear = "alarm_clear"
+)
+
+// Import names reserved for later minor versions with signatures not yet
+// fixed. A module importing one of them is refused at upload by a host that
+// does not provide it, with an error naming the function.
+var ReservedImports = []string{
+	"channel_reply", "channel_push", "channel_broadcast", "channel_close",
+	"presence_track", "presence_untrack", "socket_tag", "call",
+}
+
+// Status is the value a host function returns. Zero and positive values mean
+// success (a count where the function says so); negative values are errors.
+type Status int32
+
+// Status codes.
+const (
+	Success           Status = 0
+	StatusInvalid     Status = -1 // a pointer or length outside memory, or a malformed record
+	StatusNoSocket    Status = -2 // the socket id is not an open socket of this room
+	StatusTooLarge    Status = -3 // over a documented size limit
+	StatusUnsupported Status = -4 // reserved function not provided by this host yet
+	StatusState       Status = -5 // not valid now (e.g. a second http_respond, or outside a request)
+	StatusOverloaded  Status = -6 // an outbound queue is full; the socket is being closed
+)
+
+// String names a status for error messages.
+func (s Status) String() string {
+	switch s {
+	case Success:
+		return "ok"
+	case StatusInvalid:
+		return "invalid argument"
+	case StatusNoSocket:
+		return "no such socket"
+	case StatusTooLarge:
+		return "too large"
+	case StatusUnsupported:
+		return "unsupported by this host"
+	case StatusState:
+		return "not valid in this state"
+	case StatusOverloaded:
+		return "overloaded"
+	}
+	if s > 0 {
+		return "ok"
+	}
+	return "unknown status"
+}
+
+// Message kinds, equal to the WebSocket opcodes for the same frames.
+const (
+	MessageText   = 1
+	MessageBinary = 2
+)
+
+// Log levels for ImportLog.
+const (
+	LogDebug = 0
+	LogInfo  = 1
+	LogWarn  = 2
+	LogError = 3
+)
+
+// Close codes the host uses and documents (RFC 6455 and its registry).
+const (
+	CloseNormal          = 1000
+	CloseGoingAway       = 1001
+	CloseProtocolError   = 1002
+	ClosePolicyViolation = 1008
+	CloseTooBig          = 1009
+	CloseInternalError   = 1011 // the room crashed while handling this socket's event
+	CloseServiceRestart  = 1012 // node stopping, draining or moving the room: reconnect
+	CloseTryAgainLater   = 1013 // overloaded: reconnect after a pause
+	// CloseSlowReader is sent to a socket whose outbound queue passed its
+	// budget. It is a private-use code (4000–4999) so clients can tell it apart.
+	CloseSlowReader = 4008
+)
+
+// Limits that are part of the contract (hosts may be configured lower for
+// bodies and messages, never for these).
+const (
+	MaxCloseReason = 123 // RFC 6455: a close frame's payload is at most 125 bytes with the code
+	MaxLogLine     = 4096
+	MaxHeaderCount = 256
+)
+
+// ValidGuestCloseCode reports whether a guest may close a socket with code.
+func ValidGuestCloseCode(code int) bool {
+	return code == CloseNormal || (code >= 3000 && code <= 4999)
+}

@@ -1,0 +1,198 @@
+package abi
+
+import (
+	"encoding/binary"
+	"errors"
+)
+
+// The records below cross the boundary as flat little-endian byte strings:
+//
+//	str   = len:u32 bytes[len]
+//	bytes = len:u32 bytes[len]
+//	headers = count:u32 (name:str value:str)*count
+//
+// Request    = method:str path:str query:str headers body:bytes
+// Response   = status:u32 headers body:bytes
+// SocketOpen = path:str query:str headers remote:str
+// RoomInfo   = class:str name:str
+//
+// A decoder rejects trailing bytes, lengths past the end, and more than
+// MaxHeaderCount headers, so a record either decodes whole or not at all.
+
+// ErrMalformed is returned by every decoder for input that is not a whole,
+// well-formed record.
+var ErrMalformed = errors.New("abi: malformed record")
+
+// Header is one HTTP header line. Names keep the case they arrived with.
+type Header struct {
+	Name, Value string
+}
+
+// Request is an HTTP request delivered to a room.
+type Request struct {
+	Method string
+	// Path is the part of the URL path below the room, beginning with "/"
+	// ("/" for the room itself): for /actor/chat/lobby/history it is "/history".
+	Path string
+	// Query is the raw query string without "?".
+	Query   string
+	Headers []Header
+	Body    []byte
+}
+
+// Response is a room's answer to a Request.
+type Response struct {
+	Status  int
+	Headers []Header
+	Body    []byte
+}
+
+// SocketOpen describes a WebSocket the host accepted for a room.
+type SocketOpen struct {
+	Path    string // below the room, as in Request
+	Query   string
+	Headers []Header
+	Remote  string // the client's address as the host saw it
+}
+
+// RoomInfo names the room a guest instance is running as.
+type RoomInfo struct {
+	Class, Name string
+}
+
+// AppendRequest appends r's encoding to dst.
+func AppendRequest(dst []byte, r *Request) []byte {
+	dst = appendStr(dst, r.Method)
+	dst = appendStr(dst, r.Path)
+	dst = appendStr(dst, r.Query)
+	dst = appendHeaders(dst, r.Headers)
+	return appendBytes(dst, r.Body)
+}
+
+// DecodeRequest decodes a Request record. Body aliases b.
+func DecodeRequest(b []byte) (Request, error) {
+	d := decoder{b: b}
+	r := Request{Method: d.str(), Path: d.str(), Query: d.str()}
+	r.Headers = d.headers()
+	r.Body = d.bytes()
+	return r, d.finish()
+}
+
+// AppendResponse appends r's encoding to dst.
+func AppendResponse(dst []byte, r *Response) []byte {
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(r.Status))
+	dst = appendHeaders(dst, r.Headers)
+	return appendBytes(dst, r.Body)
+}
+
+// DecodeResponse decodes a Response record. Body aliases b.
+func DecodeResponse(b []byte) (Response, error) {
+	d := decoder{b: b}
+	r := Response{Status: int(d.u32())}
+	r.Headers = d.headers()
+	r.Body = d.bytes()
+	return r, d.finish()
+}
+
+// AppendSocketOpen appends o's encoding to dst.
+func AppendSocketOpen(dst []byte, o *SocketOpen) []byte {
+	dst = appendStr(dst, o.Path)
+	dst = appendStr(dst, o.Query)
+	dst = appendHeaders(dst, o.Headers)
+	return appendStr(dst, o.Remote)
+}
+
+// DecodeSocketOpen decodes a SocketOpen record.
+func DecodeSocketOpen(b []byte) (SocketOpen, error) {
+	d := decoder{b: b}
+	o := SocketOpen{Path: d.str(), Query: d.str()}
+	o.Headers = d.headers()
+	o.Remote = d.str()
+	return o, d.finish()
+}
+
+// AppendRoomInfo appends i's encoding to dst.
+func AppendRoomInfo(dst []byte, i *RoomInfo) []byte {
+	return appendStr(appendStr(dst, i.Class), i.Name)
+}
+
+// DecodeRoomInfo decodes a RoomInfo record.
+func DecodeRoomInfo(b []byte) (RoomInfo, error) {
+	d := decoder{b: b}
+	i := RoomInfo{Class: d.str(), Name: d.str()}
+	return i, d.finish()
+}
+
+func appendStr(dst []byte, s string) []byte {
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(s)))
+	return append(dst, s...)
+}
+
+func appendBytes(dst []byte, b []byte) []byte {
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(b)))
+	return append(dst, b...)
+}
+
+func appendHeaders(dst []byte, hs []Header) []byte {
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(hs)))
+	for _, h := range hs {
+		dst = appendStr(dst, h.Name)
+		dst = appendStr(dst, h.Value)
+	}
+	return dst
+}
+
+// decoder reads fields in order and remembers the first failure, so record
+// decoders read as straight lines and check once at the end.
+type decoder struct {
+	b   []byte
+	bad bool
+}
+
+func (d *decoder) u32() uint32 {
+	if d.bad || len(d.b) < 4 {
+		d.bad = true
+		return 0
+	}
+	v := binary.LittleEndian.Uint32(d.b)
+	d.b = d.b[4:]
+	return v
+}
+
+func (d *decoder) bytes() []byte {
+	n := d.u32()
+	if d.bad || uint64(n) > uint64(len(d.b)) {
+		d.bad = true
+		return nil
+	}
+	v := d.b[:n:n]
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) str() string { return string(d.bytes()) }
+
+func (d *decoder) headers() []Header {
+	n := d.u32()
+	// Each header takes at least 8 bytes, which bounds n by the input before
+	// anything is allocated for it.
+	if d.bad || n > MaxHeaderCount || uint64(n)*8 > uint64(len(d.b)) {
+		d.bad = true
+		return nil
+	}
+	if n == 0 {
+		return nil
+	}
+	hs := make([]Header, n)
+	for i := range hs {
+		hs[i] = Header{Name: d.str(), Value: d.str()}
+	}
+	return hs
+}
+
+func (d *decoder) finish() error {
+	if d.bad || len(d.b) != 0 {
+		return ErrMalformed
+	}
+	return nil
+}

@@ -1,0 +1,195 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/urfave/cli/v2"
+)
+
+func clientFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "server", Value: "http://127.0.0.1:8080", Usage: "the node's base URL", EnvVars: env("server")},
+		&cli.StringFlag{Name: "token", Usage: "admin token, for a node off loopback", EnvVars: env("admin-token")},
+	}
+}
+
+// adminClient talks to a node's admin API.
+type adminClient struct {
+	base  string
+	token string
+	http  *http.Client
+}
+
+func newAdminClient(c *cli.Context) *adminClient {
+	return &adminClient{
+		base:  strings.TrimRight(c.String("server"), "/"),
+		token: c.String("token"),
+		http:  &http.Client{Timeout: 5 * time.Minute},
+	}
+}
+
+// do sends a request and decodes a JSON answer into out (if not nil). An
+// error answer becomes an error carrying the node's message.
+func (a *adminClient) do(method, path string, body []byte, out any) error {
+	req, err := http.NewRequest(method, a.base+path, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	if a.token != "" {
+		req.Header.Set("Authorization", "Bearer "+a.token)
+	}
+	resp, err := a.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("cannot reach the node at %s (is `wasmkeep serve` running?): %w", a.base, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode >= 300 {
+		var e struct{ Error string }
+		if json.Unmarshal(data, &e) == nil && e.Error != "" {
+			return fmt.Errorf("%s (HTTP %d)", e.Error, resp.StatusCode)
+		}
+		return fmt.Errorf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(data)))
+	}
+	if out != nil && len(data) > 0 {
+		return json.Unmarshal(data, out)
+	}
+	return nil
+}
+
+type classRecord struct {
+	Name     string    `json:"name"`
+	Hash     string    `json:"hash"`
+	ABI      int       `json:"abi"`
+	Size     int       `json:"size"`
+	Uploaded time.Time `json:"uploaded"`
+}
+
+type roomRecord struct {
+	Class   string `json:"class"`
+	Name    string `json:"name"`
+	State   string `json:"state"`
+	Sockets int    `json:"sockets"`
+}
+
+func classCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "class",
+		Usage: "upload, list and remove actor classes on a node",
+		Subcommands: []*cli.Command{
+			{
+				Name:      "put",
+				Usage:     "upload FILE.wasm as class NAME (replacing its current version for new rooms)",
+				ArgsUsage: "NAME FILE.wasm",
+				Flags:     clientFlags(),
+				Action: func(c *cli.Context) error {
+					if c.NArg() != 2 {
+						return cli.Exit("usage: wasmkeep class put NAME FILE.wasm", 2)
+					}
+					wasm, err := os.ReadFile(c.Args().Get(1))
+					if err != nil {
+						return err
+					}
+					var rec classRecord
+					if err := newAdminClient(c).do(http.MethodPut, "/admin/classes/"+url.PathEscape(c.Args().Get(0)), wasm, &rec); err != nil {
+						return err
+					}
+					fmt.Fprintf(c.App.Writer, "class %s: %s (%d bytes, ABI v%d)\n", rec.Name, rec.Hash, rec.Size, rec.ABI)
+					return nil
+				},
+			},
+			{
+				Name:  "list",
+				Usage: "list classes",
+				Flags: clientFlags(),
+				Action: func(c *cli.Context) error {
+					var recs []classRecord
+					if err := newAdminClient(c).do(http.MethodGet, "/admin/classes", nil, &recs); err != nil {
+						return err
+					}
+					tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
+					fmt.Fprintln(tw, "NAME\tHASH\tSIZE\tABI\tUPLOADED")
+					for _, r := range recs {
+						fmt.Fprintf(tw, "%s\t%s\t%d\tv%d\t%s\n", r.Name, shortHash(r.Hash), r.Size, r.ABI, r.Uploaded.Format(time.RFC3339))
+					}
+					return tw.Flush()
+				},
+			},
+			{
+				Name:      "rm",
+				Usage:     "remove a class name (stored rooms keep their state)",
+				ArgsUsage: "NAME",
+				Flags:     clientFlags(),
+				Action: func(c *cli.Context) error {
+					if c.NArg() != 1 {
+						return cli.Exit("usage: wasmkeep class rm NAME", 2)
+					}
+					if err := newAdminClient(c).do(http.MethodDelete, "/admin/classes/"+url.PathEscape(c.Args().Get(0)), nil, nil); err != nil {
+						return err
+					}
+					fmt.Fprintf(c.App.Writer, "class %s removed\n", c.Args().Get(0))
+					return nil
+				},
+			},
+		},
+	}
+}
+
+func shortHash(h string) string {
+	h = strings.TrimPrefix(h, "sha256:")
+	if len(h) > 12 {
+		h = h[:12]
+	}
+	return h
+}
+
+func roomsCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "rooms",
+		Usage: "list rooms with their state and sockets",
+		Flags: clientFlags(),
+		Action: func(c *cli.Context) error {
+			var list []roomRecord
+			if err := newAdminClient(c).do(http.MethodGet, "/admin/rooms", nil, &list); err != nil {
+				return err
+			}
+			tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "CLASS\tNAME\tSTATE\tSOCKETS")
+			for _, r := range list {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\n", r.Class, r.Name, r.State, r.Sockets)
+			}
+			return tw.Flush()
+		},
+		Subcommands: []*cli.Command{
+			{
+				Name:      "hibernate",
+				Usage:     "hibernate a room now",
+				ArgsUsage: "CLASS NAME",
+				Flags:     clientFlags(),
+				Action: func(c *cli.Context) error {
+					if c.NArg() != 2 {
+						return cli.Exit("usage: wasmkeep rooms hibernate CLASS NAME", 2)
+					}
+					path := "/admin/rooms/" + url.PathEscape(c.Args().Get(0)) + "/" + url.PathEscape(c.Args().Get(1)) + "/hibernate"
+					if err := newAdminClient(c).do(http.MethodPost, path, nil, nil); err != nil {
+						return err
+					}
+					fmt.Fprintf(c.App.Writer, "room %s/%s hibernated\n", c.Args().Get(0), c.Args().Get(1))
+					return nil
+				},
+			},
+		},
+	}
+}

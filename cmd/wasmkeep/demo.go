@@ -1,0 +1,65 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/wasmkeep/wasmkeep/host/node"
+	"github.com/wasmkeep/wasmkeep/internal/wasmbuild"
+)
+
+// demoClasses are the examples the demo serves, by class name.
+var demoClasses = []string{"counter", "chat"}
+
+func demoCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "demo",
+		Usage: "build the example classes from source and serve them (run it inside the wasmkeep source tree)",
+		Flags: serveFlags(),
+		Action: func(c *cli.Context) error {
+			cfg, err := nodeConfig(c)
+			if err != nil {
+				return err
+			}
+			root, err := wasmbuild.ModuleRoot()
+			if err != nil {
+				return fmt.Errorf("the demo builds the examples from the wasmkeep source tree; run it there: %w", err)
+			}
+			out := filepath.Join(cfg.DataDir, "examples")
+			if err := os.MkdirAll(out, 0o755); err != nil {
+				return err
+			}
+			modules := map[string][]byte{}
+			for _, name := range demoClasses {
+				file := filepath.Join(out, name+".wasm")
+				cfg.Logger.Info("building example", "class", name, "out", file)
+				if err := wasmbuild.BuildTo(filepath.Join(root, "examples", name), file); err != nil {
+					return fmt.Errorf("building examples/%s: %w", name, err)
+				}
+				if modules[name], err = os.ReadFile(file); err != nil {
+					return err
+				}
+			}
+			return run(c.Context, cfg, func(n *node.Node) error {
+				for _, name := range demoClasses {
+					rec, err := n.Classes.Put(context.Background(), name, modules[name])
+					if err != nil {
+						return fmt.Errorf("loading %s: %w", name, err)
+					}
+					cfg.Logger.Info("class loaded", "class", name, "hash", rec.Hash)
+				}
+				fmt.Fprintf(c.App.Writer, "\nwasmkeep demo is up:\n"+
+					"  chat:     open %[1]s/actor/chat/lobby in two browser tabs\n"+
+					"  counter:  curl -X POST %[1]s/actor/counter/mine\n"+
+					"  rooms:    go run ./cmd/wasmkeep rooms --server %[1]s\n"+
+					"Rooms hibernate after %[2]s idle; Ctrl-C stops the node cleanly.\n\n",
+					n.URL(), c.Duration("idle-timeout"))
+				return nil
+			})
+		},
+	}
+}

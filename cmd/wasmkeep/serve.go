@@ -1,0 +1,144 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/wasmkeep/wasmkeep/host/engine"
+	"github.com/wasmkeep/wasmkeep/host/node"
+	"github.com/wasmkeep/wasmkeep/host/rooms"
+	"github.com/wasmkeep/wasmkeep/host/server"
+	"github.com/wasmkeep/wasmkeep/host/socket"
+)
+
+// env names a flag's environment variable: WASMKEEP_ and the flag's name in
+// capitals with dashes as underscores.
+func env(flag string) []string {
+	return []string{"WASMKEEP_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))}
+}
+
+func serveFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "data", Value: "./wasmkeep-data", Usage: "directory for the local store and compile cache", EnvVars: env("data")},
+		&cli.StringFlag{Name: "listen", Value: "127.0.0.1:8080", Usage: "HTTP address for rooms, admin API and metrics", EnvVars: env("listen")},
+		&cli.StringFlag{Name: "admin-token", Usage: "bearer token that opens the admin API to clients off loopback", EnvVars: env("admin-token")},
+		&cli.DurationFlag{Name: "idle-timeout", Value: 10 * time.Second, Usage: "hibernate a room after this long without events", EnvVars: env("idle-timeout")},
+		&cli.IntFlag{Name: "max-resident", Value: 1000, Usage: "rooms kept in memory; past it the least recently used is hibernated", EnvVars: env("max-resident")},
+		&cli.DurationFlag{Name: "event-timeout", Value: 10 * time.Second, Usage: "time one event may run in a room before the room is stopped and rolled back (0: no limit, for trusted guests: saves ~1.4 µs per event)", EnvVars: env("event-timeout")},
+		&cli.IntFlag{Name: "max-room-memory", Value: 256, Usage: "linear memory per room, in MiB", EnvVars: env("max-room-memory")},
+		&cli.IntFlag{Name: "max-module-size", Value: 64 << 20, Usage: "largest module accepted at upload, in bytes", EnvVars: env("max-module-size")},
+		&cli.Int64Flag{Name: "max-body", Value: 1 << 20, Usage: "largest HTTP request body sent to a room, in bytes", EnvVars: env("max-body")},
+		&cli.IntFlag{Name: "max-response", Value: 16 << 20, Usage: "largest HTTP response a room may give, in bytes", EnvVars: env("max-response")},
+		&cli.IntFlag{Name: "max-message", Value: 1 << 20, Usage: "largest WebSocket message (and frame), in bytes", EnvVars: env("max-message")},
+		&cli.IntFlag{Name: "max-sockets", Value: 50000, Usage: "open WebSockets per node", EnvVars: env("max-sockets")},
+		&cli.IntFlag{Name: "mailbox-size", Value: 1024, Usage: "pending events per room", EnvVars: env("mailbox-size")},
+		&cli.IntFlag{Name: "pool-size", Value: 2, Usage: "blank instances kept ready per class to speed up wakes (0 disables)", EnvVars: env("pool-size")},
+		&cli.BoolFlag{Name: "interpreter", Usage: "run guests with wazero's interpreter instead of its compiler", EnvVars: env("interpreter")},
+		&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error", EnvVars: env("log-level")},
+		&cli.StringFlag{Name: "log-format", Value: "text", Usage: "text or json", EnvVars: env("log-format")},
+	}
+}
+
+func serveCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "serve",
+		Usage: "run a node on a local data directory",
+		Flags: serveFlags(),
+		Action: func(c *cli.Context) error {
+			cfg, err := nodeConfig(c)
+			if err != nil {
+				return err
+			}
+			return run(c.Context, cfg, nil)
+		},
+	}
+}
+
+func nodeConfig(c *cli.Context) (node.Config, error) {
+	logger, err := newLogger(c.String("log-level"), c.String("log-format"))
+	if err != nil {
+		return node.Config{}, err
+	}
+	mem := c.Int("max-room-memory")
+	if mem < 1 || mem > 4096 {
+		return node.Config{}, fmt.Errorf("--max-room-memory must be 1–4096 MiB, not %d", mem)
+	}
+	eventTimeout := c.Duration("event-timeout")
+	if eventTimeout == 0 {
+		eventTimeout = -1
+	}
+	pool := c.Int("pool-size")
+	if pool == 0 {
+		pool = -1
+	}
+	return node.Config{
+		DataDir: c.String("data"),
+		Listen:  c.String("listen"),
+		Engine: engine.Config{
+			MaxMemoryPages:   uint32(mem * 16),
+			EventTimeout:     eventTimeout,
+			MaxResponseBytes: c.Int("max-response"),
+			PoolSize:         pool,
+			Interpreter:      c.Bool("interpreter"),
+		},
+		Rooms: rooms.Config{
+			IdleTimeout: c.Duration("idle-timeout"),
+			MaxResident: c.Int("max-resident"),
+			MailboxSize: c.Int("mailbox-size"),
+		},
+		Sockets: socket.Config{
+			MaxMessage: c.Int("max-message"),
+			MaxSockets: c.Int("max-sockets"),
+		},
+		Server: server.Config{
+			AdminToken:     c.String("admin-token"),
+			MaxRequestBody: c.Int64("max-body"),
+		},
+		MaxModuleBytes: c.Int("max-module-size"),
+		Logger:         logger,
+	}, nil
+}
+
+// run serves until SIGINT or SIGTERM, then stops cleanly. preload runs once
+// the node is up (the demo uploads its classes there).
+func run(ctx context.Context, cfg node.Config, preload func(*node.Node) error) error {
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	n, err := node.Start(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	if preload != nil {
+		if err := preload(n); err != nil {
+			_ = n.Stop(context.Background())
+			return err
+		}
+	}
+	<-ctx.Done()
+	stop() // a second signal kills the process the usual way
+	cfg.Logger.Info("stopping: hibernating rooms, then closing sockets with 1012")
+	return n.Stop(context.Background())
+}
+
+func newLogger(level, format string) (*slog.Logger, error) {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	opts := &slog.HandlerOptions{Level: lvl}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format must be text or json, not %q", format)
+}

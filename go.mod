@@ -1,0 +1,21 @@
+module github.com/wasmkeep/wasmkeep
+
+go 1.26.8
+
+require (
+	github.com/VictoriaMetrics/metrics v1.45.0
+	github.com/gobwas/ws v1.5.0
+	github.com/klauspost/compress v1.20.4
+	github.com/tetratelabs/wazero v1.12.0
+	github.com/urfave/cli/v2 v2.27.7
+)
+
+require (
+	github.com/cpuguy83/go-md2man/v2 v2.0.7 // indirect
+	github.com/gobwas/httphead v0.1.0 // indirect
+	github.com/russross/blackfriday/v2 v2.1.0 // indirect
+	github.com/valyala/fastrand v1.1.0 // indirect
+	github.com/valyala/histogram v1.2.0 // indirect
+	github.com/xrash/smetrics v0.0.0-20240521201337-686a1a2994c1 // indirect
+	golang.org/x/sys v0.44.0 // indirect
+)

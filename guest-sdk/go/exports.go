@@ -1,0 +1,108 @@
+package wasmkeep
+
+import (
+	"unsafe"
+
+	"github.com/wasmkeep/wasmkeep/abi"
+)
+
+// The guest exports of ABI v1. Off wasip1 the //go:wasmexport directives are
+// ignored and these are ordinary functions, which the native tests call.
+
+// inbuf is the one region wasmkeep_alloc hands out: the host writes every
+// event's payload into it. It only grows, so a room in steady state
+// allocates nothing to receive an event.
+var inbuf []byte
+
+// outbuf holds the encoding of the response being sent.
+var outbuf []byte
+
+// minAlloc is the smallest size inbuf is grown to.
+const minAlloc = 1024
+
+// abiV1 is the version marker: the host reads its name and never calls it.
+//
+//go:wasmexport wasmkeep_abi_v1
+func abiV1() {}
+
+// alloc returns a region of at least size bytes. The host may write every
+// later payload that fits there, so the region stays allocated (in inbuf)
+// until the host asks for a bigger one.
+//
+//go:wasmexport wasmkeep_alloc
+func alloc(size uint32) unsafe.Pointer {
+	if uint64(size) > uint64(cap(inbuf)) || cap(inbuf) == 0 {
+		n := max(uint64(size), 2*uint64(cap(inbuf)), minAlloc)
+		inbuf = make([]byte, n)
+	}
+	return unsafe.Pointer(unsafe.SliceData(inbuf[:cap(inbuf)]))
+}
+
+// payload views the n bytes the host wrote at ptr.
+func payload(ptr unsafe.Pointer, n uint32) []byte {
+	if n == 0 || ptr == nil {
+		return nil
+	}
+	return unsafe.Slice((*byte)(ptr), n)
+}
+
+//go:wasmexport wasmkeep_on_request
+func onRequest(ptr unsafe.Pointer, n uint32) {
+	rec, err := abi.DecodeRequest(payload(ptr, n))
+	if err != nil {
+		Error("wasmkeep: malformed request record from the host")
+		respond(Text(500, "malformed request record"))
+		return
+	}
+	req := Request(rec)
+	// The record's body aliases inbuf, which the next event overwrites;
+	// handlers commonly keep bodies, so give them their own copy.
+	if len(req.Body) > 0 {
+		req.Body = append([]byte(nil), req.Body...)
+	}
+	var resp *Response
+	if onRequestFunc == nil {
+		resp = Text(404, "no request handler")
+	} else if resp = onRequestFunc(&req); resp == nil {
+		resp = Text(500, "handler returned no response")
+	}
+	respond(resp)
+}
+
+func respond(r *Response) {
+	rec := abi.Response(*r)
+	if rec.Status == 0 {
+		rec.Status = 200
+	}
+	outbuf = abi.AppendResponse(outbuf[:0], &rec)
+	if st := hostHTTPRespond(unsafe.Pointer(unsafe.SliceData(outbuf)), uint32(len(outbuf))); st < 0 {
+		Error("wasmkeep: http_respond: " + abi.Status(st).String())
+	}
+}
+
+//go:wasmexport wasmkeep_on_socket_open
+func onSocketOpen(socket uint32, ptr unsafe.Pointer, n uint32) {
+	rec, err := abi.DecodeSocketOpen(payload(ptr, n))
+	if err != nil {
+		Error("wasmkeep: malformed socket open record from the host")
+		return
+	}
+	if onSocketOpenFunc != nil {
+		o := SocketOpen(rec)
+		onSocketOpenFunc(Socket(socket), &o)
+	}
+}
+
+//go:wasmexport wasmkeep_on_socket_message
+func onSocketMessage(socket uint32, kind int32, ptr unsafe.Pointer, n uint32) {
+	if onSocketMessageFunc != nil {
+		onSocketMessageFunc(Socket(socket), Message{Kind: MessageKind(kind), Data: payload(ptr, n)})
+	}
+}
+
+//go:wasmexport wasmkeep_on_socket_close
+func onSocketClose(socket uint32, code int32, ptr unsafe.Pointer, n uint32) {
+	if onSocketCloseFunc != nil {
+		onSocketCloseFunc(Socket(socket), int(code), string(payload(ptr, n)))
+	}
+}

@@ -1,0 +1,108 @@
+//go:build !wasip1
+
+package wasmkeep
+
+import "unsafe"
+
+// Off wasip1 the SDK still compiles, so that guests can be built, vetted and
+// unit-tested natively, but there is no host: every host function answers
+// StatusUnsupported unless this package's tests install a fake in native.
+
+// nativeHost is the host the functions below call when it is not nil.
+type nativeHost interface {
+	HTTPRespond(b []byte) int32
+	SocketSend(socket uint32, kind int32, b []byte) int32
+	SocketClose(socket uint32, code int32, reason []byte) int32
+	SocketList(ids []uint32) int32
+	Broadcast(kind int32, b []byte, except uint32) int32
+	RoomInfo(b []byte) int32
+	Log(level int32, b []byte) int32
+	Checkpoint() int32
+	AlarmSet(atMs int64) int32
+	AlarmClear() int32
+}
+
+var native nativeHost
+
+const unsupported = -4 // abi.StatusUnsupported
+
+func bytesAt(ptr unsafe.Pointer, n uint32) []byte {
+	if n == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(ptr), n)
+}
+
+func hostHTTPRespond(ptr unsafe.Pointer, n uint32) int32 {
+	if native == nil {
+		return unsupported
+	}
+	return native.HTTPRespond(bytesAt(ptr, n))
+}
+
+func hostSocketSend(socket uint32, kind int32, ptr unsafe.Pointer, n uint32) int32 {
+	if native == nil {
+		return unsupported
+	}
+	return native.SocketSend(socket, kind, bytesAt(ptr, n))
+}
+
+func hostSocketClose(socket uint32, code int32, ptr unsafe.Pointer, n uint32) int32 {
+	if native == nil {
+		return unsupported
+	}
+	return native.SocketClose(socket, code, bytesAt(ptr, n))
+}
+
+func hostSocketList(ptr unsafe.Pointer, capacity uint32) int32 {
+	if native == nil {
+		return unsupported
+	}
+	var ids []uint32
+	if capacity > 0 {
+		ids = unsafe.Slice((*uint32)(ptr), capacity)
+	}
+	return native.SocketList(ids)
+}
+
+func hostBroadcast(kind int32, ptr unsafe.Pointer, n uint32, except uint32) int32 {
+	if native == nil {
+		return unsupported
+	}
+	return native.Broadcast(kind, bytesAt(ptr, n), except)
+}
+
+func hostRoomInfo(ptr unsafe.Pointer, capacity uint32) int32 {
+	if native == nil {
+		return unsupported
+	}
+	return native.RoomInfo(bytesAt(ptr, capacity))
+}
+
+func hostLog(level int32, ptr unsafe.Pointer, n uint32) int32 {
+	if native == nil {
+		return unsupported
+	}
+	return native.Log(level, bytesAt(ptr, n))
+}
+
+func hostCheckpoint() int32 {
+	if native == nil {
+		return unsupported
+	}
+	return native.Checkpoint()
+}
+
+func hostAlarmSet(atMs int64) int32 {
+	if native == nil {
+		return unsupported
+	}
+	return native.AlarmSet(atMs)
+}
+
+func hostAlarmClear() int32 {
+	if native == nil {
+		return unsupported
+	}
+	return native.AlarmClear()
+}

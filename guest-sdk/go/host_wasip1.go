@@ -1,0 +1,37 @@
+package wasmkeep
+
+import "unsafe"
+
+// The host functions of ABI v1 (see the abi package for their contracts).
+// Every pointer is an address in this module's linear memory; a length of
+// zero may come with a nil pointer.
+
+//go:wasmimport wasmkeep http_respond
+func hostHTTPRespond(ptr unsafe.Pointer, n uint32) int32
+
+//go:wasmimport wasmkeep socket_send
+func hostSocketSend(socket uint32, kind int32, ptr unsafe.Pointer, n uint32) int32
+
+//go:wasmimport wasmkeep socket_close
+func hostSocketClose(socket uint32, code int32, ptr unsafe.Pointer, n uint32) int32
+
+//go:wasmimport wasmkeep socket_list
+func hostSocketList(ptr unsafe.Pointer, capacity uint32) int32
+
+//go:wasmimport wasmkeep broadcast
+func hostBroadcast(kind int32, ptr unsafe.Pointer, n uint32, except uint32) int32
+
+//go:wasmimport wasmkeep room_info
+func hostRoomInfo(ptr unsafe.Pointer, capacity uint32) int32
+
+//go:wasmimport wasmkeep log
+func hostLog(level int32, ptr unsafe.Pointer, n uint32) int32
+
+//go:wasmimport wasmkeep checkpoint
+func hostCheckpoint() int32
+
+//go:wasmimport wasmkeep alarm_set
+func hostAlarmSet(atMs int64) int32
+
+//go:wasmimport wasmkeep alarm_clear
+func hostAlarmClear() int32

@@ -1,0 +1,289 @@
+//go:build !wasip1
+
+package wasmkeep
+
+import (
+	"encoding/binary"
+	"errors"
+	"testing"
+	"unsafe"
+
+	"github.com/wasmkeep/wasmkeep/abi"
+)
+
+// fakeHost records what the SDK asks of the host.
+type fakeHost struct {
+	responses  []abi.Response
+	sends      []string
+	closes     []string
+	sockets    []uint32
+	listCalls  int
+	roomCalls  int
+	logs       []string
+	respStatus int32
+}
+
+func (h *fakeHost) HTTPRespond(b []byte) int32 {
+	r, err := abi.DecodeResponse(b)
+	if err != nil {
+		return int32(abi.StatusInvalid)
+	}
+	r.Body = append([]byte(nil), r.Body...)
+	h.responses = append(h.responses, r)
+	return h.respStatus
+}
+
+func (h *fakeHost) SocketSend(socket uint32, kind int32, b []byte) int32 {
+	if socket == 99 {
+		return int32(abi.StatusNoSocket)
+	}
+	h.sends = append(h.sends, string(rune('0'+kind))+":"+string(b))
+	return 0
+}
+
+func (h *fakeHost) SocketClose(socket uint32, code int32, reason []byte) int32 {
+	h.closes = append(h.closes, string(reason))
+	return 0
+}
+
+func (h *fakeHost) SocketList(ids []uint32) int32 {
+	h.listCalls++
+	copy(ids, h.sockets)
+	return int32(len(h.sockets))
+}
+
+func (h *fakeHost) Broadcast(kind int32, b []byte, except uint32) int32 {
+	return int32(len(h.sockets))
+}
+
+func (h *fakeHost) RoomInfo(b []byte) int32 {
+	h.roomCalls++
+	rec := abi.AppendRoomInfo(nil, &abi.RoomInfo{Class: "chat", Name: "a-rather-long-room-name-" + string(make([]byte, 200))})
+	if len(rec) <= len(b) {
+		copy(b, rec)
+	}
+	return int32(len(rec))
+}
+
+func (h *fakeHost) Log(level int32, b []byte) int32 {
+	h.logs = append(h.logs, string(b))
+	return 0
+}
+
+func (h *fakeHost) Checkpoint() int32    { return int32(abi.StatusUnsupported) }
+func (h *fakeHost) AlarmSet(int64) int32 { return int32(abi.StatusUnsupported) }
+func (h *fakeHost) AlarmClear() int32    { return int32(abi.StatusUnsupported) }
+func (h *fakeHost) reset()               { *h = fakeHost{} }
+func (h *fakeHost) last() *abi.Response  { return &h.responses[len(h.responses)-1] }
+func (h *fakeHost) lastBody() string     { return string(h.last().Body) }
+func (h *fakeHost) lastHeader(n string) string {
+	v, _ := LookupHeader(h.last().Headers, n)
+	return v
+}
+
+func setup(t *testing.T) *fakeHost {
+	h := &fakeHost{}
+	native = h
+	t.Cleanup(func() {
+		native = nil
+		onRequestFunc, onSocketOpenFunc, onSocketMessageFunc, onSocketCloseFunc = nil, nil, nil, nil
+		room = nil
+	})
+	return h
+}
+
+// deliver writes rec into the SDK's buffer as the host would.
+func deliver(rec []byte) (unsafe.Pointer, uint32) {
+	p := alloc(uint32(max(len(rec), 1)))
+	copy(unsafe.Slice((*byte)(p), len(rec)), rec)
+	return p, uint32(len(rec))
+}
+
+func request(r *abi.Request) {
+	onRequest(deliver(abi.AppendRequest(nil, r)))
+}
+
+func TestRequestDefaults(t *testing.T) {
+	h := setup(t)
+	request(&abi.Request{Method: "GET", Path: "/"})
+	if r := h.last(); r.Status != 404 || string(r.Body) != "no request handler" {
+		t.Fatalf("no handler: %d %q", r.Status, r.Body)
+	}
+	HandleRequest(func(*Request) *Response { return nil })
+	request(&abi.Request{Method: "GET", Path: "/"})
+	if r := h.last(); r.Status != 500 || string(r.Body) != "handler returned no response" {
+		t.Fatalf("nil response: %d %q", r.Status, r.Body)
+	}
+	HandleRequest(func(*Request) *Response { return &Response{Body: []byte("x")} })
+	request(&abi.Request{Method: "GET", Path: "/"})
+	if r := h.last(); r.Status != 200 {
+		t.Fatalf("status 0 sent as %d", r.Status)
+	}
+}
+
+func TestRequestFields(t *testing.T) {
+	h := setup(t)
+	var kept []byte
+	HandleRequest(func(r *Request) *Response {
+		if kept == nil {
+			kept = r.Body
+		}
+		return Text(201, r.Method+" "+r.Path+" "+r.QueryValue("q")+" "+r.Header("x-test")).
+			SetHeader("X-A", "1").SetHeader("x-a", "2").AddHeader("X-B", "3")
+	})
+	request(&abi.Request{
+		Method: "POST", Path: "/p", Query: "a=1&q=hello+w%6Frld",
+		Headers: []abi.Header{{Name: "X-TEST", Value: "v"}},
+		Body:    []byte("body"),
+	})
+	if got := h.lastBody(); got != "POST /p hello world v" {
+		t.Fatalf("body %q", got)
+	}
+	if r := h.last(); r.Status != 201 || h.lastHeader("X-A") != "2" || len(r.Headers) != 3 ||
+		h.lastHeader("content-type") != "text/plain; charset=utf-8" {
+		t.Fatalf("response %+v", r)
+	}
+	// The next event reuses the buffer; the kept body must not change.
+	request(&abi.Request{Method: "GET", Path: "/zzzz", Body: []byte("ZZZZ")})
+	if string(kept) != "body" {
+		t.Fatalf("kept body changed to %q", kept)
+	}
+}
+
+func TestMalformedRequest(t *testing.T) {
+	h := setup(t)
+	called := false
+	HandleRequest(func(*Request) *Response { called = true; return nil })
+	onRequest(deliver([]byte{1, 2, 3}))
+	if called || h.last().Status != 500 || len(h.logs) != 1 {
+		t.Fatalf("called=%v responses=%v logs=%v", called, h.responses, h.logs)
+	}
+}
+
+func TestRespondFailureIsLogged(t *testing.T) {
+	h := setup(t)
+	h.respStatus = int32(abi.StatusTooLarge)
+	request(&abi.Request{Method: "GET", Path: "/"})
+	if len(h.logs) != 1 {
+		t.Fatalf("logs %q", h.logs)
+	}
+}
+
+func TestSockets(t *testing.T) {
+	h := setup(t)
+	var opened *SocketOpen
+	var closed string
+	HandleSocketOpen(func(s Socket, o *SocketOpen) { opened = o; s.Send("hi " + o.QueryValue("n")) })
+	HandleSocketMessage(func(s Socket, m Message) {
+		if m.IsText() {
+			s.Send(m.Text())
+		} else {
+			s.SendBinary(m.Data)
+		}
+	})
+	HandleSocketClose(func(s Socket, code int, reason string) { closed = reason + "/" + string(rune('0'+code%10)) })
+
+	p, n := deliver(abi.AppendSocketOpen(nil, &abi.SocketOpen{Path: "/ws", Query: "n=7", Remote: "1.2.3.4:5",
+		Headers: []abi.Header{{Name: "Origin", Value: "o"}}}))
+	onSocketOpen(3, p, n)
+	if opened == nil || opened.Path != "/ws" || opened.Remote != "1.2.3.4:5" || opened.Header("origin") != "o" {
+		t.Fatalf("open %+v", opened)
+	}
+	p, n = deliver([]byte("txt"))
+	onSocketMessage(3, abi.MessageText, p, n)
+	p, n = deliver([]byte{0, 1})
+	onSocketMessage(3, abi.MessageBinary, p, n)
+	p, n = deliver([]byte("bye"))
+	onSocketClose(3, 1001, p, n)
+	want := []string{"1:hi 7", "1:txt", "2:\x00\x01"}
+	if len(h.sends) != 3 || h.sends[0] != want[0] || h.sends[1] != want[1] || h.sends[2] != want[2] {
+		t.Fatalf("sends %q", h.sends)
+	}
+	if closed != "bye/1" {
+		t.Fatalf("closed %q", closed)
+	}
+
+	err := Socket(99).Send("x")
+	var he *HostError
+	if !errors.Is(err, ErrNoSocket) || !errors.As(err, &he) || he.Func != "socket_send" {
+		t.Fatalf("send to a gone socket: %v", err)
+	}
+}
+
+func TestSocketsList(t *testing.T) {
+	h := setup(t)
+	if got := Sockets(); len(got) != 0 {
+		t.Fatalf("no sockets: %v", got)
+	}
+	for i := range 40 {
+		h.sockets = append(h.sockets, uint32(i+1))
+	}
+	h.listCalls = 0
+	got := Sockets()
+	if len(got) != 40 || got[0] != 1 || got[39] != 40 || h.listCalls != 2 {
+		t.Fatalf("got %v after %d calls", got, h.listCalls)
+	}
+	if n, err := Broadcast("x", 0); n != 40 || err != nil {
+		t.Fatalf("broadcast %d %v", n, err)
+	}
+}
+
+func TestRoomCached(t *testing.T) {
+	h := setup(t)
+	a, b := Room(), Room()
+	if a.Class != "chat" || a != b || h.roomCalls != 2 { // one too-small try, one fetch
+		t.Fatalf("room %+v %+v after %d calls", a, b, h.roomCalls)
+	}
+}
+
+func TestErrors(t *testing.T) {
+	setup(t)
+	if err := Checkpoint(); !errors.Is(err, ErrUnsupported) {
+		t.Fatalf("checkpoint: %v", err)
+	}
+	if err := (&HostError{Func: "f", Status: -77}); !errors.Is(err, ErrUnknownStatus) || err.Error() != "wasmkeep: f: unknown status (-77)" {
+		t.Fatalf("unknown: %v", err)
+	}
+	native = nil
+	if err := Socket(1).Send("x"); !errors.Is(err, ErrUnsupported) {
+		t.Fatalf("no host: %v", err)
+	}
+}
+
+func TestAllocReuse(t *testing.T) {
+	p1 := alloc(10)
+	p2 := alloc(uint32(cap(inbuf)))
+	if p1 != p2 {
+		t.Fatal("alloc moved for a size that fits")
+	}
+	p3 := alloc(uint32(cap(inbuf)) + 1)
+	if cap(inbuf) < 2*minAlloc {
+		t.Fatalf("cap %d after growth", cap(inbuf))
+	}
+	if binary.LittleEndian.Uint32(unsafe.Slice((*byte)(p3), 4)) != 0 {
+		t.Fatal("fresh buffer not zero")
+	}
+	if n := testing.AllocsPerRun(100, func() { alloc(100) }); n != 0 {
+		t.Fatalf("alloc allocates %v times per event", n)
+	}
+}
+
+func TestQueryValue(t *testing.T) {
+	for _, c := range []struct {
+		q, k, v string
+		ok      bool
+	}{
+		{"a=1&b=2", "b", "2", true},
+		{"a=1&a=2", "a", "1", true},
+		{"flag&x=y", "flag", "", true},
+		{"k%20x=%E2%9C%93", "k x", "✓", true},
+		{"bad=%zz&bad=ok", "bad", "ok", true},
+		{"", "a", "", false},
+		{"a=1", "b", "", false},
+	} {
+		v, ok := QueryValue(c.q, c.k)
+		if v != c.v || ok != c.ok {
+			t.Errorf("QueryValue(%q, %q) = %q, %v; want %q, %v", c.q, c.k, v, ok, c.v, c.ok)
+		}
+	}
+}

@@ -1,0 +1,233 @@
+// Package classes keeps the node's actor classes: uploaded modules stored by
+// content hash in the bucket, names pointing at their current version, and
+// the compiled form of each version in use.
+//
+// Bucket layout:
+//
+//	classes/<name>       JSON Record: the version a name points at
+//	modules/<hex>.wasm   the module bytes, immutable, by content hash
+//
+// A room's snapshot names the module hash it was taken with, so a room keeps
+// running the version it started on even after its class name is pointed at
+// a newer upload: its memory only makes sense to that binary.
+package classes
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/wasmkeep/wasmkeep/host/engine"
+	"github.com/wasmkeep/wasmkeep/host/store"
+)
+
+// Errors.
+var (
+	// ErrUnknownClass: no class has that name (or no module that hash).
+	ErrUnknownClass = errors.New("unknown class")
+	// ErrBadName: a class name outside NamePattern.
+	ErrBadName = errors.New("invalid class name")
+	// ErrTooLarge: a module over the configured size limit.
+	ErrTooLarge = errors.New("module too large")
+)
+
+// NamePattern is what a class name must match: it appears in URLs and keys.
+var NamePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+
+// Record is what a class name points at.
+type Record struct {
+	Name     string    `json:"name"`
+	Hash     string    `json:"hash"`
+	ABI      int       `json:"abi"`
+	Size     int       `json:"size"`
+	Uploaded time.Time `json:"uploaded"`
+}
+
+// Registry resolves class names and module hashes to compiled classes.
+type Registry struct {
+	bucket   store.Bucket
+	engine   *engine.Engine
+	maxBytes int
+
+	mu       sync.Mutex
+	names    map[string]Record     // cache of classes/<name>
+	compiled map[string]*compiling // by hash
+	listed   bool
+}
+
+type compiling struct {
+	done  chan struct{}
+	class *engine.Class
+	err   error
+}
+
+// New returns a registry over bucket. maxBytes caps uploads (0 = 64 MiB).
+func New(bucket store.Bucket, eng *engine.Engine, maxBytes int) *Registry {
+	if maxBytes <= 0 {
+		maxBytes = 64 << 20
+	}
+	return &Registry{
+		bucket:   bucket,
+		engine:   eng,
+		maxBytes: maxBytes,
+		names:    map[string]Record{},
+		compiled: map[string]*compiling{},
+	}
+}
+
+// MaxBytes is the upload size limit.
+func (r *Registry) MaxBytes() int { return r.maxBytes }
+
+func nameKey(name string) string { return "classes/" + name }
+
+func moduleKey(hash string) string {
+	return "modules/" + strings.TrimPrefix(hash, "sha256:") + ".wasm"
+}
+
+// Put validates and compiles wasm, stores it, and points name at it.
+func (r *Registry) Put(ctx context.Context, name string, wasm []byte) (Record, error) {
+	if !NamePattern.MatchString(name) {
+		return Record{}, fmt.Errorf("%w %q: use 1–63 of a-z, 0-9, '_' and '-', starting with a letter or digit", ErrBadName, name)
+	}
+	if len(wasm) > r.maxBytes {
+		return Record{}, fmt.Errorf("%w: %d bytes, the limit is %d", ErrTooLarge, len(wasm), r.maxBytes)
+	}
+	hash := engine.Hash(wasm)
+	class, err := r.compile(ctx, hash, func() ([]byte, error) { return wasm, nil })
+	if err != nil {
+		return Record{}, err
+	}
+	if _, err := r.bucket.Put(ctx, moduleKey(hash), wasm, store.Cond{}); err != nil {
+		return Record{}, fmt.Errorf("storing module: %w", err)
+	}
+	rec := Record{Name: name, Hash: hash, ABI: class.ABI, Size: len(wasm), Uploaded: time.Now().UTC().Truncate(time.Second)}
+	body, _ := json.Marshal(rec)
+	if _, err := r.bucket.Put(ctx, nameKey(name), body, store.Cond{}); err != nil {
+		return Record{}, fmt.Errorf("storing class record: %w", err)
+	}
+	r.mu.Lock()
+	r.names[name] = rec
+	r.mu.Unlock()
+	return rec, nil
+}
+
+// Get returns the record a name points at.
+func (r *Registry) Get(ctx context.Context, name string) (Record, error) {
+	r.mu.Lock()
+	rec, ok := r.names[name]
+	r.mu.Unlock()
+	if ok {
+		return rec, nil
+	}
+	if !NamePattern.MatchString(name) {
+		return Record{}, fmt.Errorf("%w %q", ErrUnknownClass, name)
+	}
+	body, _, err := r.bucket.Get(ctx, nameKey(name))
+	if errors.Is(err, store.ErrNotFound) {
+		return Record{}, fmt.Errorf("%w %q", ErrUnknownClass, name)
+	}
+	if err != nil {
+		return Record{}, err
+	}
+	if err := json.Unmarshal(body, &rec); err != nil {
+		return Record{}, fmt.Errorf("class record %q: %w", name, err)
+	}
+	r.mu.Lock()
+	r.names[name] = rec
+	r.mu.Unlock()
+	return rec, nil
+}
+
+// Current returns the compiled current version of a class.
+func (r *Registry) Current(ctx context.Context, name string) (*engine.Class, error) {
+	rec, err := r.Get(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return r.ByHash(ctx, rec.Hash)
+}
+
+// ByHash returns a compiled module version, loading it from the bucket the
+// first time.
+func (r *Registry) ByHash(ctx context.Context, hash string) (*engine.Class, error) {
+	return r.compile(ctx, hash, func() ([]byte, error) {
+		wasm, _, err := r.bucket.Get(ctx, moduleKey(hash))
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, fmt.Errorf("%w: no module %s in the store", ErrUnknownClass, hash)
+		}
+		return wasm, err
+	})
+}
+
+// compile compiles a version once, however many callers ask at once.
+func (r *Registry) compile(ctx context.Context, hash string, load func() ([]byte, error)) (*engine.Class, error) {
+	r.mu.Lock()
+	c, ok := r.compiled[hash]
+	if !ok {
+		c = &compiling{done: make(chan struct{})}
+		r.compiled[hash] = c
+	}
+	r.mu.Unlock()
+	if ok {
+		<-c.done
+		return c.class, c.err
+	}
+	wasm, err := load()
+	if err == nil && engine.Hash(wasm) != hash {
+		err = fmt.Errorf("module %s in the store does not match its hash", hash)
+	}
+	if err == nil {
+		c.class, err = r.engine.Compile(ctx, wasm)
+	}
+	c.err = err
+	close(c.done)
+	if err != nil {
+		// Failures are not cached: the next caller tries again.
+		r.mu.Lock()
+		delete(r.compiled, hash)
+		r.mu.Unlock()
+	}
+	return c.class, c.err
+}
+
+// List returns every class record, sorted by name.
+func (r *Registry) List(ctx context.Context) ([]Record, error) {
+	keys, err := r.bucket.List(ctx, "classes/")
+	if err != nil {
+		return nil, err
+	}
+	recs := make([]Record, 0, len(keys))
+	for _, k := range keys {
+		rec, err := r.Get(ctx, strings.TrimPrefix(k, "classes/"))
+		if errors.Is(err, ErrUnknownClass) {
+			continue // removed meanwhile
+		}
+		if err != nil {
+			return nil, err
+		}
+		recs = append(recs, rec)
+	}
+	sort.Slice(recs, func(i, j int) bool { return recs[i].Name < recs[j].Name })
+	return recs, nil
+}
+
+// Remove deletes a class name. Stored modules stay: snapshots of rooms may
+// still name them, and putting the name back makes those rooms reachable.
+func (r *Registry) Remove(ctx context.Context, name string) error {
+	if _, err := r.Get(ctx, name); err != nil {
+		return err
+	}
+	if err := r.bucket.Delete(ctx, nameKey(name), ""); err != nil && !errors.Is(err, store.ErrNotFound) {
+		return err
+	}
+	r.mu.Lock()
+	delete(r.names, name)
+	r.mu.Unlock()
+	return nil
+}

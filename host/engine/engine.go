@@ -1,0 +1,528 @@
+// Package engine runs actor classes on wazero: it validates and compiles an
+// uploaded module, creates room instances (fresh or restored from a
+// snapshot), delivers events to them, and captures their state for
+// hibernation. It is the only package of wasmkeep that imports wazero.
+//
+// An instance is owned by one goroutine at a time (the room's mailbox); the
+// engine never calls into an instance concurrently with its owner, except to
+// interrupt it when an event overruns its CPU-time budget.
+package engine
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/experimental"
+	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
+
+	"github.com/wasmkeep/wasmkeep/abi"
+	"github.com/wasmkeep/wasmkeep/host/engine/wasmrw"
+)
+
+// Config holds the engine's settings. The zero value of each field means the
+// default given in its comment.
+type Config struct {
+	// CacheDir keeps compiled machine code across restarts ("" = no cache).
+	CacheDir string
+	// MaxMemoryPages caps each instance's linear memory, in 64 KiB pages
+	// (default 4096 = 256 MiB). A guest that grows past it fails to grow;
+	// Go guests then abort, which is handled as a crash.
+	MaxMemoryPages uint32
+	// EventTimeout caps the wall time of one event's call into the guest
+	// (default 10s). An overrun ends the call and discards the instance.
+	// Negative: no limit, for trusted guests only (a guest that loops
+	// forever then holds its room, and a CPU, forever).
+	EventTimeout time.Duration
+	// MaxResponseBytes caps an encoded HTTP response (default 16 MiB).
+	MaxResponseBytes int
+	// PoolSize is how many blank instances each class keeps ready so that
+	// wakes and cold starts skip instantiation (default 2; -1 disables).
+	PoolSize int
+	// Interpreter selects wazero's interpreter instead of its compiler.
+	Interpreter bool
+	// Logger receives guest output and engine events (default slog.Default()).
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.MaxMemoryPages == 0 {
+		c.MaxMemoryPages = 4096
+	}
+	if c.EventTimeout == 0 {
+		c.EventTimeout = 10 * time.Second
+	}
+	if c.MaxResponseBytes == 0 {
+		c.MaxResponseBytes = 16 << 20
+	}
+	if c.PoolSize == 0 {
+		c.PoolSize = 2
+	}
+	if c.PoolSize < 0 {
+		c.PoolSize = 0
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// Engine is one wazero runtime with the wasmkeep and WASI host modules.
+type Engine struct {
+	cfg      Config
+	rt       wazero.Runtime
+	provided map[string]map[string]bool // module → function names the host provides
+	start    time.Time                  // origin of the host monotonic clock
+
+	mu      sync.Mutex
+	live    map[*Instance]struct{} // instances the watchdog looks at
+	classes map[*Class]struct{}    // closed with the engine
+
+	stop chan struct{}
+	done chan struct{}
+}
+
+// New creates an engine. Close it to release its compiled code.
+func New(ctx context.Context, cfg Config) (*Engine, error) {
+	cfg = cfg.withDefaults()
+	rc := wazero.NewRuntimeConfigCompiler()
+	if cfg.Interpreter {
+		rc = wazero.NewRuntimeConfigInterpreter()
+	}
+	// Enforcing the event timeout makes wazero check for interruption at
+	// every loop back-edge and watch each call with a goroutine, which
+	// costs about 1.4 µs per event (docs/PERFORMANCE.md); a node of trusted
+	// guests may turn it off.
+	rc = rc.WithCloseOnContextDone(cfg.EventTimeout > 0).WithMemoryLimitPages(cfg.MaxMemoryPages)
+	if cfg.CacheDir != "" {
+		cache, err := wazero.NewCompilationCacheWithDir(cfg.CacheDir)
+		if err != nil {
+			return nil, fmt.Errorf("engine: compilation cache: %w", err)
+		}
+		rc = rc.WithCompilationCache(cache)
+	}
+	e := &Engine{
+		cfg:     cfg,
+		rt:      wazero.NewRuntimeWithConfig(ctx, rc),
+		start:   time.Now(),
+		live:    map[*Instance]struct{}{},
+		classes: map[*Class]struct{}{},
+		stop:    make(chan struct{}),
+		done:    make(chan struct{}),
+	}
+	if _, err := wasi_snapshot_preview1.Instantiate(ctx, e.rt); err != nil {
+		e.rt.Close(ctx)
+		return nil, fmt.Errorf("engine: wasi: %w", err)
+	}
+	if err := e.instantiateHostModule(ctx); err != nil {
+		e.rt.Close(ctx)
+		return nil, err
+	}
+	e.provided = map[string]map[string]bool{}
+	for _, name := range []string{abi.WASIModule, abi.ImportModule} {
+		fns := map[string]bool{}
+		for fn := range e.rt.Module(name).ExportedFunctionDefinitions() {
+			fns[fn] = true
+		}
+		e.provided[name] = fns
+	}
+	go e.watchdog()
+	return e, nil
+}
+
+// Close stops the engine, its classes and every instance it made.
+func (e *Engine) Close(ctx context.Context) error {
+	close(e.stop)
+	<-e.done
+	e.mu.Lock()
+	classes := e.classes
+	e.classes = nil
+	e.mu.Unlock()
+	for c := range classes {
+		c.Close()
+	}
+	return e.rt.Close(ctx)
+}
+
+// Config returns the engine's configuration with defaults filled in.
+func (e *Engine) Config() Config { return e.cfg }
+
+// nanotime is the host's monotonic clock, in nanoseconds since the engine
+// started. Guest clocks are offsets from it.
+func (e *Engine) nanotime() int64 { return int64(time.Since(e.start)) }
+
+// watchdog interrupts calls that overrun the event timeout. Instances mark
+// the start of each call in an atomic; the watchdog reads them on a tick, so
+// a call costs one clock read and one store, not a timer.
+func (e *Engine) watchdog() {
+	defer close(e.done)
+	tick := min(max(e.cfg.EventTimeout/20, 5*time.Millisecond), 250*time.Millisecond)
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-e.stop:
+			return
+		case <-t.C:
+		}
+		now := e.nanotime()
+		limit := int64(e.cfg.EventTimeout)
+		if limit <= 0 {
+			continue
+		}
+		e.mu.Lock()
+		for inst := range e.live {
+			if s := inst.callStart.Load(); s != 0 && now-s > limit {
+				inst.timedOut.Store(true)
+				inst.cancel()
+			}
+		}
+		e.mu.Unlock()
+	}
+}
+
+func (e *Engine) track(i *Instance) {
+	e.mu.Lock()
+	e.live[i] = struct{}{}
+	e.mu.Unlock()
+}
+
+func (e *Engine) untrack(i *Instance) {
+	e.mu.Lock()
+	delete(e.live, i)
+	e.mu.Unlock()
+}
+
+// ModuleError is a module refused at upload; its message is meant for the
+// person who uploaded it.
+type ModuleError struct{ Reason string }
+
+func (e *ModuleError) Error() string { return "invalid module: " + e.Reason }
+
+// ErrInvalidModule matches every *ModuleError with errors.Is.
+var ErrInvalidModule = errors.New("invalid module")
+
+// Is makes errors.Is(err, ErrInvalidModule) true for module errors.
+func (e *ModuleError) Is(target error) bool { return target == ErrInvalidModule }
+
+func refuse(format string, args ...any) error {
+	return &ModuleError{Reason: fmt.Sprintf(format, args...)}
+}
+
+// Class is a compiled, validated module. Rooms of a class share its code;
+// each room has its own instance.
+type Class struct {
+	e *Engine
+	// Hash is "sha256:<hex>" of the uploaded bytes.
+	Hash string
+	// ABI is the ABI version the module declared.
+	ABI int
+	// Size is the uploaded module's size in bytes.
+	Size int
+
+	compiled wazero.CompiledModule
+	info     *wasmrw.Info
+	globals  []string // export names of every defined global, in order
+	mutable  []bool
+	has      [numEvents]bool
+
+	// initial is a blank instance's memory: snapshots leave out the chunks
+	// that still equal it, since a restore starts from a blank instance.
+	initial   []byte
+	dirty     []bool // chunk i of initial holds non-zero bytes
+	dirtyOnce sync.Once
+
+	pool     chan *Instance
+	refill   chan struct{}
+	closed   chan struct{}
+	closeOne sync.Once
+}
+
+// Handles reports whether the class exports a handler for the event kind.
+func (c *Class) Handles(k Event) bool { return c.has[k] }
+
+// Event names an event kind a class may handle.
+type Event int
+
+// Event kinds, one per guest export.
+const (
+	EventRequest Event = iota
+	EventSocketOpen
+	EventSocketMessage
+	EventSocketClose
+	numEvents
+)
+
+var eventExports = [numEvents]string{
+	abi.ExportOnRequest, abi.ExportOnSocketOpen, abi.ExportOnSocketMessage, abi.ExportOnSocketClose,
+}
+
+// Hash returns the content hash wasmkeep uses for a module's bytes.
+func Hash(wasm []byte) string {
+	sum := sha256.Sum256(wasm)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// Compile validates, rewrites and compiles a module. Every refusal is a
+// *ModuleError that says what is wrong in terms the uploader can act on.
+func (e *Engine) Compile(ctx context.Context, wasm []byte) (*Class, error) {
+	out, info, err := wasmrw.Rewrite(wasm)
+	if err != nil {
+		return nil, &ModuleError{Reason: err.Error()}
+	}
+	version, err := declaredABI(info)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.checkImports(info); err != nil {
+		return nil, err
+	}
+	exports := map[string]wasmrw.Export{}
+	for _, x := range info.Exports {
+		exports[x.Name] = x
+	}
+	if x, ok := exports[abi.ExportAlloc]; !ok || x.Kind != wasmrw.KindFunc {
+		return nil, refuse("the module does not export the function %s (the guest SDK provides it)", abi.ExportAlloc)
+	}
+	cctx := experimental.WithCompilationWorkers(ctx, 2)
+	compiled, err := e.rt.CompileModule(cctx, out)
+	if err != nil {
+		return nil, refuse("%v", err)
+	}
+	c := &Class{
+		e:        e,
+		Hash:     Hash(wasm),
+		ABI:      version,
+		Size:     len(wasm),
+		compiled: compiled,
+		info:     info,
+		closed:   make(chan struct{}),
+	}
+	for _, g := range info.Globals {
+		c.globals = append(c.globals, g.ExportName)
+		c.mutable = append(c.mutable, g.Mutable)
+	}
+	fns := compiled.ExportedFunctions()
+	for k, name := range eventExports {
+		c.has[k] = fns[name] != nil
+	}
+	if err := c.checkSignatures(fns); err != nil {
+		compiled.Close(ctx)
+		return nil, err
+	}
+	// Instantiating once proves the imports link (signatures included) and
+	// gives the pool its first instance.
+	inst, err := c.instantiate(ctx)
+	if err != nil {
+		compiled.Close(ctx)
+		return nil, refuse("%v", err)
+	}
+	c.markDirty(inst)
+	e.mu.Lock()
+	if e.classes == nil {
+		e.mu.Unlock()
+		inst.Close()
+		return nil, errors.New("engine: closed")
+	}
+	e.classes[c] = struct{}{}
+	e.mu.Unlock()
+	if n := e.cfg.PoolSize; n > 0 {
+		c.pool = make(chan *Instance, n)
+		c.refill = make(chan struct{}, 1)
+		c.pool <- inst
+		go c.filler()
+		c.refill <- struct{}{}
+	} else {
+		inst.Close()
+	}
+	return c, nil
+}
+
+// declaredABI finds the version marker export.
+func declaredABI(info *wasmrw.Info) (int, error) {
+	found := -1
+	for _, x := range info.Exports {
+		rest, ok := strings.CutPrefix(x.Name, abi.VersionExportPrefix)
+		if !ok {
+			continue
+		}
+		v, err := strconv.Atoi(rest)
+		if err != nil || v <= 0 {
+			return 0, refuse("export %q is not a valid ABI version marker", x.Name)
+		}
+		if found != -1 && found != v {
+			return 0, refuse("the module declares two ABI versions (%d and %d)", found, v)
+		}
+		found = v
+	}
+	switch {
+	case found == -1:
+		return 0, refuse("the module declares no wasmkeep ABI version (export a function named %s; the guest SDK does)", abi.VersionExport)
+	case found != abi.Version:
+		return 0, refuse("the module was built for wasmkeep ABI v%d; this host speaks v%d", found, abi.Version)
+	}
+	return found, nil
+}
+
+func (e *Engine) checkImports(info *wasmrw.Info) error {
+	var missing []string
+	for _, im := range info.Imports {
+		name := im.Module + "." + im.Name
+		if im.Kind != wasmrw.KindFunc {
+			return refuse("the module imports %s (%s); only functions can be imported", name, im.Kind)
+		}
+		if !e.provided[im.Module][im.Name] {
+			missing = append(missing, name)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	slices.Sort(missing)
+	missing = slices.Compact(missing)
+	for i, m := range missing {
+		if name, ok := strings.CutPrefix(m, abi.ImportModule+"."); ok && slices.Contains(abi.ReservedImports, name) {
+			missing[i] = m + " (reserved for a later ABI minor version)"
+		}
+	}
+	return refuse("the module imports functions this host does not provide: %s", strings.Join(missing, ", "))
+}
+
+// checkSignatures refuses handler exports whose types differ from the ABI,
+// so a mistake shows at upload rather than as a crash on the first event.
+func (c *Class) checkSignatures(fns map[string]api.FunctionDefinition) error {
+	i32 := api.ValueTypeI32
+	want := map[string][2][]api.ValueType{
+		abi.ExportAlloc:           {{i32}, {i32}},
+		abi.ExportOnRequest:       {{i32, i32}, nil},
+		abi.ExportOnSocketOpen:    {{i32, i32, i32}, nil},
+		abi.ExportOnSocketMessage: {{i32, i32, i32, i32}, nil},
+		abi.ExportOnSocketClose:   {{i32, i32, i32, i32}, nil},
+		abi.ExportInitialize:      {nil, nil},
+	}
+	for name, sig := range want {
+		fn := fns[name]
+		if fn == nil {
+			continue
+		}
+		if !slices.Equal(fn.ParamTypes(), sig[0]) || !slices.Equal(fn.ResultTypes(), sig[1]) {
+			return refuse("export %s has type %s, the ABI says %s", name,
+				sigString(fn.ParamTypes(), fn.ResultTypes()), sigString(sig[0], sig[1]))
+		}
+	}
+	return nil
+}
+
+func sigString(params, results []api.ValueType) string {
+	name := func(ts []api.ValueType) string {
+		s := make([]string, len(ts))
+		for i, t := range ts {
+			s[i] = api.ValueTypeName(t)
+		}
+		return "(" + strings.Join(s, ", ") + ")"
+	}
+	return name(params) + " -> " + name(results)
+}
+
+// markDirty keeps a blank instance's memory and records which of its chunks
+// are not zero, so a restore clears only those where the snapshot has zeros.
+func (c *Class) markDirty(inst *Instance) {
+	c.dirtyOnce.Do(func() {
+		view, _ := inst.mem.Read(0, inst.mem.Size())
+		c.initial = bytes.Clone(view)
+		c.dirty = make([]bool, (len(view)+chunkSize-1)/chunkSize)
+		for i := range c.dirty {
+			end := min((i+1)*chunkSize, len(view))
+			c.dirty[i] = !isZero(view[i*chunkSize : end])
+		}
+	})
+}
+
+func (c *Class) isDirty(chunk int) bool { return chunk < len(c.dirty) && c.dirty[chunk] }
+
+// blank returns an instantiated instance on which nothing has run, from the
+// pool when one is ready.
+func (c *Class) blank(ctx context.Context) (*Instance, error) {
+	if c.pool != nil {
+		select {
+		case inst := <-c.pool:
+			select {
+			case c.refill <- struct{}{}:
+			default:
+			}
+			return inst, nil
+		default:
+			select {
+			case c.refill <- struct{}{}:
+			default:
+			}
+		}
+	}
+	return c.instantiate(ctx)
+}
+
+// filler keeps the pool full in the background.
+func (c *Class) filler() {
+	for {
+		select {
+		case <-c.closed:
+			return
+		case <-c.refill:
+		}
+		for len(c.pool) < cap(c.pool) {
+			inst, err := c.instantiate(context.Background())
+			if err != nil {
+				c.e.cfg.Logger.Warn("engine: pool instantiate failed", "class", c.Hash, "err", err)
+				break
+			}
+			select {
+			case c.pool <- inst:
+			case <-c.closed:
+				inst.Close()
+				return
+			}
+		}
+	}
+}
+
+// Close releases the class's pool and compiled code. Instances already
+// created keep working until closed.
+func (c *Class) Close() {
+	c.closeOne.Do(func() {
+		close(c.closed)
+		if c.pool != nil {
+			for {
+				select {
+				case inst := <-c.pool:
+					inst.Close()
+					continue
+				default:
+				}
+				break
+			}
+		}
+	})
+}
+
+// Stats describes an engine's state for metrics.
+type Stats struct {
+	LiveInstances int
+}
+
+// Stats returns counts for metrics.
+func (e *Engine) Stats() Stats {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return Stats{LiveInstances: len(e.live)}
+}

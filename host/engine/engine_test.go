@@ -1,0 +1,291 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/wasmkeep/wasmkeep/abi"
+	"github.com/wasmkeep/wasmkeep/host/snapshot"
+	"github.com/wasmkeep/wasmkeep/internal/testwasm"
+)
+
+// fakeHost records what a guest asks of its room.
+type fakeHost struct {
+	sent  []string
+	count int
+}
+
+func (h *fakeHost) SocketSend(id uint32, kind int, data []byte) abi.Status {
+	h.sent = append(h.sent, string(data))
+	return abi.Success
+}
+func (h *fakeHost) SocketClose(uint32, int, string) abi.Status { return abi.Success }
+func (h *fakeHost) SocketList(dst []uint32) []uint32           { return append(dst, 1) }
+func (h *fakeHost) Broadcast(int, []byte, uint32) int {
+	h.count++
+	return 1
+}
+func (h *fakeHost) RoomInfo() abi.RoomInfo { return abi.RoomInfo{Class: "c", Name: "n"} }
+func (h *fakeHost) Log(int, string)        {}
+
+func newEngine(tb testing.TB, cfg Config) *Engine {
+	tb.Helper()
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	e, err := New(context.Background(), cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { e.Close(context.Background()) })
+	return e
+}
+
+func compile(tb testing.TB, e *Engine, pkg string) *Class {
+	tb.Helper()
+	c, err := e.Compile(context.Background(), testwasm.Build(tb, pkg))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return c
+}
+
+var getRoot = abi.AppendRequest(nil, &abi.Request{Method: "GET", Path: "/"})
+var postRoot = abi.AppendRequest(nil, &abi.Request{Method: "POST", Path: "/"})
+
+func request(tb testing.TB, inst *Instance, payload []byte) string {
+	tb.Helper()
+	raw, err := inst.Request(payload)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	resp, err := abi.DecodeResponse(raw)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return string(resp.Body)
+}
+
+func TestRestoreContinuesWhereCaptured(t *testing.T) {
+	e := newEngine(t, Config{})
+	c := compile(t, e, "./examples/counter")
+	a, err := c.Start(context.Background(), &fakeHost{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		request(t, a, postRoot)
+	}
+	enc, _ := snapshot.NewEncoder(snapshot.S2)
+	buf, err := a.Capture(enc, nil, []byte("state"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := snapshot.Decode(buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(snap.RoomState) != "state" || snap.ModuleHash != c.Hash {
+		t.Fatalf("header: %+v", snap.Header)
+	}
+	b, err := c.Restore(context.Background(), snap, &fakeHost{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := request(t, b, getRoot); got != "5" {
+		t.Fatalf("restored count %q, want 5", got)
+	}
+	// The two instances are independent from here.
+	request(t, a, postRoot)
+	if got := request(t, b, postRoot); got != "6" {
+		t.Fatalf("b after its own increment: %q", got)
+	}
+	if got := request(t, a, getRoot); got != "6" {
+		t.Fatalf("a: %q", got)
+	}
+	if b.Nanotime() < snap.Nanotime {
+		t.Fatalf("clock went back: %d < %d", b.Nanotime(), snap.Nanotime)
+	}
+}
+
+func TestRestoreRefusesOtherModule(t *testing.T) {
+	e := newEngine(t, Config{})
+	counter := compile(t, e, "./examples/counter")
+	echo := compile(t, e, "./testdata/guests/echo")
+	a, _ := counter.Start(context.Background(), &fakeHost{})
+	enc, _ := snapshot.NewEncoder(snapshot.S2)
+	buf, _ := a.Capture(enc, nil, nil)
+	snap, _ := snapshot.Decode(buf)
+	if _, err := echo.Restore(context.Background(), snap, &fakeHost{}); err == nil {
+		t.Fatal("restored a counter snapshot into the echo module")
+	}
+}
+
+func TestTrapKillsInstance(t *testing.T) {
+	e := newEngine(t, Config{EventTimeout: 300 * time.Millisecond, MaxMemoryPages: 512})
+	c := compile(t, e, "./testdata/guests/hostile")
+	for _, tc := range []struct {
+		path string
+		want error
+	}{{"/trap", ErrTrap}, {"/loop", ErrTimeout}, {"/grow", ErrMemoryLimit}} {
+		inst, err := c.Start(context.Background(), &fakeHost{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = inst.Request(abi.AppendRequest(nil, &abi.Request{Method: "POST", Path: tc.path}))
+		if !errors.Is(err, tc.want) {
+			t.Fatalf("%s: %v, want %v", tc.path, err, tc.want)
+		}
+		if !inst.Dead() {
+			t.Fatalf("%s: instance still usable after %v", tc.path, err)
+		}
+		if _, err := inst.Request(getRoot); !errors.Is(err, ErrClosed) {
+			t.Fatalf("%s: call after crash: %v", tc.path, err)
+		}
+	}
+}
+
+func TestCompileRefusals(t *testing.T) {
+	e := newEngine(t, Config{})
+	for pkg, want := range map[string]string{
+		"./testdata/guests/badimport": "env.nonexistent",
+		"./testdata/guests/abiv2":     "ABI v2",
+		"./testdata/guests/noabi":     "no wasmkeep ABI version",
+	} {
+		_, err := e.Compile(context.Background(), testwasm.Build(t, pkg))
+		var me *ModuleError
+		if !errors.As(err, &me) || !strings.Contains(me.Error(), want) {
+			t.Errorf("%s: %v, want a module error mentioning %q", pkg, err, want)
+		}
+	}
+	if _, err := e.Compile(context.Background(), []byte("\x00asm\x01\x00\x00\x00")); !errors.Is(err, ErrInvalidModule) {
+		t.Errorf("empty module: %v", err)
+	}
+}
+
+// percentiles reports p50 and p99 of durations as benchmark metrics.
+func percentiles(b *testing.B, ds []time.Duration) {
+	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+	if len(ds) == 0 {
+		return
+	}
+	b.ReportMetric(float64(ds[len(ds)/2].Microseconds()), "p50-µs")
+	b.ReportMetric(float64(ds[len(ds)*99/100].Microseconds()), "p99-µs")
+}
+
+// BenchmarkRestore measures an engine-level wake of a counter: decode the
+// snapshot, take a blank instance, load memory and globals, run one event.
+func BenchmarkRestore(b *testing.B) {
+	for _, pool := range []int{-1, 2} {
+		b.Run("pool="+strconv.Itoa(max(pool, 0)), func(b *testing.B) {
+			e := newEngine(b, Config{PoolSize: pool})
+			c := compile(b, e, "./examples/counter")
+			a, _ := c.Start(context.Background(), &fakeHost{})
+			request(b, a, postRoot)
+			enc, _ := snapshot.NewEncoder(snapshot.S2)
+			buf, _ := a.Capture(enc, nil, nil)
+			var ds []time.Duration
+			for b.Loop() {
+				start := time.Now()
+				snap, err := snapshot.Decode(buf)
+				if err != nil {
+					b.Fatal(err)
+				}
+				inst, err := c.Restore(context.Background(), snap, &fakeHost{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := inst.Request(getRoot); err != nil {
+					b.Fatal(err)
+				}
+				ds = append(ds, time.Since(start))
+				inst.Close()
+				if pool > 0 {
+					// Let the filler catch up, as it would between wakes.
+					for len(c.pool) < cap(c.pool) {
+						time.Sleep(100 * time.Microsecond)
+					}
+				}
+			}
+			percentiles(b, ds)
+		})
+	}
+}
+
+// BenchmarkEvent measures the cost of delivering one event to a resident
+// room: a socket message to the echo guest (which sends it back through a
+// host call), and an HTTP request to the counter; with the event time limit
+// enforced (the default) and without it.
+func BenchmarkEvent(b *testing.B) {
+	for _, limit := range []time.Duration{0, -1} {
+		name := "limit=on"
+		if limit < 0 {
+			name = "limit=off"
+		}
+		e := newEngine(b, Config{EventTimeout: limit})
+		b.Run(name+"/socket-message", func(b *testing.B) {
+			c := compile(b, e, "./testdata/guests/echo")
+			h := &fakeHost{}
+			inst, _ := c.Start(context.Background(), h)
+			msg := []byte("hello, room")
+			for b.Loop() {
+				if err := inst.SocketMessage(1, abi.MessageText, msg); err != nil {
+					b.Fatal(err)
+				}
+				h.sent = h.sent[:0]
+			}
+		})
+		b.Run(name+"/request", func(b *testing.B) {
+			c := compile(b, e, "./examples/counter")
+			inst, _ := c.Start(context.Background(), &fakeHost{})
+			for b.Loop() {
+				if _, err := inst.Request(getRoot); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkCapture measures a full snapshot of a counter and of a chat room
+// with 100 messages of history.
+func BenchmarkCapture(b *testing.B) {
+	e := newEngine(b, Config{})
+	for _, codec := range []snapshot.Codec{snapshot.S2, snapshot.Zstd} {
+		enc, _ := snapshot.NewEncoder(codec)
+		b.Run("counter/"+codec.String(), func(b *testing.B) {
+			c := compile(b, e, "./examples/counter")
+			inst, _ := c.Start(context.Background(), &fakeHost{})
+			request(b, inst, postRoot)
+			var buf []byte
+			for b.Loop() {
+				buf, _ = inst.Capture(enc, buf[:0], nil)
+			}
+			b.ReportMetric(float64(len(buf)), "bytes")
+			b.ReportMetric(float64(inst.MemorySize()), "memory-bytes")
+		})
+		b.Run("chat-100/"+codec.String(), func(b *testing.B) {
+			c := compile(b, e, "./examples/chat")
+			inst, _ := c.Start(context.Background(), &fakeHost{})
+			for i := range 100 {
+				msg := slices.Repeat([]byte("x"), 40)
+				msg = strconv.AppendInt(msg, int64(i), 10)
+				if err := inst.SocketMessage(1, abi.MessageText, msg); err != nil {
+					b.Fatal(err)
+				}
+			}
+			var buf []byte
+			for b.Loop() {
+				buf, _ = inst.Capture(enc, buf[:0], nil)
+			}
+			b.ReportMetric(float64(len(buf)), "bytes")
+			b.ReportMetric(float64(inst.MemorySize()), "memory-bytes")
+		})
+	}
+}

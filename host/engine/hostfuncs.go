@@ -1,0 +1,242 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"unicode/utf8"
+
+	"github.com/tetratelabs/wazero/api"
+
+	"github.com/wasmkeep/wasmkeep/abi"
+)
+
+// instantiateHostModule provides the "wasmkeep" import module. Every
+// function validates the guest's pointers and lengths and answers a status
+// rather than trapping: a hostile or buggy guest gets an error code, the host
+// never reads outside the guest's memory.
+func (e *Engine) instantiateHostModule(ctx context.Context) error {
+	i32, i64 := api.ValueTypeI32, api.ValueTypeI64
+	b := e.rt.NewHostModuleBuilder(abi.ImportModule)
+	def := func(name string, fn api.GoModuleFunc, params ...api.ValueType) {
+		b.NewFunctionBuilder().WithGoModuleFunction(fn, params, []api.ValueType{i32}).Export(name)
+	}
+	def(abi.ImportHTTPRespond, e.httpRespond, i32, i32)
+	def(abi.ImportSocketSend, socketSend, i32, i32, i32, i32)
+	def(abi.ImportSocketClose, socketClose, i32, i32, i32, i32)
+	def(abi.ImportSocketList, socketList, i32, i32)
+	def(abi.ImportBroadcast, broadcast, i32, i32, i32, i32)
+	def(abi.ImportRoomInfo, roomInfo, i32, i32)
+	def(abi.ImportLog, logLine, i32, i32, i32)
+	def(abi.ImportCheckpoint, unsupported)
+	def(abi.ImportAlarmSet, unsupported, i64)
+	def(abi.ImportAlarmClear, unsupported)
+	_, err := b.Instantiate(ctx)
+	if err != nil {
+		return fmt.Errorf("engine: host module: %w", err)
+	}
+	return nil
+}
+
+func instanceOf(ctx context.Context) *Instance {
+	inst, _ := ctx.Value(instanceKey{}).(*Instance)
+	return inst
+}
+
+func ret(stack []uint64, s abi.Status) { stack[0] = uint64(uint32(int32(s))) }
+
+// guestBytes returns a view of guest memory, or false for a range outside it.
+// wazero leaves the upper half of an i32 argument's stack slot undefined,
+// so both are truncated before use.
+func guestBytes(mod api.Module, ptr, n uint64) ([]byte, bool) {
+	if uint32(n) == 0 {
+		return nil, true
+	}
+	return mod.Memory().Read(uint32(ptr), uint32(n))
+}
+
+func (e *Engine) httpRespond(ctx context.Context, mod api.Module, stack []uint64) {
+	inst := instanceOf(ctx)
+	body, ok := guestBytes(mod, stack[0], stack[1])
+	switch {
+	case inst == nil || !inst.inRequest || inst.responded:
+		ret(stack, abi.StatusState)
+	case !ok:
+		ret(stack, abi.StatusInvalid)
+	case len(body) > e.cfg.MaxResponseBytes:
+		ret(stack, abi.StatusTooLarge)
+	default:
+		if _, err := abi.DecodeResponse(body); err != nil {
+			ret(stack, abi.StatusInvalid)
+			return
+		}
+		inst.response = append(inst.response[:0], body...)
+		inst.responded = true
+		ret(stack, abi.Success)
+	}
+}
+
+func socketSend(ctx context.Context, mod api.Module, stack []uint64) {
+	inst := instanceOf(ctx)
+	data, ok := guestBytes(mod, stack[2], stack[3])
+	kind := int(uint32(stack[1]))
+	switch {
+	case inst == nil || inst.host == nil:
+		ret(stack, abi.StatusState)
+	case !ok || (kind != abi.MessageText && kind != abi.MessageBinary):
+		ret(stack, abi.StatusInvalid)
+	case kind == abi.MessageText && !utf8.Valid(data):
+		ret(stack, abi.StatusInvalid)
+	default:
+		ret(stack, inst.host.SocketSend(uint32(stack[0]), kind, data))
+	}
+}
+
+func socketClose(ctx context.Context, mod api.Module, stack []uint64) {
+	inst := instanceOf(ctx)
+	reason, ok := guestBytes(mod, stack[2], stack[3])
+	code := int(int32(uint32(stack[1])))
+	switch {
+	case inst == nil || inst.host == nil:
+		ret(stack, abi.StatusState)
+	case !ok || !abi.ValidGuestCloseCode(code) || !utf8.Valid(reason):
+		ret(stack, abi.StatusInvalid)
+	case len(reason) > abi.MaxCloseReason:
+		ret(stack, abi.StatusTooLarge)
+	default:
+		ret(stack, inst.host.SocketClose(uint32(stack[0]), code, string(reason)))
+	}
+}
+
+func socketList(ctx context.Context, mod api.Module, stack []uint64) {
+	inst := instanceOf(ctx)
+	if inst == nil || inst.host == nil {
+		ret(stack, abi.StatusState)
+		return
+	}
+	limit := uint32(stack[1])
+	if limit > 1<<20 {
+		ret(stack, abi.StatusInvalid)
+		return
+	}
+	buf, ok := guestBytes(mod, stack[0], uint64(limit)*4)
+	if !ok {
+		ret(stack, abi.StatusInvalid)
+		return
+	}
+	inst.sockets = inst.host.SocketList(inst.sockets[:0])
+	for n, id := range inst.sockets {
+		if uint32(n) >= limit {
+			break
+		}
+		binary.LittleEndian.PutUint32(buf[4*n:], id)
+	}
+	ret(stack, abi.Status(len(inst.sockets)))
+}
+
+func broadcast(ctx context.Context, mod api.Module, stack []uint64) {
+	inst := instanceOf(ctx)
+	kind := int(uint32(stack[0]))
+	data, ok := guestBytes(mod, stack[1], stack[2])
+	switch {
+	case inst == nil || inst.host == nil:
+		ret(stack, abi.StatusState)
+	case !ok || (kind != abi.MessageText && kind != abi.MessageBinary):
+		ret(stack, abi.StatusInvalid)
+	case kind == abi.MessageText && !utf8.Valid(data):
+		ret(stack, abi.StatusInvalid)
+	default:
+		ret(stack, abi.Status(inst.host.Broadcast(kind, data, uint32(stack[3]))))
+	}
+}
+
+func roomInfo(ctx context.Context, mod api.Module, stack []uint64) {
+	inst := instanceOf(ctx)
+	if inst == nil || inst.host == nil {
+		ret(stack, abi.StatusState)
+		return
+	}
+	info := inst.host.RoomInfo()
+	rec := abi.AppendRoomInfo(nil, &info)
+	if uint64(len(rec)) <= uint64(uint32(stack[1])) {
+		if !mod.Memory().Write(uint32(stack[0]), rec) {
+			ret(stack, abi.StatusInvalid)
+			return
+		}
+	}
+	ret(stack, abi.Status(len(rec)))
+}
+
+func logLine(ctx context.Context, mod api.Module, stack []uint64) {
+	inst := instanceOf(ctx)
+	msg, ok := guestBytes(mod, stack[1], stack[2])
+	msg = msg[:min(len(msg), abi.MaxLogLine)]
+	switch {
+	case inst == nil || inst.host == nil:
+		ret(stack, abi.StatusState)
+	case !ok:
+		ret(stack, abi.StatusInvalid)
+	default:
+		inst.host.Log(int(int32(uint32(stack[0]))), string(msg))
+		ret(stack, abi.Success)
+	}
+}
+
+func unsupported(_ context.Context, _ api.Module, stack []uint64) {
+	ret(stack, abi.StatusUnsupported)
+}
+
+// guestOutput turns a guest's stdout and stderr into log lines attributed
+// to its room, cut at abi.MaxLogLine so a guest cannot make the host buffer
+// without bound.
+type guestOutput struct {
+	logger *slog.Logger
+	class  string
+	mu     sync.Mutex
+	room   abi.RoomInfo
+}
+
+func (o *guestOutput) setRoom(h Host) {
+	if h == nil {
+		return
+	}
+	o.mu.Lock()
+	o.room = h.RoomInfo()
+	o.mu.Unlock()
+}
+
+func (o *guestOutput) stream(name string) io.Writer { return &lineWriter{out: o, stream: name} }
+
+type lineWriter struct {
+	out    *guestOutput
+	stream string
+	buf    []byte
+}
+
+func (w *lineWriter) Write(p []byte) (int, error) {
+	n := len(p)
+	for len(p) > 0 {
+		i := bytes.IndexByte(p, '\n')
+		if i < 0 {
+			room := abi.MaxLogLine - len(w.buf)
+			w.buf = append(w.buf, p[:min(len(p), max(room, 0))]...)
+			break
+		}
+		w.buf = append(w.buf, p[:min(i, max(abi.MaxLogLine-len(w.buf), 0))]...)
+		w.flush()
+		p = p[i+1:]
+	}
+	return n, nil
+}
+
+func (w *lineWriter) flush() {
+	w.out.mu.Lock()
+	room := w.out.room
+	w.out.mu.Unlock()
+	w.out.logger.Info("guest output", "stream", w.stream, "class", room.Class, "room", room.Name, "line", string(w.buf))
+	w.buf = w.buf[:0]
+}

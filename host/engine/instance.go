@@ -1,0 +1,389 @@
+package engine
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/sys"
+
+	"github.com/wasmkeep/wasmkeep/abi"
+	"github.com/wasmkeep/wasmkeep/host/snapshot"
+)
+
+const chunkSize = snapshot.ChunkSize
+
+// Host is what an instance's host functions act on: the room it runs as.
+// Byte slices passed to Host methods alias guest memory and are valid only
+// during the call; implementations copy what they keep.
+type Host interface {
+	SocketSend(id uint32, kind int, data []byte) abi.Status
+	SocketClose(id uint32, code int, reason string) abi.Status
+	// SocketList appends the ids of the room's open sockets to dst.
+	SocketList(dst []uint32) []uint32
+	// Broadcast returns how many sockets the message was queued to.
+	Broadcast(kind int, data []byte, except uint32) int
+	RoomInfo() abi.RoomInfo
+	Log(level int, msg string)
+}
+
+// Errors an event call can end with. After any of them the instance is
+// dead: the caller must drop it and restore the room from its last snapshot.
+var (
+	// ErrTrap: the guest trapped (unreachable, out-of-bounds access, a Go
+	// panic, a stack overflow...).
+	ErrTrap = errors.New("guest trapped")
+	// ErrTimeout: the event ran past the event timeout.
+	ErrTimeout = errors.New("guest exceeded the event time limit")
+	// ErrMemoryLimit: the guest needed more memory than the room limit.
+	ErrMemoryLimit = errors.New("guest exceeded the memory limit")
+	// ErrExit: the guest called proc_exit.
+	ErrExit = errors.New("guest exited")
+	// ErrClosed: the instance was already closed.
+	ErrClosed = errors.New("instance closed")
+)
+
+// Instance is one room's module instance.
+type Instance struct {
+	class  *Class
+	mod    api.Module
+	mem    api.Memory
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	fnAlloc, fnStart, fnInit api.Function
+	fnEvent                  [numEvents]api.Function
+	globals                  []api.Global
+	stack                    [4]uint64
+
+	// offset turns the host monotonic clock into this guest's clock.
+	offset atomic.Int64
+	out    *guestOutput
+
+	host Host
+
+	callStart atomic.Int64 // host nanotime when the running call began; 0 when idle
+	timedOut  atomic.Bool
+	dead      bool
+
+	// inbox is the guest region the host writes event payloads to, from
+	// its last wasmkeep_alloc call; the ABI lets the host reuse it for any
+	// payload that fits until it asks for another.
+	inbox, inboxCap uint32
+
+	// State of the request being handled.
+	inRequest bool
+	response  []byte
+	responded bool
+
+	sockets []uint32 // scratch for socket_list
+}
+
+type instanceKey struct{}
+
+func (c *Class) instantiate(ctx context.Context) (*Instance, error) {
+	inst := &Instance{class: c}
+	inst.ctx, inst.cancel = context.WithCancel(context.WithValue(context.Background(), instanceKey{}, inst))
+	inst.out = &guestOutput{logger: c.e.cfg.Logger, class: c.Hash}
+	e := c.e
+	cfg := wazero.NewModuleConfig().
+		WithName("").
+		WithStartFunctions(). // nothing runs at instantiation: cold starts and restores decide
+		WithSysWalltime().
+		WithNanotime(func() int64 { return e.nanotime() + inst.offset.Load() }, 1).
+		WithNanosleep(inst.sleep).
+		WithRandSource(rand.Reader).
+		WithStdout(inst.out.stream("stdout")).
+		WithStderr(inst.out.stream("stderr"))
+	mod, err := e.rt.InstantiateModule(inst.ctx, c.compiled, cfg)
+	if err != nil {
+		inst.cancel()
+		return nil, err
+	}
+	inst.mod = mod
+	inst.mem = mod.Memory()
+	if inst.mem == nil {
+		mod.Close(ctx)
+		inst.cancel()
+		return nil, errors.New("module has no memory")
+	}
+	inst.fnAlloc = mod.ExportedFunction(abi.ExportAlloc)
+	inst.fnStart = mod.ExportedFunction(wasmrwStartExport)
+	inst.fnInit = mod.ExportedFunction(abi.ExportInitialize)
+	for k, name := range eventExports {
+		inst.fnEvent[k] = mod.ExportedFunction(name)
+	}
+	inst.globals = make([]api.Global, len(c.globals))
+	for i, name := range c.globals {
+		inst.globals[i] = mod.ExportedGlobal(name)
+		if inst.globals[i] == nil {
+			mod.Close(ctx)
+			inst.cancel()
+			return nil, fmt.Errorf("rewritten module lacks export %s", name)
+		}
+	}
+	e.track(inst)
+	return inst, nil
+}
+
+// sleep backs the guest's nanosleep with a real sleep that an interrupted
+// event cuts short (a sleeping guest is not running wasm, so wazero's own
+// context check would not see the interruption).
+func (i *Instance) sleep(ns int64) {
+	if ns <= 0 {
+		return
+	}
+	t := time.NewTimer(time.Duration(ns))
+	select {
+	case <-t.C:
+	case <-i.ctx.Done():
+		t.Stop()
+	}
+}
+
+// Start creates a fresh room instance: the module's start function and its
+// WASI initializer run, once, now.
+func (c *Class) Start(ctx context.Context, host Host) (*Instance, error) {
+	inst, err := c.blank(ctx)
+	if err != nil {
+		return nil, err
+	}
+	inst.host = host
+	inst.out.setRoom(host)
+	for _, fn := range []api.Function{inst.fnStart, inst.fnInit} {
+		if fn == nil {
+			continue
+		}
+		if err := inst.call(fn); err != nil {
+			inst.Close()
+			return nil, fmt.Errorf("initialize: %w", err)
+		}
+	}
+	return inst, nil
+}
+
+// Restore creates a room instance from a snapshot: memory, globals and the
+// guest clock come back; no start or initialize function runs.
+func (c *Class) Restore(ctx context.Context, snap *snapshot.Snapshot, host Host) (*Instance, error) {
+	if snap.ModuleHash != c.Hash {
+		return nil, fmt.Errorf("snapshot was taken with module %s, not %s", snap.ModuleHash, c.Hash)
+	}
+	if len(snap.Globals) != len(c.globals) {
+		return nil, fmt.Errorf("snapshot has %d globals, module has %d", len(snap.Globals), len(c.globals))
+	}
+	inst, err := c.blank(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := inst.load(snap); err != nil {
+		inst.Close()
+		return nil, err
+	}
+	inst.host = host
+	inst.out.setRoom(host)
+	// The guest clock goes on from where it stopped, advanced by the wall
+	// time that passed while the room slept (never backwards, even if the
+	// wall clock was set back or the host restarted).
+	slept := max(time.Now().UnixNano()-snap.WallUnixNano, 0)
+	inst.offset.Store(snap.Nanotime + slept - c.e.nanotime())
+	return inst, nil
+}
+
+func (i *Instance) load(snap *snapshot.Snapshot) error {
+	size := i.mem.Size()
+	switch {
+	case snap.MemorySize < size:
+		return fmt.Errorf("snapshot memory (%d bytes) is smaller than the module's initial memory (%d)", snap.MemorySize, size)
+	case snap.MemorySize > size:
+		if _, ok := i.mem.Grow((snap.MemorySize - size) / chunkSize); !ok {
+			return fmt.Errorf("%w: snapshot memory of %d bytes", ErrMemoryLimit, snap.MemorySize)
+		}
+	}
+	view, ok := i.mem.Read(0, snap.MemorySize)
+	if !ok {
+		return errors.New("memory view out of range")
+	}
+	if err := snap.ReadMemory(view, i.class.isDirty); err != nil {
+		return err
+	}
+	for n, g := range i.globals {
+		if !i.class.mutable[n] {
+			if g.Get() != snap.Globals[n] {
+				return fmt.Errorf("immutable global %d differs from the snapshot", n)
+			}
+			continue
+		}
+		g.(api.MutableGlobal).Set(snap.Globals[n])
+	}
+	return nil
+}
+
+// Capture appends a snapshot of the instance to dst. The instance must not
+// be running.
+func (i *Instance) Capture(enc *snapshot.Encoder, dst []byte, roomState []byte) ([]byte, error) {
+	if i.dead {
+		return nil, ErrClosed
+	}
+	view, ok := i.mem.Read(0, i.mem.Size())
+	if !ok {
+		return nil, errors.New("memory view out of range")
+	}
+	h := snapshot.Header{
+		ModuleHash:   i.class.Hash,
+		ABI:          uint32(i.class.ABI),
+		Globals:      make([]uint64, len(i.globals)),
+		Nanotime:     i.Nanotime(),
+		WallUnixNano: time.Now().UnixNano(),
+		RoomState:    roomState,
+	}
+	for n, g := range i.globals {
+		h.Globals[n] = g.Get()
+	}
+	return enc.Encode(dst, &h, view, i.class.initial)
+}
+
+// Nanotime is the guest's monotonic clock now.
+func (i *Instance) Nanotime() int64 { return i.class.e.nanotime() + i.offset.Load() }
+
+// MemorySize is the guest's linear memory size in bytes.
+func (i *Instance) MemorySize() uint32 { return i.mem.Size() }
+
+// Class returns the class the instance runs.
+func (i *Instance) Class() *Class { return i.class }
+
+// Close releases the instance. Safe to call more than once.
+func (i *Instance) Close() {
+	if i.mod == nil {
+		return
+	}
+	i.dead = true
+	i.class.e.untrack(i)
+	i.cancel()
+	i.mod.Close(context.Background())
+	i.mod = nil
+}
+
+// Dead reports whether the instance can no longer be used.
+func (i *Instance) Dead() bool { return i.dead }
+
+// Request delivers an encoded abi.Request and returns the encoded response
+// the guest gave (nil if it gave none).
+func (i *Instance) Request(payload []byte) ([]byte, error) {
+	i.inRequest, i.responded, i.response = true, false, i.response[:0]
+	defer func() { i.inRequest = false }()
+	if err := i.event(EventRequest, 0, 0, 0, payload); err != nil {
+		return nil, err
+	}
+	if !i.responded {
+		return nil, nil
+	}
+	return i.response, nil
+}
+
+// SocketOpen delivers an encoded abi.SocketOpen for socket id.
+func (i *Instance) SocketOpen(id uint32, payload []byte) error {
+	return i.event(EventSocketOpen, 1, uint64(id), 0, payload)
+}
+
+// SocketMessage delivers one message of socket id.
+func (i *Instance) SocketMessage(id uint32, kind int, data []byte) error {
+	return i.event(EventSocketMessage, 2, uint64(id), uint64(kind), data)
+}
+
+// SocketClose tells the guest socket id is gone.
+func (i *Instance) SocketClose(id uint32, code int, reason string) error {
+	return i.event(EventSocketClose, 2, uint64(id), uint64(code), []byte(reason))
+}
+
+// event copies payload into guest memory and calls the handler for k with
+// nlead leading arguments (a0, a1), then the payload's pointer and length.
+func (i *Instance) event(k Event, nlead int, a0, a1 uint64, payload []byte) error {
+	if i.dead {
+		return ErrClosed
+	}
+	fn := i.fnEvent[k]
+	if fn == nil {
+		return nil
+	}
+	var ptr uint32
+	if len(payload) > 0 {
+		if uint64(len(payload)) > uint64(i.inboxCap) {
+			// Ask for room to spare so that growing payloads do not
+			// cost an allocation each.
+			size := max(uint64(len(payload)), 2*uint64(i.inboxCap), minInbox)
+			if size > math.MaxUint32 {
+				return fmt.Errorf("payload of %d bytes", len(payload))
+			}
+			i.stack[0] = size
+			if err := i.call(i.fnAlloc); err != nil {
+				return err
+			}
+			i.inbox, i.inboxCap = uint32(i.stack[0]), uint32(size)
+		}
+		ptr = i.inbox
+		if !i.mem.Write(ptr, payload) {
+			i.Close()
+			return fmt.Errorf("%w: %s returned %#x, outside memory for %d bytes", ErrTrap, abi.ExportAlloc, ptr, len(payload))
+		}
+	}
+	i.stack[0], i.stack[1] = a0, a1
+	i.stack[nlead], i.stack[nlead+1] = uint64(ptr), uint64(len(payload))
+	return i.call(fn)
+}
+
+// call runs fn with i.stack; any failure kills the instance.
+func (i *Instance) call(fn api.Function) error {
+	i.callStart.Store(i.class.e.nanotime())
+	err := fn.CallWithStack(i.ctx, i.stack[:])
+	i.callStart.Store(0)
+	if err == nil {
+		return nil
+	}
+	err = i.classify(err)
+	i.Close()
+	return err
+}
+
+func (i *Instance) classify(err error) error {
+	var exit *sys.ExitError
+	switch {
+	case i.timedOut.Load():
+		return fmt.Errorf("%w (%s)", ErrTimeout, i.class.e.cfg.EventTimeout)
+	case errors.As(err, &exit):
+		if i.nearMemoryLimit() {
+			return fmt.Errorf("%w (%d MiB)", ErrMemoryLimit, i.class.e.cfg.MaxMemoryPages/16)
+		}
+		return fmt.Errorf("%w with code %d", ErrExit, exit.ExitCode())
+	}
+	if i.nearMemoryLimit() {
+		return fmt.Errorf("%w (%d MiB): %s", ErrMemoryLimit, i.class.e.cfg.MaxMemoryPages/16, firstLine(err))
+	}
+	return fmt.Errorf("%w: %s", ErrTrap, firstLine(err))
+}
+
+// nearMemoryLimit tells a memory-limit failure from other crashes: Go guests
+// abort (rather than trap) when a grow fails, so the cause is read off the
+// memory size.
+func (i *Instance) nearMemoryLimit() bool {
+	limit := uint64(i.class.e.cfg.MaxMemoryPages) * chunkSize
+	return uint64(i.mem.Size())+8*chunkSize >= limit
+}
+
+func firstLine(err error) string {
+	s, _, _ := strings.Cut(err.Error(), "\n")
+	return s
+}
+
+const wasmrwStartExport = "__wk_start"
+
+// minInbox is the smallest region the host asks wasmkeep_alloc for.
+const minInbox = 4096
+
+func isZero(b []byte) bool { return snapshot.IsZeroChunk(b) }

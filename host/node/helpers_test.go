@@ -1,0 +1,191 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/wasmkeep/wasmkeep/host/server"
+	"github.com/wasmkeep/wasmkeep/internal/testwasm"
+)
+
+// testLogger keeps node logs out of passing tests' output unless -v.
+func testLogger(t *testing.T) *slog.Logger {
+	if testing.Verbose() {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+// startNode starts a node on a fresh (or given) data directory and a free
+// loopback port, stopping it at the end of the test if still running.
+func startNode(t *testing.T, cfg Config) *Node {
+	t.Helper()
+	if cfg.DataDir == "" {
+		cfg.DataDir = t.TempDir()
+	}
+	if cfg.Listen == "" {
+		cfg.Listen = "127.0.0.1:0"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = testLogger(t)
+	}
+	if cfg.Rooms.IdleTimeout == 0 {
+		cfg.Rooms.IdleTimeout = time.Hour // tests hibernate rooms explicitly
+	}
+	n, err := Start(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if n.http != nil {
+			_ = n.Stop(context.Background())
+		}
+	})
+	return n
+}
+
+// stop stops a node and marks it stopped for the cleanup.
+func stop(t *testing.T, n *Node) {
+	t.Helper()
+	if err := n.Stop(context.Background()); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	n.http = nil
+}
+
+// httpResult is a finished HTTP exchange.
+type httpResult struct {
+	Status int
+	Body   string
+	Header http.Header
+}
+
+func do(t *testing.T, method, url string, body []byte) httpResult {
+	t.Helper()
+	req, err := http.NewRequest(method, url, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return httpResult{Status: resp.StatusCode, Body: string(data), Header: resp.Header}
+}
+
+// expect does a request and fails unless the status matches; it returns
+// the body.
+func expect(t *testing.T, status int, method, url string, body []byte) string {
+	t.Helper()
+	r := do(t, method, url, body)
+	if r.Status != status {
+		t.Fatalf("%s %s: status %d, want %d; body: %s", method, url, r.Status, status, r.Body)
+	}
+	return r.Body
+}
+
+// putClass uploads a guest package (built from source) through the admin API.
+func putClass(t *testing.T, n *Node, name, pkg string) {
+	t.Helper()
+	expect(t, http.StatusCreated, http.MethodPut, n.URL()+"/admin/classes/"+name, testwasm.Build(t, pkg))
+}
+
+type roomRow struct {
+	Class, Name, State string
+	Sockets            int
+}
+
+func listRooms(t *testing.T, n *Node) []roomRow {
+	t.Helper()
+	var rows []roomRow
+	if err := json.Unmarshal([]byte(expect(t, 200, "GET", n.URL()+"/admin/rooms", nil)), &rows); err != nil {
+		t.Fatal(err)
+	}
+	return rows
+}
+
+func roomRowOf(t *testing.T, n *Node, class, name string) (roomRow, bool) {
+	t.Helper()
+	for _, r := range listRooms(t, n) {
+		if r.Class == class && r.Name == name {
+			return r, true
+		}
+	}
+	return roomRow{}, false
+}
+
+func hibernate(t *testing.T, n *Node, class, name string) {
+	t.Helper()
+	expect(t, 200, "POST", n.URL()+"/admin/rooms/"+class+"/"+name+"/hibernate", nil)
+	row, ok := roomRowOf(t, n, class, name)
+	if !ok || row.State != "hibernated" {
+		t.Fatalf("after hibernate: %+v (listed %v)", row, ok)
+	}
+}
+
+// waitFor polls cond until it holds, failing after a generous deadline.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// metric reads one sample of the node's metrics by its full name (with
+// labels), or -1 if absent.
+func metric(t *testing.T, n *Node, name string) float64 {
+	t.Helper()
+	var buf bytes.Buffer
+	n.Metrics.WritePrometheus(&buf)
+	for _, line := range strings.Split(buf.String(), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			var f float64
+			if err := json.Unmarshal([]byte(v), &f); err != nil {
+				t.Fatalf("metric %s: %q", name, v)
+			}
+			return f
+		}
+	}
+	return -1
+}
+
+func serverConfig(maxBody int64) server.Config { return server.Config{MaxRequestBody: maxBody} }
+
+func buildGuest(t *testing.T, pkg string) []byte { return testwasm.Build(t, pkg) }
+
+func atoi(t *testing.T, s string) int64 {
+	t.Helper()
+	v, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+	if err != nil {
+		t.Fatalf("not a number: %q", s)
+	}
+	return v
+}
+
+func readAll(t *testing.T, resp *http.Response) string {
+	t.Helper()
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}

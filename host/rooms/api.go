@@ -1,0 +1,90 @@
+package rooms
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/wasmkeep/wasmkeep/abi"
+)
+
+// ErrNoResponse: the room handled a request without answering it.
+var ErrNoResponse = errors.New("the room did not respond")
+
+// CrashError is a request's failure because the room crashed handling it.
+type CrashError struct{ Cause error }
+
+func (e *CrashError) Error() string {
+	return fmt.Sprintf("the room crashed handling this request and restarts from its last snapshot: %v", e.Cause)
+}
+
+func (e *CrashError) Unwrap() error { return e.Cause }
+
+// Request delivers an encoded abi.Request to a room and waits for its
+// answer. It fails with ErrOverloaded when the room's mailbox is full,
+// ErrStopping during shutdown, ErrUnavailable when the room cannot wake,
+// *CrashError when the guest crashed, and the class registry's error for a
+// class that does not exist.
+func (m *Manager) Request(ctx context.Context, key Key, payload []byte) (*abi.Response, error) {
+	ev := &event{kind: evRequest, ctx: ctx, data: payload, reply: make(chan result, 1)}
+	if err := m.enqueueNew(key, ev, false); err != nil {
+		return nil, err
+	}
+	select {
+	case res := <-ev.reply:
+		return res.resp, res.err
+	case <-ctx.Done():
+		// The event still runs if it already started; its answer is dropped.
+		return nil, ctx.Err()
+	}
+}
+
+// OpenSocket attaches a newly accepted socket to a room. The open event is
+// queued before the caller starts reading the socket, so it reaches the
+// guest before any message.
+func (m *Manager) OpenSocket(key Key, conn Conn, open *abi.SocketOpen) (*Socket, error) {
+	s := &Socket{conn: conn, open: abi.AppendSocketOpen(nil, open)}
+	ev := &event{kind: evSocketOpen, sock: s}
+	if err := m.enqueueNew(key, ev, false); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// enqueueNew finds or creates the room and queues ev while holding the
+// manager's lock, so the room cannot be forgotten in between.
+func (m *Manager) enqueueNew(key Key, ev *event, wait bool) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.stopping {
+		return ErrStopping
+	}
+	r := m.rooms[key]
+	if r == nil {
+		r = newRoom(m, key)
+		m.rooms[key] = r
+	}
+	if ev.sock != nil {
+		ev.sock.room = r
+	}
+	return r.enqueue(ev, wait)
+}
+
+// Message delivers a message that arrived on the socket. It waits while the
+// room's mailbox is full, which slows the client down through TCP rather
+// than dropping its messages.
+func (s *Socket) Message(kind int, data []byte) error {
+	return s.room.enqueue(&event{kind: evSocketMessage, sock: s, msgKind: kind, data: data}, true)
+}
+
+// Closed reports that the socket is gone, with the close code and reason
+// the client sent (or the one the host closed it with).
+func (s *Socket) Closed(code int, reason string) {
+	_ = s.room.enqueue(&event{kind: evSocketClose, sock: s, code: code, reason: reason}, false)
+}
+
+func (m *Manager) isStopping() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.stopping
+}

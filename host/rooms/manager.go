@@ -1,0 +1,404 @@
+// Package rooms runs rooms: one mailbox per room that delivers its events
+// one at a time, the lifecycle that wakes a room from its snapshot and puts
+// it back to sleep when idle or evicted, and the host side of its sockets.
+//
+// A room is resident (an engine instance in memory) or hibernated (a
+// snapshot in the bucket). Its sockets belong to the node, not to the
+// instance: they stay open while the room sleeps, and a message or a close
+// wakes it. Everything a room does to the outside during an event (socket
+// sends, closes, broadcasts) is held until the event returns and dropped if
+// it crashed, so a crash never leaks a partial result; the room then restarts
+// from its last snapshot, and only the request or socket that caused the
+// crash sees an error.
+package rooms
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/wasmkeep/wasmkeep/host/engine"
+	"github.com/wasmkeep/wasmkeep/host/snapshot"
+	"github.com/wasmkeep/wasmkeep/host/store"
+)
+
+// Key names a room.
+type Key struct{ Class, Name string }
+
+func (k Key) String() string { return k.Class + "/" + k.Name }
+
+// snapshotKey is where a room's latest snapshot lives in the bucket.
+func (k Key) snapshotKey() string {
+	return "rooms/" + store.EscapeSegment(k.Class) + "/" + store.EscapeSegment(k.Name) + "/snapshot"
+}
+
+func keyFromSnapshotKey(s string) (Key, bool) {
+	parts := strings.Split(s, "/")
+	if len(parts) != 4 || parts[0] != "rooms" || parts[3] != "snapshot" {
+		return Key{}, false
+	}
+	class, err1 := store.UnescapeSegment(parts[1])
+	name, err2 := store.UnescapeSegment(parts[2])
+	if err1 != nil || err2 != nil {
+		return Key{}, false
+	}
+	return Key{class, name}, true
+}
+
+// Classes resolves what rooms run.
+type Classes interface {
+	// Current is the version new rooms of a class start with.
+	Current(ctx context.Context, name string) (*engine.Class, error)
+	// ByHash is a version a snapshot names.
+	ByHash(ctx context.Context, hash string) (*engine.Class, error)
+}
+
+// Config holds the room layer's settings; zero fields mean the defaults in
+// their comments.
+type Config struct {
+	// IdleTimeout hibernates a room with no event for this long (default 10s).
+	IdleTimeout time.Duration
+	// MaxResident bounds resident rooms; past it the least recently used
+	// idle room is hibernated (default 1000).
+	MaxResident int
+	// MailboxSize bounds each room's queue of pending events (default 1024).
+	// A request that finds it full gets 503; a socket's reader waits, which
+	// pushes back on the client through TCP.
+	MailboxSize int
+	// Codec compresses snapshots (default snapshot.S2).
+	Codec snapshot.Codec
+	// CodecSet marks Codec as chosen, so that Raw (0) can be chosen too.
+	CodecSet bool
+	// Framer encodes socket messages (default: Message values).
+	Framer  Framer
+	Logger  *slog.Logger
+	Metrics *metrics.Set
+}
+
+func (c Config) withDefaults() Config {
+	if c.IdleTimeout <= 0 {
+		c.IdleTimeout = 10 * time.Second
+	}
+	if c.MaxResident <= 0 {
+		c.MaxResident = 1000
+	}
+	if c.MailboxSize <= 0 {
+		c.MailboxSize = 1024
+	}
+	if !c.CodecSet {
+		c.Codec = snapshot.S2
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Framer == nil {
+		c.Framer = defaultFramer
+	}
+	if c.Metrics == nil {
+		c.Metrics = metrics.NewSet()
+	}
+	return c
+}
+
+// Errors events can fail with.
+var (
+	// ErrStopping: the node is shutting down and takes no new work.
+	ErrStopping = errors.New("node is stopping")
+	// ErrOverloaded: the room's mailbox is full.
+	ErrOverloaded = errors.New("room is overloaded")
+	// ErrUnavailable: the room cannot be woken (its snapshot is unreadable,
+	// its module is missing...). Other rooms are unaffected.
+	ErrUnavailable = errors.New("room unavailable")
+)
+
+// Manager owns every room of the node.
+type Manager struct {
+	cfg     Config
+	classes Classes
+	bucket  store.Bucket
+	place   Placement
+	enc     *snapshot.Encoder
+	log     *slog.Logger
+	met     *roomMetrics
+
+	mu       sync.Mutex
+	rooms    map[Key]*Room // resident, busy, or with sockets
+	resident map[*Room]struct{}
+	stored   int // rooms with a snapshot in the bucket
+	stopping bool
+
+	stop    chan struct{}
+	stopped chan struct{}
+}
+
+// NewManager starts a room manager. It counts the stored snapshots once so
+// the hibernated-rooms gauge is right from the start.
+func NewManager(ctx context.Context, cfg Config, classes Classes, bucket store.Bucket, place Placement) (*Manager, error) {
+	cfg = cfg.withDefaults()
+	enc, err := snapshot.NewEncoder(cfg.Codec)
+	if err != nil {
+		return nil, err
+	}
+	m := &Manager{
+		cfg:      cfg,
+		classes:  classes,
+		bucket:   bucket,
+		place:    place,
+		enc:      enc,
+		log:      cfg.Logger,
+		rooms:    map[Key]*Room{},
+		resident: map[*Room]struct{}{},
+		stop:     make(chan struct{}),
+		stopped:  make(chan struct{}),
+	}
+	keys, err := bucket.List(ctx, "rooms/")
+	if err != nil {
+		return nil, fmt.Errorf("listing rooms: %w", err)
+	}
+	for _, k := range keys {
+		if _, ok := keyFromSnapshotKey(k); ok {
+			m.stored++
+		}
+	}
+	m.met = newRoomMetrics(cfg.Metrics, m)
+	go m.sweeper()
+	return m, nil
+}
+
+// forget drops a room's in-memory state once nothing refers to it: not
+// resident, no sockets, no pending events.
+func (m *Manager) forget(r *Room) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.running || r.head < len(r.queue) || r.isResident.Load() || r.socketCount.Load() > 0 {
+		return
+	}
+	if m.rooms[r.key] == r {
+		delete(m.rooms, r.key)
+	}
+}
+
+func (m *Manager) becameResident(r *Room) {
+	m.mu.Lock()
+	m.resident[r] = struct{}{}
+	over := len(m.resident) - m.cfg.MaxResident
+	var victims []*Room
+	if over > 0 {
+		victims = m.leastRecentlyUsed(over, r)
+	}
+	m.mu.Unlock()
+	for _, v := range victims {
+		v.requestHibernate(reasonEvict, nil)
+	}
+}
+
+// leastRecentlyUsed picks up to n idle resident rooms other than except,
+// oldest activity first. A scan is cheap next to a wake and only happens
+// when the node is over its resident bound.
+func (m *Manager) leastRecentlyUsed(n int, except *Room) []*Room {
+	var out []*Room
+	for len(out) < n {
+		var best *Room
+		for r := range m.resident {
+			if r == except || r.hibernatePending.Load() || r.busy() {
+				continue
+			}
+			if best == nil || r.lastActive.Load() < best.lastActive.Load() {
+				best = r
+			}
+		}
+		if best == nil {
+			break
+		}
+		best.hibernatePending.Store(true)
+		out = append(out, best)
+	}
+	return out
+}
+
+func (m *Manager) noLongerResident(r *Room) {
+	m.mu.Lock()
+	delete(m.resident, r)
+	m.mu.Unlock()
+}
+
+func (m *Manager) snapshotCreated() {
+	m.mu.Lock()
+	m.stored++
+	m.mu.Unlock()
+}
+
+// sweeper hibernates rooms idle past the idle timeout.
+func (m *Manager) sweeper() {
+	defer close(m.stopped)
+	tick := min(max(m.cfg.IdleTimeout/4, 10*time.Millisecond), time.Second)
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-t.C:
+		}
+		cutoff := monoNow() - int64(m.cfg.IdleTimeout)
+		m.mu.Lock()
+		var idle []*Room
+		for r := range m.resident {
+			if r.lastActive.Load() <= cutoff && !r.busy() && !r.hibernatePending.Load() {
+				r.hibernatePending.Store(true)
+				idle = append(idle, r)
+			}
+		}
+		m.mu.Unlock()
+		for _, r := range idle {
+			r.requestHibernate(reasonIdle, nil)
+		}
+	}
+}
+
+// Hibernate puts a room to sleep now and waits until it is done. A room
+// that is not resident is left as it is.
+func (m *Manager) Hibernate(ctx context.Context, key Key) error {
+	m.mu.Lock()
+	r := m.rooms[key]
+	m.mu.Unlock()
+	if r == nil {
+		return nil
+	}
+	done := make(chan error, 1)
+	r.requestHibernate(reasonAdmin, done)
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Shutdown hibernates every resident room and refuses new events. Sockets
+// are left open: the caller closes them (with 1012) once this returns, and
+// their close events are not delivered, since no room may wake any more;
+// each room learns of them when it next wakes.
+func (m *Manager) Shutdown(ctx context.Context) error {
+	m.mu.Lock()
+	if m.stopping {
+		m.mu.Unlock()
+		return nil
+	}
+	m.stopping = true
+	var all []*Room
+	for r := range m.resident {
+		all = append(all, r)
+	}
+	m.mu.Unlock()
+	close(m.stop)
+	<-m.stopped
+
+	dones := make([]chan error, len(all))
+	for i, r := range all {
+		dones[i] = make(chan error, 1)
+		r.requestHibernate(reasonStop, dones[i])
+	}
+	var errs []error
+	for i, d := range dones {
+		select {
+		case err := <-d:
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", all[i].key, err))
+			}
+		case <-ctx.Done():
+			return fmt.Errorf("shutdown: %d rooms not hibernated: %w", len(all)-i, ctx.Err())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// RoomState is a room's state as listings show it.
+type RoomState string
+
+// Room states.
+const (
+	StateResident   RoomState = "resident"
+	StateHibernated RoomState = "hibernated"
+)
+
+// RoomInfo describes one room for listings.
+type RoomInfo struct {
+	Class   string    `json:"class"`
+	Name    string    `json:"name"`
+	State   RoomState `json:"state"`
+	Sockets int       `json:"sockets"`
+}
+
+// List returns every room the node knows: resident, hibernated with sockets
+// here, and hibernated in the bucket; sorted by class and name.
+func (m *Manager) List(ctx context.Context) ([]RoomInfo, error) {
+	keys, err := m.bucket.List(ctx, "rooms/")
+	if err != nil {
+		return nil, err
+	}
+	seen := map[Key]bool{}
+	var out []RoomInfo
+	m.mu.Lock()
+	for k, r := range m.rooms {
+		seen[k] = true
+		st := StateHibernated
+		if r.residentNow() {
+			st = StateResident
+		} else if !r.everStored.Load() && r.socketCount.Load() == 0 {
+			continue // created for an event that has not run yet
+		}
+		out = append(out, RoomInfo{Class: k.Class, Name: k.Name, State: st, Sockets: int(r.socketCount.Load())})
+	}
+	m.mu.Unlock()
+	for _, s := range keys {
+		k, ok := keyFromSnapshotKey(s)
+		if !ok || seen[k] {
+			continue
+		}
+		out = append(out, RoomInfo{Class: k.Class, Name: k.Name, State: StateHibernated})
+	}
+	sortRooms(out)
+	return out, nil
+}
+
+// Counts are the node's room totals.
+type Counts struct {
+	Resident              int
+	Hibernated            int // rooms with a snapshot that are not resident
+	HibernatedWithSockets int
+	Known                 int // rooms with in-memory state
+	Stored                int // rooms with a snapshot in the bucket
+}
+
+// Counts returns the node's room totals.
+func (m *Manager) Counts() Counts {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c := Counts{Resident: len(m.resident), Known: len(m.rooms), Stored: m.stored}
+	c.Hibernated = m.stored
+	for r := range m.resident {
+		if r.everStored.Load() {
+			c.Hibernated--
+		}
+	}
+	for _, r := range m.rooms {
+		if !r.residentNow() && r.socketCount.Load() > 0 {
+			c.HibernatedWithSockets++
+		}
+	}
+	return c
+}
+
+var monoStart = time.Now()
+
+// monoNow is a monotonic clock reading in nanoseconds.
+func monoNow() int64 { return int64(time.Since(monoStart)) }

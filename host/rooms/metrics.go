@@ -1,0 +1,71 @@
+package rooms
+
+import (
+	"github.com/VictoriaMetrics/metrics"
+)
+
+// roomMetrics is the room layer's table of metrics. Every name is
+// documented in docs/metrics.md.
+type roomMetrics struct {
+	wakes            *metrics.Counter
+	coldStarts       *metrics.Counter
+	wakeErrors       *metrics.Counter
+	wakeSeconds      *metrics.Histogram
+	hibernateSeconds *metrics.Histogram
+	snapshotBytes    *metrics.Counter
+	snapshotErrors   *metrics.Counter
+	snapshotConflict *metrics.Counter
+	queueFull        *metrics.Counter
+	hibernations     map[string]*metrics.Counter
+	events           map[eventKind]*metrics.Counter
+	crashes          map[string]*metrics.Counter
+}
+
+// Hibernation reasons, as metric labels.
+const (
+	reasonIdle  = "idle"
+	reasonEvict = "evict"
+	reasonAdmin = "admin"
+	reasonStop  = "stop"
+)
+
+func newRoomMetrics(set *metrics.Set, m *Manager) *roomMetrics {
+	rm := &roomMetrics{
+		wakes:            set.NewCounter(`wasmkeep_room_wakes_total`),
+		coldStarts:       set.NewCounter(`wasmkeep_room_cold_starts_total`),
+		wakeErrors:       set.NewCounter(`wasmkeep_room_wake_errors_total`),
+		wakeSeconds:      set.NewHistogram(`wasmkeep_room_wake_seconds`),
+		hibernateSeconds: set.NewHistogram(`wasmkeep_room_hibernate_seconds`),
+		snapshotBytes:    set.NewCounter(`wasmkeep_snapshot_bytes_written_total`),
+		snapshotErrors:   set.NewCounter(`wasmkeep_snapshot_write_errors_total`),
+		snapshotConflict: set.NewCounter(`wasmkeep_snapshot_conflicts_total`),
+		queueFull:        set.NewCounter(`wasmkeep_room_queue_full_total`),
+		hibernations:     map[string]*metrics.Counter{},
+		events:           map[eventKind]*metrics.Counter{},
+		crashes:          map[string]*metrics.Counter{},
+	}
+	for _, r := range []string{reasonIdle, reasonEvict, reasonAdmin, reasonStop} {
+		rm.hibernations[r] = set.NewCounter(`wasmkeep_room_hibernations_total{reason="` + r + `"}`)
+	}
+	for k, name := range eventNames {
+		if name != "" {
+			rm.events[eventKind(k)] = set.NewCounter(`wasmkeep_room_events_total{kind="` + name + `"}`)
+		}
+	}
+	for _, c := range []string{crashTrap, crashTimeout, crashMemory, crashExit} {
+		rm.crashes[c] = set.NewCounter(`wasmkeep_room_crashes_total{cause="` + c + `"}`)
+	}
+	set.NewGauge(`wasmkeep_rooms_resident`, func() float64 {
+		return float64(m.Counts().Resident)
+	})
+	set.NewGauge(`wasmkeep_rooms_hibernated`, func() float64 {
+		return float64(m.Counts().Hibernated)
+	})
+	set.NewGauge(`wasmkeep_rooms_hibernated_with_sockets`, func() float64 {
+		return float64(m.Counts().HibernatedWithSockets)
+	})
+	set.NewGauge(`wasmkeep_rooms_known`, func() float64 {
+		return float64(m.Counts().Known)
+	})
+	return rm
+}

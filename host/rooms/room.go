@@ -1,0 +1,724 @@
+package rooms
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/wasmkeep/wasmkeep/abi"
+	"github.com/wasmkeep/wasmkeep/host/engine"
+	"github.com/wasmkeep/wasmkeep/host/snapshot"
+	"github.com/wasmkeep/wasmkeep/host/store"
+)
+
+// Conn is a host-owned socket as the room layer uses it.
+type Conn interface {
+	// SendFrame queues a frame made by the manager's Framer; it never
+	// blocks, and one frame may be queued to many sockets.
+	SendFrame(f Frame) error
+	// Close queues a close frame behind what is already queued.
+	Close(code int, reason string)
+}
+
+// Frame is a message encoded once, for any number of sockets.
+type Frame any
+
+// Framer encodes a message into a Frame. It must copy data.
+type Framer func(kind int, data []byte) (Frame, error)
+
+// Message is the Frame of the default Framer, for socket layers (and tests)
+// that encode on send.
+type Message struct {
+	Kind int
+	Data []byte
+}
+
+func defaultFramer(kind int, data []byte) (Frame, error) {
+	return Message{Kind: kind, Data: slices.Clone(data)}, nil
+}
+
+// Socket is a room's view of one of its sockets. The socket layer reports
+// what happens on the wire to it; the room decides what the guest sees.
+type Socket struct {
+	room *Room
+	conn Conn
+	open []byte // the encoded abi.SocketOpen, replayed if the guest forgets it
+	id   uint32 // handed out when the open event runs; worker-owned
+}
+
+// ID is the socket's id within its room (0 until its open event ran).
+func (s *Socket) ID() uint32 { return s.id }
+
+type eventKind uint8
+
+const (
+	evRequest eventKind = iota
+	evSocketOpen
+	evSocketMessage
+	evSocketClose
+	evHibernate
+)
+
+var eventNames = [...]string{"request", "socket_open", "socket_message", "socket_close", ""}
+
+type event struct {
+	kind    eventKind
+	sock    *Socket
+	msgKind int
+	data    []byte
+	code    int
+	reason  string
+
+	ctx   context.Context // a request's; skipped if done before it runs
+	reply chan result
+
+	why  string
+	done chan error
+}
+
+type result struct {
+	resp *abi.Response
+	err  error
+}
+
+// effect is something an event asked for outside the guest, applied only
+// once the event returned without crashing.
+type effect struct {
+	op     effectOp
+	sock   *Socket
+	frame  Frame
+	code   int
+	reason string
+	except uint32
+}
+
+type effectOp uint8
+
+const (
+	opSend effectOp = iota
+	opClose
+	opBroadcast
+)
+
+// closed remembers how a socket the guest still believes open went away.
+type closed struct {
+	code   int
+	reason string
+}
+
+// Room is one actor's host-side state. Fields below "worker-owned" are
+// touched only by the goroutine draining the mailbox.
+type Room struct {
+	key Key
+	m   *Manager
+
+	mu      sync.Mutex
+	queue   []*event
+	head    int
+	running bool
+	space   chan struct{} // closed when a full queue frees up
+
+	lastActive       atomic.Int64
+	socketCount      atomic.Int32
+	isResident       atomic.Bool
+	everStored       atomic.Bool
+	hibernatePending atomic.Bool
+
+	// worker-owned
+	inst       *engine.Instance
+	hold       Hold
+	held       bool
+	etag       string
+	changed    bool
+	sockets    map[uint32]*Socket
+	nextSocket uint32
+	known      map[uint32]bool // ids the guest believes open
+	gone       map[uint32]closed
+	skipClose  map[uint32]bool
+	effects    []effect
+}
+
+func newRoom(m *Manager, key Key) *Room {
+	r := &Room{
+		key:        key,
+		m:          m,
+		sockets:    map[uint32]*Socket{},
+		gone:       map[uint32]closed{},
+		nextSocket: 1,
+	}
+	r.lastActive.Store(monoNow())
+	return r
+}
+
+func (r *Room) residentNow() bool { return r.isResident.Load() }
+
+func (r *Room) busy() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.running || r.head < len(r.queue)
+}
+
+// enqueue adds ev to the mailbox. With wait, a full mailbox makes the
+// caller wait for room; without, it fails with ErrOverloaded. Closes and
+// hibernations are never refused: they are bounded by the sockets and rooms
+// that exist.
+func (r *Room) enqueue(ev *event, wait bool) error {
+	r.mu.Lock()
+	for ev.kind != evSocketClose && ev.kind != evHibernate && len(r.queue)-r.head >= r.m.cfg.MailboxSize {
+		if !wait {
+			r.mu.Unlock()
+			r.m.met.queueFull.Inc()
+			return ErrOverloaded
+		}
+		if r.space == nil {
+			r.space = make(chan struct{})
+		}
+		space := r.space
+		r.mu.Unlock()
+		select {
+		case <-space:
+		case <-r.m.stop:
+			return ErrStopping
+		}
+		r.mu.Lock()
+	}
+	r.queue = append(r.queue, ev)
+	if !r.running {
+		r.running = true
+		go r.run()
+	}
+	r.mu.Unlock()
+	return nil
+}
+
+// run drains the mailbox, one event at a time, and exits when it is empty:
+// an idle room costs no goroutine.
+func (r *Room) run() {
+	for {
+		r.mu.Lock()
+		if r.head == len(r.queue) {
+			r.queue, r.head = r.queue[:0], 0
+			r.running = false
+			r.mu.Unlock()
+			if !r.residentNow() && r.socketCount.Load() == 0 {
+				r.m.forget(r)
+			}
+			return
+		}
+		ev := r.queue[r.head]
+		r.queue[r.head] = nil
+		r.head++
+		if r.space != nil && len(r.queue)-r.head < r.m.cfg.MailboxSize {
+			close(r.space)
+			r.space = nil
+		}
+		more := r.head < len(r.queue)
+		r.mu.Unlock()
+		r.handle(ev, more)
+	}
+}
+
+func (r *Room) requestHibernate(why string, done chan error) {
+	r.hibernatePending.Store(true)
+	_ = r.enqueue(&event{kind: evHibernate, why: why, done: done}, false)
+}
+
+func (r *Room) handle(ev *event, more bool) {
+	if ev.kind == evHibernate {
+		var err error
+		// An idle or eviction request that finds work queued behind it is
+		// stale: the room is in use again.
+		if !more || (ev.why != reasonIdle && ev.why != reasonEvict) {
+			err = r.hibernate(ev.why)
+		}
+		r.hibernatePending.Store(false)
+		if ev.done != nil {
+			ev.done <- err
+		}
+		return
+	}
+	r.lastActive.Store(monoNow())
+	if met := r.m.met.events[ev.kind]; met != nil {
+		met.Inc()
+	}
+	switch ev.kind {
+	case evRequest:
+		r.handleRequest(ev)
+	case evSocketOpen:
+		r.handleOpen(ev)
+	case evSocketMessage:
+		r.handleMessage(ev)
+	case evSocketClose:
+		r.handleClose(ev)
+	}
+	r.lastActive.Store(monoNow())
+}
+
+func (r *Room) handleRequest(ev *event) {
+	if err := ev.ctx.Err(); err != nil {
+		ev.reply <- result{err: err}
+		return
+	}
+	if err := r.ensureResident(ev.ctx); err != nil {
+		ev.reply <- result{err: err}
+		return
+	}
+	var raw []byte
+	err := r.deliver(func(inst *engine.Instance) (err error) {
+		raw, err = inst.Request(ev.data)
+		return err
+	})
+	switch {
+	case err != nil:
+		ev.reply <- result{err: &CrashError{Cause: err}}
+	case raw == nil:
+		ev.reply <- result{err: ErrNoResponse}
+	default:
+		resp, err := abi.DecodeResponse(raw)
+		if err != nil { // the engine checked it; this is a host bug
+			ev.reply <- result{err: err}
+			return
+		}
+		resp.Body = slices.Clone(resp.Body)
+		ev.reply <- result{resp: &resp}
+	}
+}
+
+func (r *Room) handleOpen(ev *event) {
+	s := ev.sock
+	if err := r.ensureResident(context.Background()); err != nil {
+		r.refuseSocket(s, err)
+		return
+	}
+	s.id = r.nextSocket
+	r.nextSocket++
+	r.sockets[s.id] = s
+	r.socketCount.Add(1)
+	if err := r.deliver(func(inst *engine.Instance) error { return inst.SocketOpen(s.id, s.open) }); err != nil {
+		r.dropSocket(s, abi.CloseInternalError, "room crashed")
+		return
+	}
+	r.known[s.id] = true
+}
+
+func (r *Room) handleMessage(ev *event) {
+	s := ev.sock
+	if r.sockets[s.id] != s {
+		return // closed meanwhile, or its open failed
+	}
+	if err := r.ensureResident(context.Background()); err != nil {
+		r.refuseSocket(s, err)
+		return
+	}
+	if r.sockets[s.id] != s {
+		return // waking found the room could not take it
+	}
+	if err := r.deliver(func(inst *engine.Instance) error { return inst.SocketMessage(s.id, ev.msgKind, ev.data) }); err != nil {
+		r.dropSocket(s, abi.CloseInternalError, "room crashed")
+	}
+}
+
+func (r *Room) handleClose(ev *event) {
+	s := ev.sock
+	if s.id == 0 || r.sockets[s.id] != s {
+		return // its open never ran
+	}
+	delete(r.sockets, s.id)
+	r.socketCount.Add(-1)
+	if r.inst != nil && !r.known[s.id] {
+		return // the guest never saw it open (its open crashed)
+	}
+	r.gone[s.id] = closed{ev.code, ev.reason}
+	if r.inst == nil {
+		// Waking delivers the close, if the guest's state knows the socket.
+		if !r.m.isStopping() {
+			_ = r.ensureResident(context.Background())
+		}
+		return
+	}
+	if err := r.deliver(func(inst *engine.Instance) error { return inst.SocketClose(s.id, ev.code, ev.reason) }); err == nil {
+		delete(r.known, s.id)
+		delete(r.gone, s.id)
+	}
+}
+
+// refuseSocket closes a socket whose room could not wake for it.
+func (r *Room) refuseSocket(s *Socket, err error) {
+	code := abi.CloseInternalError
+	if errors.Is(err, ErrStopping) {
+		code = abi.CloseServiceRestart
+	}
+	r.dropSocket(s, code, "room unavailable")
+}
+
+// dropSocket closes a socket on the room's side: it leaves the room at once,
+// so the guest never hears of it again (its close event finds it gone).
+func (r *Room) dropSocket(s *Socket, code int, reason string) {
+	if s.id != 0 && r.sockets[s.id] == s {
+		delete(r.sockets, s.id)
+		r.socketCount.Add(-1)
+	}
+	s.conn.Close(code, reason)
+}
+
+// deliver runs one guest call and applies its effects if it returned. A
+// crash discards them, drops the instance and leaves the room to restart
+// from its last snapshot on its next event.
+func (r *Room) deliver(call func(*engine.Instance) error) error {
+	r.effects = r.effects[:0]
+	if err := call(r.inst); err != nil {
+		r.effects = r.effects[:0]
+		r.crashed(err)
+		return err
+	}
+	r.changed = true
+	r.applyEffects()
+	return nil
+}
+
+func (r *Room) applyEffects() {
+	for i := range r.effects {
+		e := &r.effects[i]
+		switch e.op {
+		case opSend:
+			_ = e.sock.conn.SendFrame(e.frame)
+		case opClose:
+			e.sock.conn.Close(e.code, e.reason)
+		case opBroadcast:
+			for id, s := range r.sockets {
+				if id != e.except {
+					_ = s.conn.SendFrame(e.frame)
+				}
+			}
+		}
+		*e = effect{}
+	}
+	r.effects = r.effects[:0]
+}
+
+// Crash causes, as metric labels.
+const (
+	crashTrap    = "trap"
+	crashTimeout = "timeout"
+	crashMemory  = "memory"
+	crashExit    = "exit"
+)
+
+func (r *Room) crashed(err error) {
+	cause := crashTrap
+	switch {
+	case errors.Is(err, engine.ErrTimeout):
+		cause = crashTimeout
+	case errors.Is(err, engine.ErrMemoryLimit):
+		cause = crashMemory
+	case errors.Is(err, engine.ErrExit):
+		cause = crashExit
+	}
+	r.m.met.crashes[cause].Inc()
+	r.m.log.Warn("room crashed; it restarts from its last snapshot", "room", r.key.String(), "cause", cause, "err", err)
+	if r.inst != nil {
+		r.inst.Close()
+		r.inst = nil
+	}
+	r.known = nil
+	r.endHold()
+	r.isResident.Store(false)
+	r.m.noLongerResident(r)
+}
+
+// ensureResident wakes the room if it sleeps: from its snapshot if it has
+// one, else from its class's current version. Then it tells the guest about
+// sockets that came or went while its state did not run (a restart of the
+// node, or a rollback after a crash).
+func (r *Room) ensureResident(ctx context.Context) error {
+	for attempt := 0; r.inst == nil; attempt++ {
+		if attempt == 3 {
+			return fmt.Errorf("%w: the room crashed while catching up with its sockets", ErrUnavailable)
+		}
+		if err := r.wake(ctx); err != nil {
+			return err
+		}
+		r.reconcile()
+	}
+	return nil
+}
+
+func (r *Room) wake(ctx context.Context) error {
+	m := r.m
+	if m.isStopping() {
+		return ErrStopping
+	}
+	start := time.Now()
+	hold, err := m.place.Acquire(ctx, r.key)
+	if err != nil {
+		m.met.wakeErrors.Inc()
+		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	inst, restored, err := r.load(ctx)
+	if err != nil {
+		m.met.wakeErrors.Inc()
+		_ = m.place.Release(ctx, hold)
+		return err
+	}
+	r.inst, r.hold, r.held = inst, hold, true
+	r.changed = !restored
+	r.isResident.Store(true)
+	if restored {
+		m.met.wakes.Inc()
+		m.met.wakeSeconds.UpdateDuration(start)
+	} else {
+		m.met.coldStarts.Inc()
+	}
+	m.becameResident(r)
+	return nil
+}
+
+// load creates the instance: restored from the bucket, or started fresh
+// when the room has never been stored.
+func (r *Room) load(ctx context.Context) (inst *engine.Instance, restored bool, err error) {
+	m := r.m
+	body, etag, err := m.bucket.Get(ctx, r.key.snapshotKey())
+	if errors.Is(err, store.ErrNotFound) {
+		class, err := m.classes.Current(ctx, r.key.Class)
+		if err != nil {
+			return nil, false, err
+		}
+		inst, err := class.Start(ctx, r)
+		if err != nil {
+			r.crashedAtStart(err)
+			return nil, false, fmt.Errorf("%w: the room crashed while initializing: %v", ErrUnavailable, err)
+		}
+		r.etag = ""
+		r.known = map[uint32]bool{}
+		return inst, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("%w: reading its snapshot: %v", ErrUnavailable, err)
+	}
+	snap, err := snapshot.Decode(body)
+	var st savedState
+	if err == nil {
+		st, err = decodeState(snap.RoomState)
+	}
+	if err != nil {
+		m.log.Error("room snapshot unreadable", "room", r.key.String(), "err", err)
+		return nil, false, fmt.Errorf("%w: its snapshot is unreadable: %v", ErrUnavailable, err)
+	}
+	class, err := m.classes.ByHash(ctx, snap.ModuleHash)
+	if err != nil {
+		return nil, false, fmt.Errorf("%w: its module version: %v", ErrUnavailable, err)
+	}
+	inst, err = class.Restore(ctx, snap, r)
+	if err != nil {
+		return nil, false, fmt.Errorf("%w: restoring: %v", ErrUnavailable, err)
+	}
+	r.etag = etag
+	r.everStored.Store(true)
+	r.known = make(map[uint32]bool, len(st.Sockets))
+	for _, id := range st.Sockets {
+		r.known[id] = true
+	}
+	r.nextSocket = max(r.nextSocket, st.NextSocket)
+	return inst, true, nil
+}
+
+func (r *Room) crashedAtStart(err error) {
+	cause := crashTrap
+	if errors.Is(err, engine.ErrTimeout) {
+		cause = crashTimeout
+	}
+	r.m.met.crashes[cause].Inc()
+	r.m.log.Warn("room crashed while initializing", "room", r.key.String(), "err", err)
+}
+
+// reconcile brings the guest's idea of its sockets in line with the node's:
+// closes for sockets that went while the guest was not running, opens for
+// sockets it has forgotten (it rolled back past their open).
+func (r *Room) reconcile() {
+	for _, id := range sortedIDs(r.known) {
+		if r.inst == nil {
+			return
+		}
+		if r.sockets[id] != nil || r.skipClose[id] {
+			continue
+		}
+		why, ok := r.gone[id]
+		if !ok {
+			why = closed{abi.CloseServiceRestart, "closed while the room was not running"}
+		}
+		if err := r.deliver(func(inst *engine.Instance) error { return inst.SocketClose(id, why.code, why.reason) }); err != nil {
+			if r.skipClose == nil {
+				r.skipClose = map[uint32]bool{}
+			}
+			r.skipClose[id] = true // never replay a close that crashes the room
+			return
+		}
+		delete(r.known, id)
+		delete(r.gone, id)
+	}
+	for _, id := range sortedIDs(r.sockets) {
+		if r.inst == nil {
+			return
+		}
+		if r.known[id] {
+			continue
+		}
+		s := r.sockets[id]
+		if err := r.deliver(func(inst *engine.Instance) error { return inst.SocketOpen(id, s.open) }); err != nil {
+			r.dropSocket(s, abi.CloseInternalError, "room crashed")
+			return
+		}
+		r.known[id] = true
+	}
+}
+
+// hibernate writes the room's snapshot (if it changed since the last one)
+// and drops its instance.
+func (r *Room) hibernate(why string) error {
+	if r.inst == nil {
+		return nil
+	}
+	m := r.m
+	start := time.Now()
+	if r.changed || r.etag == "" {
+		err := r.writeSnapshot()
+		if errors.Is(err, store.ErrPrecondition) {
+			// Someone else wrote this room's snapshot: it is not ours to
+			// run. Keeping on would fork its state, so drop the instance.
+			m.met.snapshotConflict.Inc()
+			m.log.Error("room snapshot changed underneath this node; dropping the instance", "room", r.key.String())
+		} else if err != nil {
+			m.met.snapshotErrors.Inc()
+			m.log.Error("room snapshot write failed; the room stays resident", "room", r.key.String(), "err", err)
+			return err
+		}
+	}
+	r.inst.Close()
+	r.inst = nil
+	r.endHold()
+	r.isResident.Store(false)
+	m.noLongerResident(r)
+	m.met.hibernations[why].Inc()
+	m.met.hibernateSeconds.UpdateDuration(start)
+	return nil
+}
+
+func (r *Room) writeSnapshot() error {
+	m := r.m
+	st := savedState{NextSocket: r.nextSocket}
+	for _, id := range sortedIDs(r.known) {
+		if !r.skipClose[id] {
+			st.Sockets = append(st.Sockets, id)
+		}
+	}
+	buf, err := r.inst.Capture(m.enc, nil, st.encode())
+	if err != nil {
+		return err
+	}
+	cond := store.Cond{IfMatch: r.etag}
+	if r.etag == "" {
+		cond = store.Cond{IfNoneMatch: true}
+	}
+	etag, err := m.bucket.Put(context.Background(), r.key.snapshotKey(), buf, cond)
+	if err != nil {
+		return err
+	}
+	r.etag = etag
+	r.changed = false
+	if !r.everStored.Swap(true) {
+		m.snapshotCreated()
+	}
+	m.met.snapshotBytes.Add(len(buf))
+	return nil
+}
+
+// endHold gives up the right to run the room: parked while its sockets are
+// open here (it should wake here), released otherwise.
+func (r *Room) endHold() {
+	if !r.held {
+		return
+	}
+	r.held = false
+	if len(r.sockets) > 0 && !r.m.isStopping() {
+		r.m.place.Park(r.hold)
+		return
+	}
+	if err := r.m.place.Release(context.Background(), r.hold); err != nil {
+		r.m.log.Warn("releasing room failed", "room", r.key.String(), "err", err)
+	}
+}
+
+// The engine.Host methods below run on the worker, inside a guest call.
+
+// SocketSend implements engine.Host.
+func (r *Room) SocketSend(id uint32, kind int, data []byte) abi.Status {
+	s := r.sockets[id]
+	if s == nil {
+		return abi.StatusNoSocket
+	}
+	f, err := r.m.cfg.Framer(kind, data)
+	if err != nil {
+		return abi.StatusTooLarge
+	}
+	r.effects = append(r.effects, effect{op: opSend, sock: s, frame: f})
+	return abi.Success
+}
+
+// SocketClose implements engine.Host.
+func (r *Room) SocketClose(id uint32, code int, reason string) abi.Status {
+	s := r.sockets[id]
+	if s == nil {
+		return abi.StatusNoSocket
+	}
+	r.effects = append(r.effects, effect{op: opClose, sock: s, code: code, reason: reason})
+	return abi.Success
+}
+
+// SocketList implements engine.Host.
+func (r *Room) SocketList(dst []uint32) []uint32 {
+	for id := range r.sockets {
+		dst = append(dst, id)
+	}
+	slices.Sort(dst)
+	return dst
+}
+
+// Broadcast implements engine.Host.
+func (r *Room) Broadcast(kind int, data []byte, except uint32) int {
+	n := len(r.sockets)
+	if r.sockets[except] != nil {
+		n--
+	}
+	if n > 0 {
+		f, err := r.m.cfg.Framer(kind, data)
+		if err != nil {
+			return int(abi.StatusTooLarge)
+		}
+		r.effects = append(r.effects, effect{op: opBroadcast, frame: f, except: except})
+	}
+	return n
+}
+
+// RoomInfo implements engine.Host.
+func (r *Room) RoomInfo() abi.RoomInfo { return abi.RoomInfo{Class: r.key.Class, Name: r.key.Name} }
+
+// Log implements engine.Host.
+func (r *Room) Log(level int, msg string) {
+	lvl := slog.LevelInfo
+	switch {
+	case level <= abi.LogDebug:
+		lvl = slog.LevelDebug
+	case level == abi.LogWarn:
+		lvl = slog.LevelWarn
+	case level >= abi.LogError:
+		lvl = slog.LevelError
+	}
+	r.m.log.Log(context.Background(), lvl, msg, "room", r.key.String(), "source", "guest")
+}
+
+var _ engine.Host = (*Room)(nil)

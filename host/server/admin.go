@@ -1,0 +1,101 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+
+	"github.com/wasmkeep/wasmkeep/host/classes"
+	"github.com/wasmkeep/wasmkeep/host/engine"
+	"github.com/wasmkeep/wasmkeep/host/rooms"
+)
+
+func (s *Server) listClasses(w http.ResponseWriter, r *http.Request) {
+	recs, err := s.classes.List(r.Context())
+	if err != nil {
+		jsonError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	if recs == nil {
+		recs = []classes.Record{}
+	}
+	writeJSON(w, http.StatusOK, recs)
+}
+
+func (s *Server) getClass(w http.ResponseWriter, r *http.Request) {
+	rec, err := s.classes.Get(r.Context(), r.PathValue("name"))
+	if err != nil {
+		s.classError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, rec)
+}
+
+func (s *Server) putClass(w http.ResponseWriter, r *http.Request) {
+	limit := int64(s.classes.MaxBytes())
+	wasm, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			jsonError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("module over the limit of %d bytes (--max-module-size)", limit))
+			return
+		}
+		jsonError(w, http.StatusBadRequest, "reading the module: "+err.Error())
+		return
+	}
+	rec, err := s.classes.Put(r.Context(), r.PathValue("name"), wasm)
+	if err != nil {
+		s.classError(w, err)
+		return
+	}
+	s.log.Info("class uploaded", "class", rec.Name, "hash", rec.Hash, "bytes", rec.Size)
+	writeJSON(w, http.StatusCreated, rec)
+}
+
+func (s *Server) deleteClass(w http.ResponseWriter, r *http.Request) {
+	if err := s.classes.Remove(r.Context(), r.PathValue("name")); err != nil {
+		s.classError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) classError(w http.ResponseWriter, err error) {
+	switch {
+	case errors.Is(err, classes.ErrUnknownClass):
+		jsonError(w, http.StatusNotFound, err.Error())
+	case errors.Is(err, classes.ErrBadName), errors.Is(err, engine.ErrInvalidModule):
+		jsonError(w, http.StatusBadRequest, err.Error())
+	case errors.Is(err, classes.ErrTooLarge):
+		jsonError(w, http.StatusRequestEntityTooLarge, err.Error())
+	default:
+		s.log.Error("class operation failed", "err", err)
+		jsonError(w, http.StatusInternalServerError, err.Error())
+	}
+}
+
+func (s *Server) listRooms(w http.ResponseWriter, r *http.Request) {
+	list, err := s.rooms.List(r.Context())
+	if err != nil {
+		jsonError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	if list == nil {
+		list = []rooms.RoomInfo{}
+	}
+	writeJSON(w, http.StatusOK, list)
+}
+
+func (s *Server) hibernateRoom(w http.ResponseWriter, r *http.Request) {
+	key, _, err := s.roomKey(r)
+	if err != nil {
+		jsonError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if err := s.rooms.Hibernate(r.Context(), key); err != nil {
+		jsonError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"class": key.Class, "name": key.Name, "state": string(rooms.StateHibernated)})
+}

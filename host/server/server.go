@@ -1,0 +1,324 @@
+// Package server is a node's HTTP surface: rooms at /actor/<class>/<name>
+// (requests and WebSocket upgrades), the admin API under /admin, /metrics,
+// /healthz and pprof. It turns HTTP into room events and room results back
+// into HTTP; the work itself happens in the rooms, classes and socket
+// packages.
+package server
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/wasmkeep/wasmkeep/abi"
+	"github.com/wasmkeep/wasmkeep/host/classes"
+	"github.com/wasmkeep/wasmkeep/host/engine"
+	"github.com/wasmkeep/wasmkeep/host/rooms"
+	"github.com/wasmkeep/wasmkeep/host/socket"
+)
+
+// Config holds the HTTP surface's settings; zero fields mean the defaults in
+// their comments.
+type Config struct {
+	// AdminToken, if set, lets clients off loopback use the admin API with
+	// "Authorization: Bearer <token>". Without it the admin API answers
+	// loopback clients only.
+	AdminToken string
+	// MaxRequestBody caps a request body sent to a room (default 1 MiB).
+	MaxRequestBody int64
+	// MaxRoomName caps a room name in bytes (default 255).
+	MaxRoomName int
+	Logger      *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.MaxRequestBody <= 0 {
+		c.MaxRequestBody = 1 << 20
+	}
+	if c.MaxRoomName <= 0 {
+		c.MaxRoomName = 255
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// Server is the node's http.Handler.
+type Server struct {
+	cfg     Config
+	classes *classes.Registry
+	rooms   *rooms.Manager
+	hub     *socket.Hub
+	metrics *metrics.Set
+	mux     *http.ServeMux
+	log     *slog.Logger
+
+	requests map[string]*metrics.Counter
+}
+
+// New builds the handler. set holds the node's metrics; /metrics writes it
+// along with the Go runtime's.
+func New(cfg Config, reg *classes.Registry, mgr *rooms.Manager, hub *socket.Hub, set *metrics.Set) *Server {
+	cfg = cfg.withDefaults()
+	s := &Server{cfg: cfg, classes: reg, rooms: mgr, hub: hub, metrics: set, mux: http.NewServeMux(), log: cfg.Logger,
+		requests: map[string]*metrics.Counter{}}
+	for _, code := range []string{"2xx", "3xx", "4xx", "5xx"} {
+		s.requests[code] = set.NewCounter(`wasmkeep_http_requests_total{code="` + code + `"}`)
+	}
+	s.mux.HandleFunc("/actor/{class}/{name}", s.actor)
+	s.mux.HandleFunc("/actor/{class}/{name}/{rest...}", s.actor)
+	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		io.WriteString(w, "ok\n")
+	})
+	s.mux.Handle("GET /metrics", s.admin(http.HandlerFunc(s.writeMetrics)))
+	s.mux.Handle("GET /admin/classes", s.admin(http.HandlerFunc(s.listClasses)))
+	s.mux.Handle("GET /admin/classes/{name}", s.admin(http.HandlerFunc(s.getClass)))
+	s.mux.Handle("PUT /admin/classes/{name}", s.admin(http.HandlerFunc(s.putClass)))
+	s.mux.Handle("DELETE /admin/classes/{name}", s.admin(http.HandlerFunc(s.deleteClass)))
+	s.mux.Handle("GET /admin/rooms", s.admin(http.HandlerFunc(s.listRooms)))
+	s.mux.Handle("POST /admin/rooms/{class}/{name}/hibernate", s.admin(http.HandlerFunc(s.hibernateRoom)))
+	s.mux.Handle("/debug/pprof/", s.admin(http.HandlerFunc(pprof.Index)))
+	s.mux.Handle("/debug/pprof/profile", s.admin(http.HandlerFunc(pprof.Profile)))
+	s.mux.Handle("/debug/pprof/trace", s.admin(http.HandlerFunc(pprof.Trace)))
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		textError(w, http.StatusNotFound, "not found: rooms live at /actor/<class>/<name>")
+	})
+	return s
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	sw := &statusWriter{ResponseWriter: w}
+	s.mux.ServeHTTP(sw, r)
+	if sw.status >= 200 && sw.status < 600 {
+		s.requests[strconv.Itoa(sw.status/100)+"xx"].Inc()
+	}
+}
+
+// statusWriter remembers the status for the request counter. It passes
+// Hijack through, which WebSocket upgrades need.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// admin guards the admin API: loopback clients pass; others need the token.
+func (s *Server) admin(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.cfg.AdminToken != "" {
+			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+			if ok && subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.AdminToken)) == 1 {
+				h.ServeHTTP(w, r)
+				return
+			}
+		}
+		if isLoopback(r.RemoteAddr) {
+			h.ServeHTTP(w, r)
+			return
+		}
+		if s.cfg.AdminToken == "" {
+			jsonError(w, http.StatusForbidden, "the admin API answers loopback clients only; start the node with --admin-token to use it remotely")
+			return
+		}
+		w.Header().Set("WWW-Authenticate", `Bearer realm="wasmkeep admin"`)
+		jsonError(w, http.StatusUnauthorized, "missing or wrong admin token")
+	})
+}
+
+func isLoopback(remote string) bool {
+	host, _, err := net.SplitHostPort(remote)
+	if err != nil {
+		host = remote
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func (s *Server) writeMetrics(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+	s.metrics.WritePrometheus(w)
+	metrics.WriteProcessMetrics(w)
+}
+
+// roomKey reads and checks the class and room name of a room URL.
+func (s *Server) roomKey(r *http.Request) (rooms.Key, string, error) {
+	class, name := r.PathValue("class"), r.PathValue("name")
+	if !classes.NamePattern.MatchString(class) {
+		return rooms.Key{}, "", fmt.Errorf("invalid class name %q", class)
+	}
+	if name == "" || len(name) > s.cfg.MaxRoomName || !utf8.ValidString(name) || strings.ContainsFunc(name, isControl) {
+		return rooms.Key{}, "", fmt.Errorf("invalid room name: 1–%d bytes of UTF-8 without control characters", s.cfg.MaxRoomName)
+	}
+	// The path below the room, as the client escaped it.
+	below := "/"
+	segs := strings.SplitN(r.URL.EscapedPath(), "/", 5) // "", "actor", class, name, rest
+	if len(segs) == 5 {
+		below += segs[4]
+	}
+	return rooms.Key{Class: class, Name: name}, below, nil
+}
+
+func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
+
+func (s *Server) actor(w http.ResponseWriter, r *http.Request) {
+	key, below, err := s.roomKey(r)
+	if err != nil {
+		textError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	class, err := s.classes.Current(r.Context(), key.Class)
+	if err != nil {
+		s.roomError(w, err)
+		return
+	}
+	if isUpgrade(r) {
+		s.upgrade(w, r, key, below, class)
+		return
+	}
+	if !class.Handles(engine.EventRequest) {
+		textError(w, http.StatusNotFound, "this class does not handle HTTP requests")
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxRequestBody))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			textError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body over the limit of %d bytes", s.cfg.MaxRequestBody))
+			return
+		}
+		textError(w, http.StatusBadRequest, "reading the request body: "+err.Error())
+		return
+	}
+	req := abi.Request{Method: r.Method, Path: below, Query: r.URL.RawQuery, Headers: headersOf(r.Header, r.Host), Body: body}
+	if len(req.Headers) > abi.MaxHeaderCount {
+		textError(w, http.StatusRequestHeaderFieldsTooLarge, fmt.Sprintf("more than %d header lines", abi.MaxHeaderCount))
+		return
+	}
+	resp, err := s.rooms.Request(r.Context(), key, abi.AppendRequest(nil, &req))
+	if err != nil {
+		s.roomError(w, err)
+		return
+	}
+	writeResponse(w, resp)
+}
+
+// roomError maps an event's failure to an HTTP answer.
+func (s *Server) roomError(w http.ResponseWriter, err error) {
+	var crash *rooms.CrashError
+	switch {
+	case errors.Is(err, classes.ErrUnknownClass):
+		textError(w, http.StatusNotFound, err.Error())
+	case errors.As(err, &crash), errors.Is(err, rooms.ErrNoResponse):
+		textError(w, http.StatusInternalServerError, err.Error())
+	case errors.Is(err, rooms.ErrOverloaded):
+		w.Header().Set("Retry-After", "1")
+		textError(w, http.StatusServiceUnavailable, err.Error())
+	case errors.Is(err, rooms.ErrStopping):
+		w.Header().Set("Retry-After", "5")
+		textError(w, http.StatusServiceUnavailable, err.Error())
+	case errors.Is(err, rooms.ErrUnavailable):
+		textError(w, http.StatusServiceUnavailable, err.Error())
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		textError(w, http.StatusServiceUnavailable, "request cancelled")
+	default:
+		s.log.Error("room request failed", "err", err)
+		textError(w, http.StatusInternalServerError, err.Error())
+	}
+}
+
+// hopByHop are headers that describe one connection, not the message; a
+// room neither sees nor sets them.
+var hopByHop = map[string]bool{
+	"Connection": true, "Keep-Alive": true, "Proxy-Connection": true, "Te": true, "Trailer": true,
+	"Transfer-Encoding": true, "Upgrade": true, "Content-Length": true,
+}
+
+func headersOf(h http.Header, host string) []abi.Header {
+	out := make([]abi.Header, 0, len(h)+1)
+	out = append(out, abi.Header{Name: "Host", Value: host})
+	for name, values := range h {
+		if hopByHop[name] {
+			continue
+		}
+		for _, v := range values {
+			out = append(out, abi.Header{Name: name, Value: v})
+		}
+	}
+	return out
+}
+
+func writeResponse(w http.ResponseWriter, resp *abi.Response) {
+	status := resp.Status
+	if status < 200 || status > 599 {
+		textError(w, http.StatusBadGateway, fmt.Sprintf("the room answered with an invalid status %d", status))
+		return
+	}
+	h := w.Header()
+	for _, hd := range resp.Headers {
+		name := http.CanonicalHeaderKey(hd.Name)
+		if hopByHop[name] || !validHeader(hd.Name, hd.Value) {
+			continue
+		}
+		h.Add(name, hd.Value)
+	}
+	h.Set("Content-Length", strconv.Itoa(len(resp.Body)))
+	w.WriteHeader(status)
+	_, _ = w.Write(resp.Body)
+}
+
+// validHeader drops header lines a guest could use to split a response.
+func validHeader(name, value string) bool {
+	if name == "" || strings.ContainsAny(name, " \t\r\n:") {
+		return false
+	}
+	return !strings.ContainsAny(value, "\r\n\x00")
+}
+
+func textError(w http.ResponseWriter, status int, msg string) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	io.WriteString(w, msg+"\n")
+}
+
+func jsonError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, map[string]string{"error": msg})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}

@@ -1,0 +1,70 @@
+package server
+
+import (
+	"errors"
+	"net/http"
+	"strings"
+
+	"github.com/wasmkeep/wasmkeep/abi"
+	"github.com/wasmkeep/wasmkeep/host/engine"
+	"github.com/wasmkeep/wasmkeep/host/rooms"
+	"github.com/wasmkeep/wasmkeep/host/socket"
+)
+
+func isUpgrade(r *http.Request) bool {
+	return r.Method == http.MethodGet && strings.EqualFold(r.Header.Get("Upgrade"), "websocket")
+}
+
+// upgrade accepts a WebSocket for a room. The class is checked before the
+// handshake, so a bad URL costs no socket; the open event is queued before
+// the socket starts reading, so the room sees it before any message.
+func (s *Server) upgrade(w http.ResponseWriter, r *http.Request, key rooms.Key, below string, class *engine.Class) {
+	if !class.Handles(engine.EventSocketOpen) && !class.Handles(engine.EventSocketMessage) {
+		textError(w, http.StatusNotFound, "this class does not accept WebSockets")
+		return
+	}
+	open := &abi.SocketOpen{Path: below, Query: r.URL.RawQuery, Headers: headersOf(r.Header, r.Host), Remote: r.RemoteAddr}
+	if len(open.Headers) > abi.MaxHeaderCount {
+		textError(w, http.StatusRequestHeaderFieldsTooLarge, "too many header lines")
+		return
+	}
+	conn, err := s.hub.Upgrade(w, r, nil)
+	if err != nil {
+		return // the hub has answered
+	}
+	sock, err := s.rooms.OpenSocket(key, socketConn{conn}, open)
+	if err != nil {
+		code := abi.CloseInternalError
+		if errors.Is(err, rooms.ErrStopping) {
+			code = abi.CloseServiceRestart
+		} else if errors.Is(err, rooms.ErrOverloaded) {
+			code = abi.CloseTryAgainLater
+		}
+		conn.Close(code, err.Error())
+		conn.Start(discard{})
+		return
+	}
+	conn.Start(socketEvents{sock})
+}
+
+// socketConn adapts a socket.Conn to what rooms send through.
+type socketConn struct{ c *socket.Conn }
+
+func (c socketConn) SendFrame(f rooms.Frame) error { return c.c.SendPrepared(f.(*socket.Prepared)) }
+func (c socketConn) Close(code int, reason string) { c.c.Close(code, reason) }
+
+// socketEvents forwards what happens on the wire to the room.
+type socketEvents struct{ s *rooms.Socket }
+
+func (e socketEvents) OnMessage(_ *socket.Conn, kind int, data []byte) { _ = e.s.Message(kind, data) }
+func (e socketEvents) OnClose(_ *socket.Conn, code int, reason string) { e.s.Closed(code, reason) }
+
+type discard struct{}
+
+func (discard) OnMessage(*socket.Conn, int, []byte) {}
+func (discard) OnClose(*socket.Conn, int, string)   {}
+
+// Framer returns the rooms.Framer that encodes messages for hub's sockets.
+func Framer(hub *socket.Hub) rooms.Framer {
+	return func(kind int, data []byte) (rooms.Frame, error) { return hub.Prepare(kind, data) }
+}

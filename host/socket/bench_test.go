@@ -1,0 +1,75 @@
+package socket
+
+import (
+	"bufio"
+	"testing"
+	"time"
+
+	"github.com/gobwas/ws"
+)
+
+// echoHandler echoes every message.
+type echoHandler struct{}
+
+func (echoHandler) OnMessage(c *Conn, kind int, data []byte) { _ = c.Send(kind, data) }
+func (echoHandler) OnClose(*Conn, int, string)               {}
+
+// BenchmarkEcho64 measures round trips of 64-byte binary messages on one
+// socket: the client waits for each echo before sending the next.
+func BenchmarkEcho64(b *testing.B) {
+	c := benchClient(b)
+	frame := ws.MustCompileFrame(ws.MaskFrame(ws.NewBinaryFrame(make([]byte, 64))))
+	b.SetBytes(64)
+	b.ResetTimer()
+	start := time.Now()
+	for range b.N {
+		c.writeRaw(frame)
+		c.readMsg()
+	}
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
+}
+
+// BenchmarkEcho64Pipelined measures the throughput of 64-byte echoes on one
+// socket with up to 128 messages in flight, written 32 per write.
+func BenchmarkEcho64Pipelined(b *testing.B) {
+	const window, perWrite = 128, 32
+	c := benchClient(b)
+	frame := ws.MustCompileFrame(ws.MaskFrame(ws.NewBinaryFrame(make([]byte, 64))))
+	batch := make([]byte, 0, perWrite*len(frame))
+	for range perWrite {
+		batch = append(batch, frame...)
+	}
+	credits := make(chan struct{}, window)
+	for range window {
+		credits <- struct{}{}
+	}
+	b.SetBytes(64)
+	b.ResetTimer()
+	start := time.Now()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range b.N {
+			c.readMsg()
+			credits <- struct{}{}
+		}
+	}()
+	for sent := 0; sent < b.N; {
+		k := min(perWrite, b.N-sent)
+		for range k {
+			<-credits
+		}
+		c.writeRaw(batch[:k*len(frame)])
+		sent += k
+	}
+	<-done
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
+}
+
+func benchClient(b *testing.B) *client {
+	b.Helper()
+	s := newServer(b, Config{}, echoHandler{})
+	c := dial(b, s.url)
+	c.r = bufio.NewReaderSize(c.r, 64<<10) // the client's reads are not what we measure
+	return c
+}

@@ -1,0 +1,102 @@
+package socket
+
+import "time"
+
+// Config holds the limits and timings of a [Hub]. The zero value of every
+// field (or a negative value) means the documented default, so Config{} is a
+// valid configuration.
+type Config struct {
+	// MaxMessage is the largest frame payload and the largest reassembled
+	// message a client may send, in bytes. It is checked against each frame
+	// header before the payload is read; a frame that would pass it closes
+	// the socket with 1009. Default 1 MiB.
+	MaxMessage int
+
+	// PingInterval is how often the hub pings every socket. A socket from
+	// which no frame at all (pong or other) arrives for twice this long is
+	// closed as dead and reported with 1006. Default 25 s.
+	PingInterval time.Duration
+
+	// WriteTimeout bounds each write to a client. A write that takes longer
+	// drops the socket as a slow reader. Default 10 s.
+	WriteTimeout time.Duration
+
+	// OutboundFrames is the per-socket outbound queue budget in frames
+	// (queued and not yet written). Default 256.
+	OutboundFrames int
+
+	// OutboundBytes is the per-socket outbound queue budget in bytes of
+	// encoded frames. A send over either budget evicts the socket with
+	// abi.CloseSlowReader. Default 1 MiB.
+	OutboundBytes int
+
+	// InboundMessages and InboundBytes bound the complete messages read from
+	// one socket and not yet delivered to its Handler. When either is
+	// reached the socket stops reading until the Handler catches up (one
+	// message is always accepted whatever its size). Defaults 64 and 1 MiB.
+	InboundMessages int
+	InboundBytes    int
+
+	// MaxSockets is the node-wide cap on open sockets (including those in
+	// their handshake). At the cap, Upgrade answers HTTP 503 with a
+	// Retry-After header before upgrading. Default 50,000.
+	MaxSockets int
+
+	// RetryAfter is the Retry-After value sent with a refused upgrade,
+	// rounded up to whole seconds. Default 5 s.
+	RetryAfter time.Duration
+
+	// HandshakeTimeout bounds writing the handshake response. Default 10 s.
+	HandshakeTimeout time.Duration
+
+	// CloseTimeout is how long a socket closed by the server waits for the
+	// client's close frame before its TCP connection is closed, and the
+	// write deadline for a close frame echoed to a client. Default 2 s.
+	CloseTimeout time.Duration
+}
+
+// Defaults of the Config fields.
+const (
+	DefaultMaxMessage       = 1 << 20
+	DefaultPingInterval     = 25 * time.Second
+	DefaultWriteTimeout     = 10 * time.Second
+	DefaultOutboundFrames   = 256
+	DefaultOutboundBytes    = 1 << 20
+	DefaultInboundMessages  = 64
+	DefaultInboundBytes     = 1 << 20
+	DefaultMaxSockets       = 50000
+	DefaultRetryAfter       = 5 * time.Second
+	DefaultHandshakeTimeout = 10 * time.Second
+	DefaultCloseTimeout     = 2 * time.Second
+)
+
+// evictGrace is the write deadline of the close frame sent to a socket that
+// is being failed (slow reader, protocol error, too big): long enough for a
+// healthy kernel buffer to take it, short enough that eviction is prompt.
+const evictGrace = 250 * time.Millisecond
+
+// withDefaults returns c with every unset field set to its default.
+func (c Config) withDefaults() Config {
+	setInt := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	setDur := func(v *time.Duration, d time.Duration) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	setInt(&c.MaxMessage, DefaultMaxMessage)
+	setDur(&c.PingInterval, DefaultPingInterval)
+	setDur(&c.WriteTimeout, DefaultWriteTimeout)
+	setInt(&c.OutboundFrames, DefaultOutboundFrames)
+	setInt(&c.OutboundBytes, DefaultOutboundBytes)
+	setInt(&c.InboundMessages, DefaultInboundMessages)
+	setInt(&c.InboundBytes, DefaultInboundBytes)
+	setInt(&c.MaxSockets, DefaultMaxSockets)
+	setDur(&c.RetryAfter, DefaultRetryAfter)
+	setDur(&c.HandshakeTimeout, DefaultHandshakeTimeout)
+	setDur(&c.CloseTimeout, DefaultCloseTimeout)
+	return c
+}

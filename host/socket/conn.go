@@ -1,0 +1,479 @@
+package socket
+
+import (
+	"bufio"
+	"errors"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/wasmkeep/wasmkeep/abi"
+)
+
+// Handler receives a socket's events. For one Conn its methods are called
+// one at a time, never concurrently, by a goroutine of the socket layer (not
+// the caller's), in wire order: every OnMessage for messages read before the
+// socket began to close, then OnClose exactly once. A Handler may call Send
+// and Close from inside its methods. A Handler that blocks delays only its
+// own socket (see the package documentation).
+type Handler interface {
+	// OnMessage delivers one complete message: kind is abi.MessageText
+	// (valid UTF-8) or abi.MessageBinary. data belongs to the callee and
+	// is never reused by the socket layer.
+	OnMessage(c *Conn, kind int, data []byte)
+
+	// OnClose reports that the socket is gone, exactly once per Conn,
+	// after its last OnMessage. code is the client's close code if the
+	// client closed (1005 if its close frame had none); the code given to
+	// Close or CloseAll if the server did; 1006 if TCP dropped or the socket
+	// was closed as dead; abi.CloseSlowReader after an eviction for its
+	// outbound budget or a write timeout; 1009 for a message over
+	// MaxMessage; 1002 for a protocol error; 1007 for invalid UTF-8.
+	OnClose(c *Conn, code int, reason string)
+}
+
+// Conn is one WebSocket, owned by the node that accepted it. Its methods are
+// safe for concurrent use.
+type Conn struct {
+	hub      *Hub
+	conn     net.Conn
+	raw      syscall.RawConn // for non-blocking writes; nil if conn has none
+	id       uint64
+	protocol string
+	handler  Handler
+	started  atomic.Bool
+	lastSeen atomic.Int64 // hub clock of the last frame read
+
+	// Reader goroutine only (one at a time, see readLoop).
+	br    *bufio.Reader // pooled; held only while read bytes are buffered
+	carry []byte        // bytes read by net/http behind the handshake request
+	hb    [14]byte      // frame header
+	msg   []byte        // fragmented message being reassembled
+	msgOp byte          // its opcode; 0 when none is in progress
+
+	mu    sync.Mutex
+	space sync.Cond // on mu: the reader waits here for inbound room
+
+	// Outbound queue (under mu).
+	out       [][]byte // encoded frames not yet taken by the writer
+	outFrames int      // frames queued or being written
+	outBytes  int      // bytes queued or being written
+	writing   bool     // a writer goroutine runs (or an inline write)
+	partial   bool     // out[0] is the rest of a frame partly written
+
+	// Inbound queue (under mu).
+	in            []inMsg
+	inBytes       int
+	dispatching   bool // a delivery goroutine is running
+	readerWaiting bool // the reader waits for room in the queue
+	readerDone    bool // no more messages will come; deliver the close
+	closeReported bool
+
+	// Closing (under mu).
+	closing       bool   // the close cause is set; no sends, no new messages
+	code          int    // cause: what OnClose reports
+	reason        string // cause
+	closeSent     bool   // our close frame is queued
+	finishing     bool   // close TCP once the queue is written
+	closeDeadline time.Time
+	tcpClosed     bool
+	tcpDone       chan struct{} // made on demand, closed with TCP
+}
+
+type inMsg struct {
+	kind int
+	data []byte
+}
+
+// ID returns the socket's id, unique within its Hub (never 0).
+func (c *Conn) ID() uint64 { return c.id }
+
+// RemoteAddr returns the client's network address.
+func (c *Conn) RemoteAddr() string { return c.conn.RemoteAddr().String() }
+
+// Protocol returns the subprotocol selected at the handshake, if any.
+func (c *Conn) Protocol() string { return c.protocol }
+
+// Start makes the socket read and deliver its events to h. Call it once the
+// caller has recorded the Conn (so that whatever the caller does on open is
+// ordered before the first message), exactly once per Conn. Start does not
+// block.
+func (c *Conn) Start(h Handler) {
+	if h == nil {
+		panic("socket: Start with a nil Handler")
+	}
+	if c.started.Swap(true) {
+		panic("socket: Conn started twice")
+	}
+	c.handler = h
+	go c.readLoop()
+}
+
+// Send queues a message; it copies data and never blocks. kind is
+// abi.MessageText (data must be valid UTF-8) or abi.MessageBinary. It returns
+// ErrClosed if the socket is closing, or ErrSlowReader if the message would
+// pass the socket's outbound budget: the socket has then been evicted.
+func (c *Conn) Send(kind int, data []byte) error {
+	f, err := prepare(kind, data)
+	if err != nil {
+		return err
+	}
+	return c.enqueue(f)
+}
+
+// Prepare encodes a message once for sending to many sockets with
+// SendPrepared. It fails like Send for a bad kind or invalid UTF-8.
+func (h *Hub) Prepare(kind int, data []byte) (*Prepared, error) {
+	f, err := prepare(kind, data)
+	if err != nil {
+		return nil, err
+	}
+	return &Prepared{frame: f}, nil
+}
+
+// SendPrepared queues a prepared message without copying it; otherwise it
+// behaves like Send.
+func (c *Conn) SendPrepared(p *Prepared) error {
+	return c.enqueue(p.frame)
+}
+
+var noInline = os.Getenv("NOINLINE") != ""
+
+// errNoInline reports that a frame could not be written inline.
+var errNoInline = errors.New("socket: no inline write")
+
+// enqueue adds an encoded frame under the outbound budget, evicting the
+// socket when the frame does not fit.
+//
+// When nothing is queued and no writer runs, the frame is first written
+// inline with a non-blocking write (tryWrite): on an idle, healthy socket a
+// small message goes out on the caller's goroutine in one system call, with
+// no goroutine started. Whatever the kernel does not take at once is queued
+// for a writer goroutine, so the caller never waits for the client.
+func (c *Conn) enqueue(f []byte) error {
+	cfg := &c.hub.cfg
+	if len(f) > cfg.OutboundBytes {
+		return ErrTooLarge
+	}
+	c.mu.Lock()
+	if c.closing {
+		c.mu.Unlock()
+		return ErrClosed
+	}
+	if c.outFrames+1 > cfg.OutboundFrames || c.outBytes+len(f) > cfg.OutboundBytes {
+		c.failLocked(abi.CloseSlowReader, "slow reader", evictGrace)
+		c.mu.Unlock()
+		c.hub.m.evicted(evictSlowReader)
+		return ErrSlowReader
+	}
+	if c.writing || len(c.out) > 0 || c.raw == nil || c.tcpClosed || noInline {
+		c.pushLocked(f)
+		c.mu.Unlock()
+		return nil
+	}
+	// Inline: the writing flag makes this goroutine the writer meanwhile;
+	// frames queued by others wait behind this one.
+	c.writing = true
+	c.outFrames++
+	c.outBytes += len(f)
+	c.mu.Unlock()
+
+	// An error (connection failed, or a past write deadline) is left for
+	// the writer to meet again and report.
+	n, _ := c.tryWrite(f)
+	if n > 0 {
+		c.hub.m.bytesOut.Add(n)
+		if isDataFrame(f) {
+			c.hub.m.messagesOut.Inc()
+		}
+	}
+
+	c.mu.Lock()
+	c.outFrames--
+	c.outBytes -= len(f)
+	if n < len(f) && !c.tcpClosed {
+		// The rest goes first, then what others queued meanwhile.
+		c.out = append([][]byte{f[n:]}, c.out...)
+		c.outFrames++
+		c.outBytes += len(f) - n
+		c.partial = n > 0
+	}
+	if len(c.out) > 0 && !c.tcpClosed {
+		go c.writeLoop()
+		c.mu.Unlock()
+		return nil
+	}
+	c.writing = false
+	fin := c.finishing
+	c.mu.Unlock()
+	if fin {
+		c.closeTCP()
+	}
+	return nil
+}
+
+// pushLocked appends a frame to the queue and makes sure a writer runs.
+func (c *Conn) pushLocked(f []byte) {
+	c.out = append(c.out, f)
+	c.outFrames++
+	c.outBytes += len(f)
+	if !c.writing && !c.tcpClosed {
+		c.writing = true
+		go c.writeLoop()
+	}
+}
+
+// Close closes the socket with code and reason: a close frame is queued
+// behind what is already queued, and the TCP connection is closed when the
+// client answers with its own close frame, or after CloseTimeout. Messages
+// the client sends meanwhile are dropped. OnClose reports code (even if it
+// may not appear on the wire, like 1006: the frame then carries no code).
+// The reason is cut to abi.MaxCloseReason bytes. Close never blocks and
+// only the first close of a socket (by anyone) counts.
+func (c *Conn) Close(code int, reason string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.beginCloseLocked(code, reason) {
+		return
+	}
+	c.queueCloseLocked(code, reason, false)
+	c.deadlineLocked(c.hub.cfg.CloseTimeout)
+}
+
+// beginCloseLocked sets the close cause if none is set yet and reports
+// whether it did.
+func (c *Conn) beginCloseLocked(code int, reason string) bool {
+	if c.closing {
+		return false
+	}
+	c.closing = true
+	c.code = code
+	c.reason = reason
+	c.space.Broadcast() // a reader waiting for inbound room drops its message
+	return true
+}
+
+// failLocked closes the socket as failed: queued frames are dropped, a close
+// frame with code is attempted for at most grace, then TCP is closed. It
+// reports whether this was the socket's first close; the caller then counts
+// the eviction.
+func (c *Conn) failLocked(code int, reason string, grace time.Duration) bool {
+	if !c.beginCloseLocked(code, reason) {
+		return false
+	}
+	c.queueCloseLocked(code, reason, true)
+	c.finishing = true
+	c.deadlineLocked(grace)
+	return true
+}
+
+// queueCloseLocked queues our close frame (once), after the queue or, with
+// drop, instead of the frames not being written yet.
+func (c *Conn) queueCloseLocked(code int, reason string, drop bool) {
+	if c.closeSent || c.tcpClosed {
+		return
+	}
+	c.closeSent = true
+	if drop {
+		keep := 0
+		if c.partial {
+			keep = 1 // the rest of a frame already begun must still go out
+		}
+		for _, f := range c.out[keep:] {
+			c.outBytes -= len(f)
+		}
+		c.outFrames -= len(c.out) - keep
+		clear(c.out[keep:])
+		c.out = c.out[:keep]
+	}
+	c.pushLocked(encodeClose(code, reason))
+}
+
+// deadlineLocked makes sure TCP is closed within d: reads and writes get a
+// deadline (an earlier one is kept), so a blocked reader or writer wakes up
+// and closes the connection.
+func (c *Conn) deadlineLocked(d time.Duration) {
+	t := time.Now().Add(d)
+	if !c.closeDeadline.IsZero() && c.closeDeadline.Before(t) {
+		return
+	}
+	c.closeDeadline = t
+	_ = c.conn.SetDeadline(t)
+}
+
+// closeTCP closes the connection once; the reader then ends and reports the
+// close.
+func (c *Conn) closeTCP() {
+	c.mu.Lock()
+	if c.tcpClosed {
+		c.mu.Unlock()
+		return
+	}
+	c.tcpClosed = true
+	if !c.closing {
+		c.beginCloseLocked(closeAbnormal, "")
+	}
+	if c.tcpDone != nil {
+		close(c.tcpDone)
+	}
+	c.space.Broadcast()
+	c.mu.Unlock()
+	_ = c.conn.Close()
+}
+
+// abort cuts the connection without a close frame (CloseAll past its
+// context), reporting 1006 unless a cause is already set.
+func (c *Conn) abort() { c.closeTCP() }
+
+// heartbeat is called by the ping loop: close the socket as dead if it has
+// been silent for two ping intervals, ping it otherwise.
+func (c *Conn) heartbeat(now int64) {
+	h := c.hub
+	c.mu.Lock()
+	if c.closing {
+		c.mu.Unlock()
+		return
+	}
+	if !c.readerWaiting && now-c.lastSeen.Load() > int64(2*h.cfg.PingInterval) {
+		c.beginCloseLocked(closeAbnormal, "no answer to pings")
+		c.mu.Unlock()
+		h.m.evicted(evictDead)
+		c.closeTCP()
+		return
+	}
+	c.mu.Unlock()
+	if err := c.enqueue(pingFrame); err == nil {
+		h.m.pingsSent.Inc()
+	}
+}
+
+// writeLoop writes the queue in batches until it is empty, then exits. It
+// runs only while there is something to write.
+func (c *Conn) writeLoop() {
+	h := c.hub
+	for {
+		c.mu.Lock()
+		if c.tcpClosed {
+			c.writing = false
+			c.out = nil
+			c.mu.Unlock()
+			return
+		}
+		if len(c.out) == 0 {
+			c.writing = false
+			fin := c.finishing
+			c.mu.Unlock()
+			if fin {
+				c.closeTCP()
+			}
+			return
+		}
+		batch := c.out
+		c.out = nil
+		rest := c.partial // batch[0] has no header: not a new message
+		c.partial = false
+		c.mu.Unlock()
+
+		frames, n, data := len(batch), 0, 0
+		for i, f := range batch {
+			n += len(f)
+			if (i > 0 || !rest) && isDataFrame(f) {
+				data++
+			}
+		}
+		err := c.writeBatch(batch)
+		clear(batch)
+
+		c.mu.Lock()
+		c.outFrames -= frames
+		c.outBytes -= n
+		reason := evictNone
+		if err != nil && !c.closing {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				reason = evictWriteTimeout
+				c.beginCloseLocked(abi.CloseSlowReader, "write timeout")
+			} else {
+				c.beginCloseLocked(closeAbnormal, "")
+			}
+		}
+		c.mu.Unlock()
+		if err != nil {
+			h.m.evicted(reason)
+			c.closeTCP()
+			continue
+		}
+		h.m.bytesOut.Add(n)
+		h.m.messagesOut.Add(data)
+	}
+}
+
+// coalesceSize is the size of the pooled buffers in which the writer
+// gathers small frames into one write; a frame of at least coalesceLimit
+// bytes is written on its own, without a copy.
+const (
+	coalesceSize  = 16 << 10
+	coalesceLimit = 4 << 10
+)
+
+var writePool = sync.Pool{
+	New: func() any {
+		b := make([]byte, 0, coalesceSize)
+		return &b
+	},
+}
+
+// writeBatch writes frames in order: small ones gathered into a pooled
+// buffer, big ones directly. (Not writev: the poll package keeps the iovec
+// array of a writev on the file descriptor for good, which an idle socket
+// would then carry.)
+func (c *Conn) writeBatch(batch [][]byte) error {
+	var bp *[]byte
+	defer func() {
+		if bp != nil {
+			*bp = (*bp)[:0]
+			writePool.Put(bp)
+		}
+	}()
+	for i := 0; i < len(batch); {
+		f := batch[i]
+		if len(f) >= coalesceLimit || i+1 == len(batch) || len(f)+len(batch[i+1]) > coalesceSize {
+			i++
+			if err := c.write(f); err != nil {
+				return err
+			}
+			continue
+		}
+		if bp == nil {
+			bp = writePool.Get().(*[]byte)
+		}
+		buf := (*bp)[:0]
+		for i < len(batch) && len(batch[i]) < coalesceLimit && len(buf)+len(batch[i]) <= coalesceSize {
+			buf = append(buf, batch[i]...)
+			i++
+		}
+		*bp = buf
+		if err := c.write(buf); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// write writes p under the write deadline: WriteTimeout from now, or the
+// close deadline if that is sooner.
+func (c *Conn) write(p []byte) error {
+	dl := time.Now().Add(c.hub.cfg.WriteTimeout)
+	c.mu.Lock()
+	if !c.closeDeadline.IsZero() && c.closeDeadline.Before(dl) {
+		dl = c.closeDeadline
+	}
+	// Under mu, so that a shorter deadline set by an eviction is never
+	// overwritten by a longer one.
+	_ = c.conn.SetWriteDeadline(dl)
+	c.mu.Unlock()
+	_, err := c.conn.Write(p)
+	return err
+}

@@ -1,0 +1,35 @@
+package socket
+
+import "errors"
+
+// Errors returned by this package. Compare with errors.Is.
+var (
+	// ErrClosed is returned by a send to a socket that is closing or
+	// closed, whoever closed it.
+	ErrClosed = errors.New("socket: closed")
+
+	// ErrSlowReader is returned by the send that passed the socket's
+	// outbound budget. The socket has been evicted (it is closing with
+	// abi.CloseSlowReader) and the message was not queued.
+	ErrSlowReader = errors.New("socket: outbound queue over budget, socket evicted")
+
+	// ErrTooLarge is returned for a message larger than the whole outbound
+	// byte budget; it is not queued and the socket stays open.
+	ErrTooLarge = errors.New("socket: message larger than the outbound budget")
+
+	// ErrBadKind is returned for a message kind other than abi.MessageText
+	// or abi.MessageBinary.
+	ErrBadKind = errors.New("socket: message kind must be text or binary")
+
+	// ErrInvalidUTF8 is returned for a text message that is not valid UTF-8
+	// (a client would fail the connection on it).
+	ErrInvalidUTF8 = errors.New("socket: text message is not valid UTF-8")
+
+	// ErrAtCapacity is returned by Upgrade when the node-wide socket cap is
+	// reached; HTTP 503 has been written.
+	ErrAtCapacity = errors.New("socket: node socket cap reached")
+
+	// ErrHubClosed is returned by Upgrade after Hub.Close; HTTP 503 has been
+	// written.
+	ErrHubClosed = errors.New("socket: hub closed")
+)

@@ -1,0 +1,266 @@
+package socket
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/gobwas/ws"
+)
+
+// shardCount is the number of registry shards. The ping loop visits one
+// shard per tick, so every socket is pinged once per PingInterval and the
+// pings of a node are spread over the interval instead of sent in a burst.
+const shardCount = 16
+
+// Hub is the node-wide registry of open sockets: it admits upgrades under
+// the node's cap, runs the one ping loop for all sockets and holds the
+// metrics. A Hub is safe for concurrent use.
+type Hub struct {
+	cfg     Config
+	m       *hubMetrics
+	start   time.Time // origin of the monotonic clock returned by now
+	count   atomic.Int64
+	nextID  atomic.Uint64
+	closed  atomic.Bool
+	stop    chan struct{}
+	stopped sync.Once
+	loop    sync.WaitGroup
+
+	upgrader ws.HTTPUpgrader
+
+	shards [shardCount]shard
+
+	waitMu  sync.Mutex
+	waiters []chan struct{} // closed when count drops to zero
+}
+
+type shard struct {
+	mu sync.Mutex
+	m  map[uint64]*Conn
+}
+
+// NewHub returns a Hub with cfg (defaults filled in) whose metrics are
+// registered on set (a private set if nil; registering two hubs on one set
+// panics), and starts its ping loop. Stop the loop with Close.
+func NewHub(cfg Config, set *metrics.Set) *Hub {
+	if set == nil {
+		set = metrics.NewSet()
+	}
+	h := &Hub{
+		cfg:   cfg.withDefaults(),
+		start: time.Now(),
+		stop:  make(chan struct{}),
+	}
+	for i := range h.shards {
+		h.shards[i].m = make(map[uint64]*Conn)
+	}
+	h.upgrader = ws.HTTPUpgrader{Timeout: h.cfg.HandshakeTimeout}
+	h.m = newHubMetrics(set, func() float64 { return float64(h.count.Load()) })
+	h.loop.Add(1)
+	go h.pingLoop()
+	return h
+}
+
+// Config returns the configuration in effect, defaults filled in.
+func (h *Hub) Config() Config { return h.cfg }
+
+// now is the hub's monotonic clock in nanoseconds.
+func (h *Hub) now() int64 { return int64(time.Since(h.start)) }
+
+// Count returns the number of sockets open on this hub, including those in
+// their handshake and those whose OnClose has not returned yet.
+func (h *Hub) Count() int { return int(h.count.Load()) }
+
+// UpgradeOptions are per-request choices for Upgrade. The zero value
+// selects no subprotocol and adds no header.
+type UpgradeOptions struct {
+	// Protocol, if set, is called with each subprotocol the client offers
+	// (Sec-WebSocket-Protocol), in order; the first it accepts is selected.
+	Protocol func(string) bool
+
+	// Header holds extra headers for the handshake response.
+	Header http.Header
+}
+
+// Upgrade performs the WebSocket handshake for r and returns the new socket,
+// registered with the hub and counted as open. The Conn does not read until
+// Start is called, so that the caller can record it first: every Conn that
+// Upgrade returns must be started exactly once, even if the caller closes it
+// at once.
+//
+// At the node's cap (or after Close) Upgrade answers HTTP 503 with a
+// Retry-After header without upgrading and returns ErrAtCapacity (or
+// ErrHubClosed). A request that is not a valid WebSocket upgrade gets the
+// HTTP error the handshake calls for. In every error case the response has
+// already been written.
+func (h *Hub) Upgrade(w http.ResponseWriter, r *http.Request, opts *UpgradeOptions) (*Conn, error) {
+	if h.closed.Load() {
+		h.m.rejectShutdown.Inc()
+		h.refuse(w)
+		return nil, ErrHubClosed
+	}
+	if h.count.Add(1) > int64(h.cfg.MaxSockets) {
+		h.release()
+		h.m.rejectCap.Inc()
+		h.refuse(w)
+		return nil, ErrAtCapacity
+	}
+	u := h.upgrader
+	if opts != nil {
+		u.Protocol = opts.Protocol
+		u.Header = opts.Header
+	}
+	nc, rw, hs, err := u.Upgrade(r, w)
+	if err != nil {
+		if nc != nil {
+			nc.Close()
+		}
+		h.release()
+		h.m.rejectBad.Inc()
+		return nil, fmt.Errorf("socket: upgrade: %w", err)
+	}
+	c := &Conn{
+		hub:      h,
+		conn:     nc,
+		id:       h.nextID.Add(1),
+		protocol: hs.Protocol,
+	}
+	if sc, ok := nc.(syscall.Conn); ok {
+		c.raw, _ = sc.SyscallConn()
+	}
+	c.space.L = &c.mu
+	c.lastSeen.Store(h.now())
+	// A client may send frames right behind its request; net/http may have
+	// read them into its buffer. Keep those bytes, drop the buffer.
+	if n := rw.Reader.Buffered(); n > 0 {
+		c.carry = make([]byte, n)
+		_, _ = rw.Reader.Read(c.carry)
+	}
+	s := &h.shards[c.id%shardCount]
+	s.mu.Lock()
+	s.m[c.id] = c
+	s.mu.Unlock()
+	return c, nil
+}
+
+// refuse writes the 503 answer to an upgrade the hub will not take.
+func (h *Hub) refuse(w http.ResponseWriter) {
+	secs := int64((h.cfg.RetryAfter + time.Second - 1) / time.Second)
+	w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+	http.Error(w, "too many sockets, retry later", http.StatusServiceUnavailable)
+}
+
+// release gives back one slot of the cap and wakes CloseAll when the hub
+// is empty.
+func (h *Hub) release() {
+	if h.count.Add(-1) != 0 {
+		return
+	}
+	h.waitMu.Lock()
+	ws := h.waiters
+	h.waiters = nil
+	h.waitMu.Unlock()
+	for _, ch := range ws {
+		close(ch)
+	}
+}
+
+// remove unregisters a socket whose close has been reported.
+func (h *Hub) remove(c *Conn) {
+	s := &h.shards[c.id%shardCount]
+	s.mu.Lock()
+	delete(s.m, c.id)
+	s.mu.Unlock()
+	h.release()
+}
+
+// snapshot appends the sockets of shard i to buf.
+func (h *Hub) snapshot(i int, buf []*Conn) []*Conn {
+	s := &h.shards[i]
+	s.mu.Lock()
+	for _, c := range s.m {
+		buf = append(buf, c)
+	}
+	s.mu.Unlock()
+	return buf
+}
+
+// pingLoop is the one keepalive loop of the hub. Every PingInterval/16 it
+// visits one shard: sockets silent for two intervals are closed as dead,
+// the others get a ping.
+func (h *Hub) pingLoop() {
+	defer h.loop.Done()
+	tick := h.cfg.PingInterval / shardCount
+	if tick < time.Millisecond {
+		tick = time.Millisecond
+	}
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	var buf []*Conn
+	next := 0
+	for {
+		select {
+		case <-h.stop:
+			return
+		case <-t.C:
+		}
+		buf = h.snapshot(next, buf[:0])
+		next = (next + 1) % shardCount
+		now := h.now()
+		for _, c := range buf {
+			c.heartbeat(now)
+		}
+		clear(buf)
+	}
+}
+
+// CloseAll closes every socket with code and reason (for instance 1012 when
+// the node stops) and waits until all of them are closed and their OnClose
+// has returned, or until ctx is done; then the sockets still open are cut
+// (TCP closed) and ctx's error is returned. Sockets are closed as described
+// at Conn.Close. CloseAll does not stop new upgrades; Close does.
+func (h *Hub) CloseAll(ctx context.Context, code int, reason string) error {
+	done := make(chan struct{})
+	h.waitMu.Lock()
+	if h.count.Load() == 0 {
+		h.waitMu.Unlock()
+		return nil
+	}
+	h.waiters = append(h.waiters, done)
+	h.waitMu.Unlock()
+
+	var buf []*Conn
+	for i := range h.shards {
+		buf = h.snapshot(i, buf[:0])
+		for _, c := range buf {
+			c.Close(code, reason)
+		}
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+	}
+	for i := range h.shards {
+		buf = h.snapshot(i, buf[:0])
+		for _, c := range buf {
+			c.abort()
+		}
+	}
+	return ctx.Err()
+}
+
+// Close stops the ping loop and makes further upgrades fail with HTTP 503.
+// Open sockets are left as they are; close them with CloseAll.
+func (h *Hub) Close() {
+	h.closed.Store(true)
+	h.stopped.Do(func() { close(h.stop) })
+	h.loop.Wait()
+}

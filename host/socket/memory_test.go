@@ -1,0 +1,258 @@
+package socket
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"runtime"
+	"runtime/debug"
+	rtmetrics "runtime/metrics"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/gobwas/ws"
+	"github.com/wasmkeep/wasmkeep/abi"
+)
+
+// The memory test runs its clients in a child process (this test binary,
+// running TestHelperIdleClients) so that only the server side is measured.
+const (
+	envClientAddr = "WASMKEEP_SOCKET_TEST_CLIENT_ADDR"
+	envClientN    = "WASMKEEP_SOCKET_TEST_CLIENT_N"
+)
+
+// raiseFileLimit raises RLIMIT_NOFILE to its hard limit.
+func raiseFileLimit(t testing.TB) uint64 {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	lim.Cur = lim.Max
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	return lim.Cur
+}
+
+// startingStack is the runtime's current initial goroutine stack size, which
+// it adapts to the average stack use it sees at each GC: it stays at 2 KiB
+// only while idle readers use little stack.
+func startingStack() uint64 {
+	m := []rtmetrics.Sample{{Name: "/gc/stack/starting-size:bytes"}}
+	rtmetrics.Read(m)
+	return m[0].Value.Uint64()
+}
+
+type memSample struct {
+	heap, stack, rss uint64
+}
+
+func sampleMemory(t testing.TB) memSample {
+	runtime.GC()
+	runtime.GC() // a second cycle shrinks stacks and frees what the first one found
+	debug.FreeOSMemory()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	b, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(string(b))
+	pages, _ := strconv.ParseUint(f[1], 10, 64)
+	return memSample{ms.HeapInuse, ms.StackInuse, pages * uint64(os.Getpagesize())}
+}
+
+func perSocket(after, before memSample, n int) (heap, stack, rss float64) {
+	d := func(a, b uint64) float64 { return (float64(a) - float64(b)) / float64(n) }
+	return d(after.heap, before.heap), d(after.stack, before.stack), d(after.rss, before.rss)
+}
+
+// countingHandler counts messages and closes; it does nothing else.
+type countingHandler struct {
+	messages atomic.Int64
+	closes   atomic.Int64
+}
+
+func (h *countingHandler) OnMessage(*Conn, int, []byte) { h.messages.Add(1) }
+func (h *countingHandler) OnClose(*Conn, int, string)   { h.closes.Add(1) }
+
+// TestIdleSocketMemory measures the server-side memory of 10,000 idle
+// sockets: right after the handshake, and again after each socket has
+// received and sent one message (so read buffers, writer and delivery
+// goroutines have come and gone).
+func TestIdleSocketMemory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("opens 10,000 sockets")
+	}
+	n := 10000
+	if limit := raiseFileLimit(t); limit < uint64(n)+200 {
+		n = int(limit) - 200
+		t.Logf("RLIMIT_NOFILE %d: measuring %d sockets", limit, n)
+	}
+	hub := NewHub(Config{PingInterval: time.Hour, MaxSockets: n}, metrics.NewSet())
+	defer hub.Close()
+	h := &countingHandler{}
+	var started atomic.Int64
+	var mu sync.Mutex
+	var conns []*Conn
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, err := hub.Upgrade(w, r, nil)
+		if err != nil {
+			return
+		}
+		mu.Lock()
+		conns = append(conns, c)
+		mu.Unlock()
+		c.Start(h)
+		started.Add(1)
+	}))
+	defer srv.Close()
+	baseGoroutines := runtime.NumGoroutine()
+	before := sampleMemory(t)
+
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperIdleClients$", "-test.count=1")
+	cmd.Env = append(os.Environ(), envClientAddr+"="+srv.Listener.Addr().String(), envClientN+"="+strconv.Itoa(n))
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		stdin.Close()
+		cmd.Wait()
+	}()
+	lines := bufio.NewScanner(stdout)
+	expect := func(want string) {
+		t.Helper()
+		for lines.Scan() {
+			if lines.Text() == want {
+				return
+			}
+		}
+		t.Fatalf("client process ended before %q: %v", want, lines.Err())
+	}
+	expect("ready")
+	eventually(t, "all sockets started", func() bool { return started.Load() == int64(n) })
+	// Handshake goroutines of net/http are gone: one reader per socket.
+	eventually(t, "goroutines settled", func() bool { return runtime.NumGoroutine() <= baseGoroutines+n+5 })
+	idle := sampleMemory(t)
+	hi, si, ri := perSocket(idle, before, n)
+
+	t.Logf("%d idle sockets, server side, per socket (goroutine starting stack now %d B):", n, startingStack())
+	t.Logf("  after handshake:       heap %.0f B + stack %.0f B = %.0f B; RSS %.0f B", hi, si, hi+si, ri)
+	if hi+si > 4096 {
+		t.Errorf("an idle socket costs more than 4 KiB of heap and stack")
+	}
+
+	// One message each way, then idle again; twice. The first round leaves
+	// the runtime's free goroutine structs from the peak (a writer and a
+	// delivery goroutine per socket at once), which are kept for reuse; the
+	// second round shows that nothing accumulates per socket.
+	p, err := hub.Prepare(abi.MessageText, []byte("hello from the server"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for round := 1; round <= 2; round++ {
+		mu.Lock()
+		for _, c := range conns {
+			if err := c.SendPrepared(p); err != nil {
+				t.Fatal(err)
+			}
+		}
+		mu.Unlock()
+		fmt.Fprintln(stdin, "send")
+		expect("sent")
+		eventually(t, "messages delivered", func() bool { return h.messages.Load() == int64(round*n) })
+		eventually(t, "queues drained", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, c := range conns {
+				c.mu.Lock()
+				busy := c.writing || c.dispatching || c.outFrames > 0
+				c.mu.Unlock()
+				if busy {
+					return false
+				}
+			}
+			return true
+		})
+		eventually(t, "goroutines settled", func() bool { return runtime.NumGoroutine() <= baseGoroutines+n+5 })
+		after := sampleMemory(t)
+		ha, sa, ra := perSocket(after, before, n)
+		t.Logf("  after message round %d: heap %.0f B + stack %.0f B = %.0f B; RSS %.0f B (starting stack %d B)",
+			round, ha, sa, ha+sa, ra, startingStack())
+		if sa > 2600 {
+			t.Errorf("idle reader stacks grew after activity: %.0f B per socket", sa)
+		}
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := hub.CloseAll(ctx, abi.CloseServiceRestart, ""); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestHelperIdleClients is the client side of TestIdleSocketMemory; it does
+// nothing unless run by it.
+func TestHelperIdleClients(t *testing.T) {
+	addr := os.Getenv(envClientAddr)
+	if addr == "" {
+		t.Skip("helper process for TestIdleSocketMemory")
+	}
+	n, _ := strconv.Atoi(os.Getenv(envClientN))
+	raiseFileLimit(t)
+	url := "ws://" + addr + "/"
+	conns := make([]*client, n)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				conn, br, _, err := ws.Dial(context.Background(), url)
+				if err != nil {
+					fmt.Fprintf(os.Stderr, "dial %d: %v\n", i, err)
+					os.Exit(2)
+				}
+				c := &client{t: t, conn: conn, r: conn}
+				if br != nil {
+					c.r = io.MultiReader(br, conn)
+				}
+				conns[i] = c
+			}
+		})
+	}
+	wg.Wait()
+	fmt.Println("ready")
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		if in.Text() == "send" {
+			for _, c := range conns {
+				c.write(ws.OpText, true, []byte("hello from the client"))
+			}
+			fmt.Println("sent")
+		}
+	}
+}

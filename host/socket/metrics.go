@@ -1,0 +1,83 @@
+package socket
+
+import "github.com/VictoriaMetrics/metrics"
+
+// hubMetrics are the counters of one Hub. Every metric the package exports
+// is defined in the table in newHubMetrics, and nowhere else.
+type hubMetrics struct {
+	messagesIn  *metrics.Counter
+	messagesOut *metrics.Counter
+	bytesIn     *metrics.Counter
+	bytesOut    *metrics.Counter
+	pingsSent   *metrics.Counter
+
+	evictSlowReader   *metrics.Counter
+	evictWriteTimeout *metrics.Counter
+	evictDead         *metrics.Counter
+	evictTooBig       *metrics.Counter
+	evictProtocol     *metrics.Counter
+
+	rejectCap      *metrics.Counter
+	rejectBad      *metrics.Counter
+	rejectShutdown *metrics.Counter
+}
+
+// Eviction reasons, the values of the reason label of
+// wasmkeep_socket_evictions_total.
+const (
+	evictNone         = ""
+	evictSlowReader   = "slow_reader"
+	evictWriteTimeout = "write_timeout"
+	evictDead         = "dead"
+	evictTooBig       = "too_big"
+	evictProtocol     = "protocol"
+)
+
+func newHubMetrics(set *metrics.Set, open func() float64) *hubMetrics {
+	m := &hubMetrics{}
+	// The table: name (with labels) and where the counter goes.
+	//
+	// Bytes are wire bytes of WebSocket frames (headers included, the HTTP
+	// handshake excluded); messages are complete data messages (text or
+	// binary), after reassembly for the inbound side.
+	counters := []struct {
+		name string
+		dst  **metrics.Counter
+	}{
+		{`wasmkeep_socket_messages_in_total`, &m.messagesIn},
+		{`wasmkeep_socket_messages_out_total`, &m.messagesOut},
+		{`wasmkeep_socket_bytes_in_total`, &m.bytesIn},
+		{`wasmkeep_socket_bytes_out_total`, &m.bytesOut},
+		{`wasmkeep_socket_pings_sent_total`, &m.pingsSent},
+		{`wasmkeep_socket_evictions_total{reason="slow_reader"}`, &m.evictSlowReader},
+		{`wasmkeep_socket_evictions_total{reason="write_timeout"}`, &m.evictWriteTimeout},
+		{`wasmkeep_socket_evictions_total{reason="dead"}`, &m.evictDead},
+		{`wasmkeep_socket_evictions_total{reason="too_big"}`, &m.evictTooBig},
+		{`wasmkeep_socket_evictions_total{reason="protocol"}`, &m.evictProtocol},
+		{`wasmkeep_socket_upgrades_rejected_total{reason="cap"}`, &m.rejectCap},
+		{`wasmkeep_socket_upgrades_rejected_total{reason="bad_request"}`, &m.rejectBad},
+		{`wasmkeep_socket_upgrades_rejected_total{reason="shutdown"}`, &m.rejectShutdown},
+	}
+	for _, c := range counters {
+		*c.dst = set.NewCounter(c.name)
+	}
+	// Sockets open on this node, including those in their handshake.
+	set.NewGauge(`wasmkeep_sockets_open`, open)
+	return m
+}
+
+// evicted counts an eviction by reason.
+func (m *hubMetrics) evicted(reason string) {
+	switch reason {
+	case evictSlowReader:
+		m.evictSlowReader.Inc()
+	case evictWriteTimeout:
+		m.evictWriteTimeout.Inc()
+	case evictDead:
+		m.evictDead.Inc()
+	case evictTooBig:
+		m.evictTooBig.Inc()
+	case evictProtocol:
+		m.evictProtocol.Inc()
+	}
+}

@@ -1,0 +1,446 @@
+package socket
+
+import (
+	"bufio"
+	"encoding/binary"
+	"io"
+	"slices"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/gobwas/ws"
+	"github.com/wasmkeep/wasmkeep/abi"
+)
+
+// readBufferSize is the size of the pooled read buffers. A socket holds one
+// only while bytes it has read are waiting in it.
+const readBufferSize = 4096
+
+// growStep bounds how far a payload buffer is grown ahead of the bytes that
+// actually arrived: a header may declare up to MaxMessage, but memory is
+// committed only as the payload comes in.
+const growStep = 64 << 10
+
+var readerPool = sync.Pool{
+	New: func() any { return bufio.NewReaderSize(nil, readBufferSize) },
+}
+
+// frameHeader is a parsed frame header.
+type frameHeader struct {
+	fin    bool
+	rsv    byte
+	op     byte
+	masked bool
+	mask   [4]byte
+	length int64
+	size   int // bytes of the header on the wire
+}
+
+// source reads the carried handshake bytes, then through the pooled buffer
+// (taken on first use).
+type source Conn
+
+func (s *source) Read(p []byte) (int, error) {
+	c := (*Conn)(s)
+	if len(c.carry) > 0 {
+		n := copy(p, c.carry)
+		c.carry = c.carry[n:]
+		if len(c.carry) == 0 {
+			c.carry = nil
+		}
+		return n, nil
+	}
+	if c.br == nil {
+		c.br = readerPool.Get().(*bufio.Reader)
+		c.br.Reset(c.conn)
+	}
+	return c.br.Read(p)
+}
+
+// releaseBuffer returns the read buffer to the pool once nothing waits in it
+// (or with force), so that an idle socket holds none. It reports whether
+// the socket has no read bytes pending, buffer or carry.
+func (c *Conn) releaseBuffer(force bool) bool {
+	if c.br != nil && (force || c.br.Buffered() == 0) {
+		c.br.Reset(nil)
+		readerPool.Put(c.br)
+		c.br = nil
+	}
+	return c.br == nil && len(c.carry) == 0
+}
+
+// readHeader reads one frame header, of which the first have bytes are
+// already in c.hb.
+func (c *Conn) readHeader(have int) (h frameHeader, err error) {
+	src := (*source)(c)
+	b := c.hb[:2]
+	if _, err = io.ReadFull(src, b[have:]); err != nil {
+		return h, err
+	}
+	h.fin = b[0]&0x80 != 0
+	h.rsv = (b[0] >> 4) & 0x7
+	h.op = b[0] & 0x0f
+	h.masked = b[1]&0x80 != 0
+	n := b[1] & 0x7f
+	extra := 0
+	switch n {
+	case 126:
+		extra = 2
+	case 127:
+		extra = 8
+	}
+	if h.masked {
+		extra += 4
+	}
+	h.length = int64(n)
+	h.size = 2 + extra
+	if extra == 0 {
+		return h, nil
+	}
+	b = c.hb[2 : 2+extra]
+	if _, err = io.ReadFull(src, b); err != nil {
+		return h, err
+	}
+	switch n {
+	case 126:
+		h.length = int64(binary.BigEndian.Uint16(b))
+		b = b[2:]
+	case 127:
+		v := binary.BigEndian.Uint64(b)
+		if v>>63 != 0 {
+			h.length = -1 // invalid: most significant bit set
+		} else {
+			h.length = int64(v)
+		}
+		b = b[8:]
+	}
+	if h.masked {
+		copy(h.mask[:], b)
+	}
+	return h, nil
+}
+
+// readPayload appends n bytes of payload to dst and unmasks them. The buffer
+// grows by at most growStep beyond the bytes received so far.
+func (c *Conn) readPayload(dst []byte, n int, mask [4]byte) ([]byte, error) {
+	src := (*source)(c)
+	start := len(dst)
+	for n > 0 {
+		step := min(n, growStep)
+		dst = slices.Grow(dst, step)
+		at := len(dst)
+		dst = dst[:at+step]
+		if _, err := io.ReadFull(src, dst[at:]); err != nil {
+			return dst[:at], err
+		}
+		n -= step
+	}
+	ws.Cipher(dst[start:], mask, 0)
+	return dst, nil
+}
+
+// protocolError is how the reader ends a socket that broke the protocol.
+type protocolError struct {
+	code   int
+	reason string
+	evict  string
+}
+
+var (
+	errReserved     = &protocolError{abi.CloseProtocolError, "reserved bits set", evictProtocol}
+	errOpcode       = &protocolError{abi.CloseProtocolError, "unknown opcode", evictProtocol}
+	errUnmasked     = &protocolError{abi.CloseProtocolError, "unmasked client frame", evictProtocol}
+	errControl      = &protocolError{abi.CloseProtocolError, "bad control frame", evictProtocol}
+	errContinuation = &protocolError{abi.CloseProtocolError, "unexpected continuation", evictProtocol}
+	errInterleaved  = &protocolError{abi.CloseProtocolError, "new message inside a fragmented one", evictProtocol}
+	errLength       = &protocolError{abi.CloseProtocolError, "bad payload length", evictProtocol}
+	errCloseCode    = &protocolError{abi.CloseProtocolError, "bad close code", evictProtocol}
+	errUTF8         = &protocolError{closeInvalidData, "invalid UTF-8", evictProtocol}
+	errTooBig       = &protocolError{abi.CloseTooBig, "message too big", evictTooBig}
+)
+
+// readLoop reads frames, answers control frames and queues complete
+// messages for delivery, until the connection ends; then it reports the
+// close.
+//
+// Each idle wait happens on a fresh goroutine: when a burst of frames has
+// been handled and nothing is left in the read buffer, the goroutine starts
+// a new one to wait for the next frame and exits. Handling a frame (pooled
+// buffers, allocations, spawning the writer) may grow a goroutine's stack to
+// 4 KiB or more, and the runtime never shrinks a stack back to its initial
+// 2 KiB while the goroutine is parked in a read; a new goroutine starts at 2
+// KiB. The cost is one goroutine start per burst.
+func (c *Conn) readLoop() {
+	have := 0
+	if c.br == nil && len(c.carry) == 0 {
+		// Idle: wait for the first bytes of the next frame with as few
+		// frames on the stack as possible, straight into c.hb.
+		for have < 2 {
+			n, err := c.conn.Read(c.hb[have:2])
+			have += n
+			if err != nil && have < 2 {
+				c.finishRead(nil, false)
+				return
+			}
+		}
+	}
+	c.burst(have)
+}
+
+// burst handles frames while read bytes are pending, then hands the socket
+// to a fresh goroutine (see readLoop) or ends it. have is the number of
+// header bytes readLoop already read into c.hb.
+//
+// When a message needs delivering and no delivery goroutine runs, this
+// goroutine becomes it: it hands reading over to a fresh goroutine first
+// (so pings are still answered while the Handler runs), then delivers.
+func (c *Conn) burst(have int) {
+	for {
+		perr, clientClosed, deliver, err := c.readFrame(have)
+		have = 0
+		if err != nil || perr != nil || clientClosed {
+			c.finishRead(perr, clientClosed)
+			return
+		}
+		if deliver {
+			c.releaseBuffer(false)
+			go c.readLoop()
+			// From here on this goroutine touches no read state.
+			c.dispatch()
+			return
+		}
+		if c.releaseBuffer(false) {
+			go c.readLoop()
+			return
+		}
+	}
+}
+
+// finishRead ends the socket after its last frame: fail it or finish the
+// closing handshake, close TCP, and have the close reported after the
+// messages still queued.
+func (c *Conn) finishRead(perr *protocolError, clientClosed bool) {
+	switch {
+	case perr != nil:
+		c.mu.Lock()
+		first := c.failLocked(perr.code, perr.reason, evictGrace)
+		c.mu.Unlock()
+		if first {
+			c.hub.m.evicted(perr.evict)
+		}
+		c.waitFlushed()
+	case clientClosed:
+		c.waitFlushed()
+	}
+	c.closeTCP()
+	c.releaseBuffer(true)
+	c.carry = nil
+	c.msg = nil
+
+	c.mu.Lock()
+	c.readerDone = true
+	run := !c.dispatching
+	c.dispatching = true
+	c.mu.Unlock()
+	if run {
+		c.dispatch()
+	}
+}
+
+// waitFlushed waits until the writer has written our close frame and closed
+// TCP, or until the close deadline.
+func (c *Conn) waitFlushed() {
+	c.mu.Lock()
+	if c.tcpClosed {
+		c.mu.Unlock()
+		return
+	}
+	c.finishing = true
+	if !c.writing && len(c.out) == 0 {
+		c.mu.Unlock()
+		return // nothing left to write
+	}
+	if c.tcpDone == nil {
+		c.tcpDone = make(chan struct{})
+	}
+	done := c.tcpDone
+	wait := time.Until(c.closeDeadline)
+	c.mu.Unlock()
+	t := time.NewTimer(wait)
+	select {
+	case <-done:
+	case <-t.C:
+	}
+	t.Stop()
+}
+
+// readFrame reads and handles one frame. It returns err when the connection
+// failed (or was closed), clientClosed when the client's close frame
+// arrived, perr when the client broke the protocol, and deliver when it
+// queued a message that the caller must now deliver (see burst).
+func (c *Conn) readFrame(have int) (perr *protocolError, clientClosed, deliver bool, err error) {
+	h := c.hub
+	hdr, err := c.readHeader(have)
+	if err != nil {
+		return nil, false, false, err
+	}
+	c.lastSeen.Store(h.now())
+	switch {
+	case hdr.rsv != 0:
+		return errReserved, false, false, nil
+	case !hdr.masked:
+		return errUnmasked, false, false, nil
+	case hdr.length < 0:
+		return errLength, false, false, nil
+	}
+	wire := int64(hdr.size) + hdr.length
+	switch hdr.op {
+	case opText, opBinary, opContinuation:
+		if hdr.op == opContinuation && c.msgOp == 0 {
+			return errContinuation, false, false, nil
+		}
+		if hdr.op != opContinuation && c.msgOp != 0 {
+			return errInterleaved, false, false, nil
+		}
+		if int64(len(c.msg))+hdr.length > int64(h.cfg.MaxMessage) {
+			return errTooBig, false, false, nil
+		}
+		if hdr.op != opContinuation {
+			c.msgOp = hdr.op
+		}
+		c.msg, err = c.readPayload(c.msg, int(hdr.length), hdr.mask)
+		if err != nil {
+			return nil, false, false, err
+		}
+		h.m.bytesIn.Add(int(wire))
+		if !hdr.fin {
+			return nil, false, false, nil
+		}
+		msg, op := c.msg, c.msgOp
+		c.msg, c.msgOp = nil, 0
+		if op == opText && !utf8.Valid(msg) {
+			return errUTF8, false, false, nil
+		}
+		if msg == nil {
+			msg = []byte{}
+		}
+		h.m.messagesIn.Inc()
+		return nil, false, c.deliver(int(op), msg), nil
+
+	case opPing, opPong, opClose:
+		if !hdr.fin || hdr.length > maxControlPayload {
+			return errControl, false, false, nil
+		}
+		var p []byte
+		if hdr.op == opPing {
+			// The pong is built in place: header, then the payload.
+			p = appendHeader(make([]byte, 0, 2+hdr.length), opPong, int(hdr.length))
+		}
+		start := len(p)
+		p, err = c.readPayload(p, int(hdr.length), hdr.mask)
+		if err != nil {
+			return nil, false, false, err
+		}
+		h.m.bytesIn.Add(int(wire))
+		switch hdr.op {
+		case opPing:
+			_ = c.enqueue(p) // over budget evicts; closing drops it
+		case opClose:
+			if perr := c.clientClose(p[start:]); perr != nil {
+				return perr, false, false, nil
+			}
+			return nil, true, false, nil
+		}
+		return nil, false, false, nil
+	}
+	return errOpcode, false, false, nil
+}
+
+// clientClose handles the client's close frame: validate it, set the cause
+// and echo it (unless we closed first).
+func (c *Conn) clientClose(p []byte) *protocolError {
+	code, reason := closeNoStatus, ""
+	switch {
+	case len(p) == 1:
+		return errCloseCode
+	case len(p) >= 2:
+		code = int(binary.BigEndian.Uint16(p))
+		if !sendableCode(code) {
+			return errCloseCode
+		}
+		if !utf8.Valid(p[2:]) {
+			return errUTF8
+		}
+		reason = string(p[2:])
+	}
+	c.mu.Lock()
+	if c.beginCloseLocked(code, reason) {
+		// Echo the code (RFC 6455 section 5.5.1), not the reason.
+		c.queueCloseLocked(code, "", false)
+		c.deadlineLocked(c.hub.cfg.CloseTimeout)
+	}
+	c.mu.Unlock()
+	return nil
+}
+
+// deliver queues a complete message for the Handler, waiting while the
+// inbound queue is full. Messages read after the socket began closing are
+// dropped. It reports whether no delivery goroutine runs: the caller must
+// then deliver (it is marked as running).
+func (c *Conn) deliver(kind int, data []byte) bool {
+	cfg := &c.hub.cfg
+	c.mu.Lock()
+	for !c.closing && len(c.in) > 0 &&
+		(len(c.in) >= cfg.InboundMessages || c.inBytes+len(data) > cfg.InboundBytes) {
+		c.readerWaiting = true
+		c.space.Wait()
+	}
+	if c.readerWaiting {
+		c.readerWaiting = false
+		c.lastSeen.Store(c.hub.now()) // silence while we waited is ours
+	}
+	if c.closing {
+		c.mu.Unlock()
+		return false
+	}
+	c.in = append(c.in, inMsg{kind: kind, data: data})
+	c.inBytes += len(data)
+	run := !c.dispatching
+	c.dispatching = true
+	c.mu.Unlock()
+	return run
+}
+
+// dispatch delivers queued messages in order, then the close once the reader
+// is done. It runs only while there is something to deliver.
+func (c *Conn) dispatch() {
+	for {
+		c.mu.Lock()
+		if len(c.in) == 0 {
+			if c.readerDone && !c.closeReported {
+				c.closeReported = true
+				code, reason := c.code, c.reason
+				c.mu.Unlock()
+				c.handler.OnClose(c, code, reason)
+				c.hub.remove(c)
+				return
+			}
+			c.dispatching = false
+			c.mu.Unlock()
+			return
+		}
+		m := c.in[0]
+		c.in[0] = inMsg{}
+		c.in = c.in[1:]
+		if len(c.in) == 0 {
+			c.in = nil
+		}
+		c.inBytes -= len(m.data)
+		if c.readerWaiting {
+			c.space.Signal()
+		}
+		c.mu.Unlock()
+		c.handler.OnMessage(c, m.kind, m.data)
+	}
+}

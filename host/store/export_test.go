@@ -1,0 +1,32 @@
+package store
+
+import (
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// ParseDirETag returns the version counter of a Dir ETag.
+func ParseDirETag(etag string) (uint64, bool) {
+	v, _, ok := strings.Cut(etag, "-")
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(v, 10, 64)
+	return n, err == nil
+}
+
+// ObjectFile returns the file that holds key's object.
+func (d *Dir) ObjectFile(key string) string { return d.objectFile(key) }
+
+// LockFile returns the lock file that guards key.
+func (d *Dir) LockFile(key string) string {
+	return filepath.Join(d.root, reservedDir, locksDir, fmt.Sprintf("%02x", stripeOf(key)))
+}
+
+// Flock and Funlock expose the lock primitives.
+var (
+	Flock   = flock
+	Funlock = funlock
+)
