@@ -22,6 +22,7 @@ const minAlloc = 1024
 
 // abiV1 is the version marker: the host reads its name and never calls it.
 //
+//lint:ignore U1000 an export: the host finds it by name on wasip1
 //go:wasmexport wasmkeep_abi_v1
 func abiV1() {}
 

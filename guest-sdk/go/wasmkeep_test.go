@@ -73,7 +73,6 @@ func (h *fakeHost) Log(level int32, b []byte) int32 {
 func (h *fakeHost) Checkpoint() int32    { return int32(abi.StatusUnsupported) }
 func (h *fakeHost) AlarmSet(int64) int32 { return int32(abi.StatusUnsupported) }
 func (h *fakeHost) AlarmClear() int32    { return int32(abi.StatusUnsupported) }
-func (h *fakeHost) reset()               { *h = fakeHost{} }
 func (h *fakeHost) last() *abi.Response  { return &h.responses[len(h.responses)-1] }
 func (h *fakeHost) lastBody() string     { return string(h.last().Body) }
 func (h *fakeHost) lastHeader(n string) string {

@@ -58,7 +58,6 @@ type Registry struct {
 	mu       sync.Mutex
 	names    map[string]Record     // cache of classes/<name>
 	compiled map[string]*compiling // by hash
-	listed   bool
 }
 
 type compiling struct {

@@ -128,12 +128,19 @@ func TestRestoreRefusesOtherModule(t *testing.T) {
 }
 
 func TestTrapKillsInstance(t *testing.T) {
-	e := newEngine(t, Config{EventTimeout: 300 * time.Millisecond, MaxMemoryPages: 512})
-	c := compile(t, e, "./testdata/guests/hostile")
 	for _, tc := range []struct {
-		path string
-		want error
-	}{{"/trap", ErrTrap}, {"/loop", ErrTimeout}, {"/grow", ErrMemoryLimit}} {
+		path    string
+		timeout time.Duration
+		want    error
+	}{
+		{"/trap", time.Minute, ErrTrap},
+		{"/loop", 300 * time.Millisecond, ErrTimeout},
+		// Growing to the limit takes a few hundred milliseconds (more
+		// under -race), which a minute's limit leaves to the memory limit.
+		{"/grow", time.Minute, ErrMemoryLimit},
+	} {
+		e := newEngine(t, Config{EventTimeout: tc.timeout, MaxMemoryPages: 512})
+		c := compile(t, e, "./testdata/guests/hostile")
 		inst, err := c.Start(context.Background(), &fakeHost{})
 		if err != nil {
 			t.Fatal(err)

@@ -18,16 +18,18 @@ import (
 )
 
 // testLogger keeps node logs out of passing tests' output unless -v.
-func testLogger(t *testing.T) *slog.Logger {
+func testLogger(testing.TB) *slog.Logger {
 	if testing.Verbose() {
 		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	return slog.New(slog.NewTextHandler(io.Discard, nil))
+	return quietLogger()
 }
+
+func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 // startNode starts a node on a fresh (or given) data directory and a free
 // loopback port, stopping it at the end of the test if still running.
-func startNode(t *testing.T, cfg Config) *Node {
+func startNode(t testing.TB, cfg Config) *Node {
 	t.Helper()
 	if cfg.DataDir == "" {
 		cfg.DataDir = t.TempDir()
@@ -169,7 +171,7 @@ func metric(t *testing.T, n *Node, name string) float64 {
 
 func serverConfig(maxBody int64) server.Config { return server.Config{MaxRequestBody: maxBody} }
 
-func buildGuest(t *testing.T, pkg string) []byte { return testwasm.Build(t, pkg) }
+func buildGuest(t testing.TB, pkg string) []byte { return testwasm.Build(t, pkg) }
 
 func atoi(t *testing.T, s string) int64 {
 	t.Helper()

@@ -2,6 +2,7 @@ package socket
 
 import (
 	"bufio"
+	"fmt"
 	"testing"
 	"time"
 
@@ -46,23 +47,44 @@ func BenchmarkEcho64Pipelined(b *testing.B) {
 	b.SetBytes(64)
 	b.ResetTimer()
 	start := time.Now()
-	done := make(chan struct{})
+	done := make(chan error, 1)
 	go func() {
-		defer close(done)
-		for range b.N {
-			c.readMsg()
+		for i := 0; i < b.N; i++ {
+			h, p, err := c.readFrame()
+			if err == nil && h.OpCode == ws.OpClose {
+				code, reason := ws.ParseCloseFrameData(p)
+				err = fmt.Errorf("closed by the server: %d %q", code, reason)
+			}
+			if err == nil && h.OpCode == ws.OpPing {
+				i-- // the hub's keepalive
+				continue
+			}
+			if err == nil && h.OpCode != ws.OpBinary {
+				err = fmt.Errorf("opcode %v", h.OpCode)
+			}
+			if err != nil {
+				done <- fmt.Errorf("echo %d of %d: %w", i, b.N, err)
+				return
+			}
 			credits <- struct{}{}
 		}
+		done <- nil
 	}()
 	for sent := 0; sent < b.N; {
 		k := min(perWrite, b.N-sent)
 		for range k {
-			<-credits
+			select {
+			case <-credits:
+			case err := <-done:
+				b.Fatal(err)
+			}
 		}
 		c.writeRaw(batch[:k*len(frame)])
 		sent += k
 	}
-	<-done
+	if err := <-done; err != nil {
+		b.Fatal(err)
+	}
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
 }
 

@@ -22,7 +22,8 @@ type Config struct {
 	WriteTimeout time.Duration
 
 	// OutboundFrames is the per-socket outbound queue budget in frames
-	// (queued and not yet written). Default 256.
+	// waiting to be written (the batch being written is bounded by
+	// WriteTimeout instead). Default 256.
 	OutboundFrames int
 
 	// OutboundBytes is the per-socket outbound queue budget in bytes of
@@ -47,6 +48,8 @@ type Config struct {
 	RetryAfter time.Duration
 
 	// HandshakeTimeout bounds writing the handshake response. Default 10 s.
+	// (The request itself has been read by net/http before Upgrade runs:
+	// bound it with the http.Server's ReadHeaderTimeout.)
 	HandshakeTimeout time.Duration
 
 	// CloseTimeout is how long a socket closed by the server waits for the

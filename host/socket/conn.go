@@ -7,7 +7,6 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/wasmkeep/wasmkeep/abi"
@@ -40,7 +39,6 @@ type Handler interface {
 type Conn struct {
 	hub      *Hub
 	conn     net.Conn
-	raw      syscall.RawConn // for non-blocking writes; nil if conn has none
 	id       uint64
 	protocol string
 	handler  Handler
@@ -59,10 +57,9 @@ type Conn struct {
 
 	// Outbound queue (under mu).
 	out       [][]byte // encoded frames not yet taken by the writer
-	outFrames int      // frames queued or being written
-	outBytes  int      // bytes queued or being written
-	writing   bool     // a writer goroutine runs (or an inline write)
-	partial   bool     // out[0] is the rest of a frame partly written
+	outFrames int      // frames in out (the budget counts what waits)
+	outBytes  int      // bytes in out
+	writing   bool     // a writer goroutine runs
 
 	// Inbound queue (under mu).
 	in            []inMsg
@@ -140,19 +137,8 @@ func (c *Conn) SendPrepared(p *Prepared) error {
 	return c.enqueue(p.frame)
 }
 
-var noInline = os.Getenv("NOINLINE") != ""
-
-// errNoInline reports that a frame could not be written inline.
-var errNoInline = errors.New("socket: no inline write")
-
 // enqueue adds an encoded frame under the outbound budget, evicting the
 // socket when the frame does not fit.
-//
-// When nothing is queued and no writer runs, the frame is first written
-// inline with a non-blocking write (tryWrite): on an idle, healthy socket a
-// small message goes out on the caller's goroutine in one system call, with
-// no goroutine started. Whatever the kernel does not take at once is queued
-// for a writer goroutine, so the caller never waits for the client.
 func (c *Conn) enqueue(f []byte) error {
 	cfg := &c.hub.cfg
 	if len(f) > cfg.OutboundBytes {
@@ -169,49 +155,8 @@ func (c *Conn) enqueue(f []byte) error {
 		c.hub.m.evicted(evictSlowReader)
 		return ErrSlowReader
 	}
-	if c.writing || len(c.out) > 0 || c.raw == nil || c.tcpClosed || noInline {
-		c.pushLocked(f)
-		c.mu.Unlock()
-		return nil
-	}
-	// Inline: the writing flag makes this goroutine the writer meanwhile;
-	// frames queued by others wait behind this one.
-	c.writing = true
-	c.outFrames++
-	c.outBytes += len(f)
+	c.pushLocked(f)
 	c.mu.Unlock()
-
-	// An error (connection failed, or a past write deadline) is left for
-	// the writer to meet again and report.
-	n, _ := c.tryWrite(f)
-	if n > 0 {
-		c.hub.m.bytesOut.Add(n)
-		if isDataFrame(f) {
-			c.hub.m.messagesOut.Inc()
-		}
-	}
-
-	c.mu.Lock()
-	c.outFrames--
-	c.outBytes -= len(f)
-	if n < len(f) && !c.tcpClosed {
-		// The rest goes first, then what others queued meanwhile.
-		c.out = append([][]byte{f[n:]}, c.out...)
-		c.outFrames++
-		c.outBytes += len(f) - n
-		c.partial = n > 0
-	}
-	if len(c.out) > 0 && !c.tcpClosed {
-		go c.writeLoop()
-		c.mu.Unlock()
-		return nil
-	}
-	c.writing = false
-	fin := c.finishing
-	c.mu.Unlock()
-	if fin {
-		c.closeTCP()
-	}
 	return nil
 }
 
@@ -278,16 +223,9 @@ func (c *Conn) queueCloseLocked(code int, reason string, drop bool) {
 	}
 	c.closeSent = true
 	if drop {
-		keep := 0
-		if c.partial {
-			keep = 1 // the rest of a frame already begun must still go out
-		}
-		for _, f := range c.out[keep:] {
-			c.outBytes -= len(f)
-		}
-		c.outFrames -= len(c.out) - keep
-		clear(c.out[keep:])
-		c.out = c.out[:keep]
+		c.out = nil
+		c.outFrames = 0
+		c.outBytes = 0
 	}
 	c.pushLocked(encodeClose(code, reason))
 }
@@ -373,23 +311,23 @@ func (c *Conn) writeLoop() {
 		}
 		batch := c.out
 		c.out = nil
-		rest := c.partial // batch[0] has no header: not a new message
-		c.partial = false
-		c.mu.Unlock()
-
-		frames, n, data := len(batch), 0, 0
-		for i, f := range batch {
+		n, data := 0, 0
+		for _, f := range batch {
 			n += len(f)
-			if (i > 0 || !rest) && isDataFrame(f) {
+			if isDataFrame(f) {
 				data++
 			}
 		}
+		// The budget counts what waits; a batch being written is bounded
+		// by WriteTimeout instead.
+		c.outFrames -= len(batch)
+		c.outBytes -= n
+		c.mu.Unlock()
+
 		err := c.writeBatch(batch)
 		clear(batch)
 
 		c.mu.Lock()
-		c.outFrames -= frames
-		c.outBytes -= n
 		reason := evictNone
 		if err != nil && !c.closing {
 			if errors.Is(err, os.ErrDeadlineExceeded) {

@@ -20,42 +20,51 @@
 //
 // A node is meant to hold tens of thousands of mostly idle sockets, so an
 // idle [Conn] is a small struct, one TCP connection and one goroutine
-// blocked reading the next frame header into a few bytes inside the Conn. No
-// buffer is held while idle: a pooled read buffer is taken when a frame
-// starts arriving and returned as soon as it is drained, and a message's
-// payload buffer is allocated when its header arrives (bounded by
+// blocked reading the first bytes of the next frame header into the Conn
+// itself. No buffer is held while idle: a pooled read buffer is taken when a
+// frame starts arriving and returned as soon as it is drained, and a
+// message's payload buffer is allocated when its header arrives (bounded by
 // [Config.MaxMessage], checked from the header before anything is read, and
 // grown as bytes actually arrive rather than trusting the declared length).
 //
+// The goroutine that waits on an idle socket is always a fresh one, with a 2
+// KiB stack: handling frames may grow a goroutine's stack, and the runtime
+// does not shrink a stack back to 2 KiB while its goroutine is parked in a
+// read, so after each burst of frames the reader hands the socket to a new
+// goroutine and exits.
+//
 // There is no writer goroutine while the outbound queue is empty: the first
-// frame queued starts one, which writes everything queued in batches
-// (writev) and exits when the queue is drained. Likewise the goroutine that
-// calls the Handler exists only while messages wait to be delivered. This
-// keeps an idle socket at one goroutine and makes [Conn.Send] a
-// non-blocking enqueue: the caller is typically a room executing wasm, which
-// must never wait for a client's TCP window.
+// frame queued starts one, which writes everything queued (small frames
+// gathered into one write) and exits when the queue is drained. Likewise
+// the goroutine that calls the Handler exists only while messages wait to be
+// delivered. So an idle socket has exactly one goroutine, and [Conn.Send] is
+// a non-blocking enqueue: the caller is typically a room executing wasm,
+// which must never wait for a client's TCP window.
 //
 // # Eviction policy
 //
 // Every socket has an outbound budget in frames and bytes
-// ([Config.OutboundFrames], [Config.OutboundBytes]) that counts everything
-// queued and not yet written. A send that would pass either budget does not
-// wait: the socket is evicted at once (queued frames are dropped, a close
-// frame with [abi.CloseSlowReader] is attempted under a short deadline, then
-// the TCP connection is closed) and the send returns [ErrSlowReader]. A
-// single write that takes longer than [Config.WriteTimeout] drops the socket
-// the same way. Each socket has its own queue and writer, so a slow client
-// slows no one else. A socket that sends nothing at all (not even a pong) for
-// twice the ping interval is closed as dead. Every eviction is counted by
-// reason in wasmkeep_socket_evictions_total.
+// ([Config.OutboundFrames], [Config.OutboundBytes]) over what is queued and
+// waiting for the writer (the batch being written is bounded by the write
+// timeout instead). A send that would pass either budget does not wait: the
+// socket is evicted at once (queued frames are dropped, a close frame with
+// [abi.CloseSlowReader] is attempted under a short deadline, then the TCP
+// connection is closed) and the send returns [ErrSlowReader]. A write that
+// takes longer than [Config.WriteTimeout] drops the socket the same way.
+// Each socket has its own queue and writer, so a slow client slows no one
+// else. A socket that sends nothing at all (not even a pong) for twice the
+// ping interval is closed as dead. Every eviction is counted by reason in
+// wasmkeep_socket_evictions_total.
 //
 // # Inbound order and the Handler
 //
-// Frames are read by the socket's reader goroutine; complete messages are
-// queued and delivered by a per-socket delivery goroutine, one at a time, in
-// wire order, followed by exactly one [Handler.OnClose]. A Handler that
-// blocks delays only its own socket's messages: the reader goes on answering
-// pings meanwhile, until [Config.InboundMessages] or [Config.InboundBytes]
-// are queued, at which point it stops reading (TCP backpressure) and the
-// socket is not counted as dead while it waits for the Handler.
+// Complete messages are delivered one at a time, in wire order, followed by
+// exactly one [Handler.OnClose], by a delivery goroutine that exists only
+// while messages wait: the reader that completes a message when none runs
+// becomes it, after handing reading over to a fresh goroutine. A Handler
+// that blocks therefore delays only its own socket's messages: the socket
+// goes on reading and answering pings meanwhile, until
+// [Config.InboundMessages] or [Config.InboundBytes] are queued; then it
+// stops reading (TCP backpressure), and it is not counted as dead while it
+// waits for the Handler.
 package socket

@@ -1,7 +1,6 @@
 package socket
 
 import (
-	"bufio"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -9,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -359,15 +357,4 @@ func eventually(t testing.TB, what string, cond func() bool) {
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
-}
-
-// readHTTPStatus reads the status line of a raw HTTP response.
-func readHTTPStatus(t testing.TB, conn net.Conn) string {
-	t.Helper()
-	conn.SetReadDeadline(time.Now().Add(waitTimeout))
-	line, err := bufio.NewReader(conn).ReadString('\n')
-	if err != nil {
-		t.Fatalf("read status line: %v", err)
-	}
-	return strings.TrimSpace(line)
 }

@@ -3,11 +3,11 @@ package socket
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -126,28 +126,32 @@ func (h *Hub) Upgrade(w http.ResponseWriter, r *http.Request, opts *UpgradeOptio
 		h.m.rejectBad.Inc()
 		return nil, fmt.Errorf("socket: upgrade: %w", err)
 	}
-	c := &Conn{
-		hub:      h,
-		conn:     nc,
-		id:       h.nextID.Add(1),
-		protocol: hs.Protocol,
-	}
-	if sc, ok := nc.(syscall.Conn); ok {
-		c.raw, _ = sc.SyscallConn()
-	}
-	c.space.L = &c.mu
-	c.lastSeen.Store(h.now())
+	c := h.register(nc, hs.Protocol)
 	// A client may send frames right behind its request; net/http may have
 	// read them into its buffer. Keep those bytes, drop the buffer.
 	if n := rw.Reader.Buffered(); n > 0 {
 		c.carry = make([]byte, n)
 		_, _ = rw.Reader.Read(c.carry)
 	}
+	return c, nil
+}
+
+// register makes a Conn for an upgraded connection and adds it to the
+// registry. The caller has reserved its slot in count.
+func (h *Hub) register(nc net.Conn, protocol string) *Conn {
+	c := &Conn{
+		hub:      h,
+		conn:     nc,
+		id:       h.nextID.Add(1),
+		protocol: protocol,
+	}
+	c.space.L = &c.mu
+	c.lastSeen.Store(h.now())
 	s := &h.shards[c.id%shardCount]
 	s.mu.Lock()
 	s.m[c.id] = c
 	s.mu.Unlock()
-	return c, nil
+	return c
 }
 
 // refuse writes the 503 answer to an upgrade the hub will not take.

@@ -901,3 +901,37 @@ func TestMetricNames(t *testing.T) {
 		}
 	}
 }
+
+func TestInboundBackpressureIsNotDeath(t *testing.T) {
+	rec := newRecorder(t, false)
+	release := make(chan struct{})
+	rec.block = func([]byte) { <-release }
+	const interval = 50 * time.Millisecond
+	s := newServer(t, Config{InboundMessages: 2, PingInterval: interval}, rec)
+	c := dial(t, s.url)
+	sc := s.conn(t)
+	const n = 10
+	for i := range n {
+		c.write(ws.OpBinary, true, []byte{byte(i)})
+	}
+	// The handler holds the first message, two wait in the queue, and the
+	// reader waits for room: it has read 4 of the 10.
+	eventually(t, "reader waiting", func() bool {
+		sc.mu.Lock()
+		defer sc.mu.Unlock()
+		return sc.readerWaiting
+	})
+	// Many ping intervals pass without a frame read from this client (it
+	// does not even answer pings): not dead, since the wait is ours.
+	p0 := s.hub.m.pingsSent.Get()
+	eventually(t, "six ping intervals", func() bool { return s.hub.m.pingsSent.Get() >= p0+6 })
+	if got := s.hub.m.evictDead.Get(); got != 0 {
+		t.Fatalf("socket closed as dead while waiting for its handler")
+	}
+	close(release)
+	for i := range n {
+		if e := rec.nextMsg(t); len(e.data) != 1 || int(e.data[0]) != i {
+			t.Fatalf("message %d: %v", i, e.data)
+		}
+	}
+}

@@ -1,0 +1,33 @@
+# wasmkeep tasks. `just --list` shows them.
+
+# Run a node with the example classes (built from source) on ./wasmkeep-data.
+demo *ARGS:
+    go run ./cmd/wasmkeep demo {{ARGS}}
+
+# The test suite, as CI runs it.
+test:
+    go test -race -timeout 20m ./...
+
+# Formatting, vet and staticcheck.
+check:
+    test -z "$(gofmt -l $(git ls-files '*.go'))" || (gofmt -l $(git ls-files '*.go'); exit 1)
+    go vet ./...
+    GOOS=wasip1 GOARCH=wasm go vet ./guest-sdk/... ./examples/...
+    go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
+
+# Benchmarks behind docs/PERFORMANCE.md.
+bench:
+    go test -run '^$' -bench . -benchtime 300x ./host/engine/ ./host/node/
+    go test -run '^$' -bench . ./host/snapshot/ ./host/store/
+
+# Build the example classes to ./build/*.wasm.
+wasm:
+    mkdir -p build
+    for ex in counter chat; do GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -trimpath -o build/$ex.wasm ./examples/$ex; done
+    ls -l build/*.wasm
+
+# Short fuzzing runs of every decoder.
+fuzz TIME="30s":
+    go test -run '^$' -fuzz FuzzDecode$ -fuzztime {{TIME}} ./host/snapshot/
+    go test -run '^$' -fuzz FuzzDecodeUnchecked -fuzztime {{TIME}} ./host/snapshot/
+    go test -run '^$' -fuzz FuzzRewrite -fuzztime {{TIME}} ./host/engine/wasmrw/
