@@ -31,10 +31,48 @@ type adminClient struct {
 
 func newAdminClient(c *cli.Context) *adminClient {
 	return &adminClient{
-		base:  strings.TrimRight(c.String("server"), "/"),
-		token: c.String("token"),
+		base:  strings.TrimRight(clientFlag(c, "server"), "/"),
+		token: clientFlag(c, "token"),
 		http:  &http.Client{Timeout: 5 * time.Minute},
 	}
+}
+
+// clientFlag reads a client flag from the innermost command it was given
+// to. Both `rooms` and `rooms hibernate` have the client flags, and
+// c.String alone would answer hibernate's default for
+// `wasmkeep rooms --server URL hibernate CLASS NAME`.
+func clientFlag(c *cli.Context, name string) string {
+	for _, x := range c.Lineage() {
+		if x.Command != nil && hasFlag(x.Command.Flags, name) && x.IsSet(name) {
+			return x.String(name)
+		}
+	}
+	return c.String(name)
+}
+
+func hasFlag(flags []cli.Flag, name string) bool {
+	for _, f := range flags {
+		for _, n := range f.Names() {
+			if n == name {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// usage is the error for wrong arguments: exit code 2 and the usage line.
+// urfave/cli stops reading flags at the first argument, so flags written
+// after the arguments arrive here as arguments: say so.
+func usage(c *cli.Context, line string) error {
+	msg := "usage: wasmkeep " + line
+	for _, a := range c.Args().Slice() {
+		if strings.HasPrefix(a, "-") {
+			msg += "\n(flags go before the arguments: " + a + ")"
+			break
+		}
+	}
+	return cli.Exit(msg, 2)
 }
 
 // do sends a request and decodes a JSON answer into out (if not nil). An
@@ -96,11 +134,11 @@ func classCommand() *cli.Command {
 				Flags:     clientFlags(),
 				Action: func(c *cli.Context) error {
 					if c.NArg() != 2 {
-						return cli.Exit("usage: wasmkeep class put NAME FILE.wasm", 2)
+						return usage(c, "class put [--server URL] NAME FILE.wasm")
 					}
 					wasm, err := os.ReadFile(c.Args().Get(1))
 					if err != nil {
-						return err
+						return fmt.Errorf("reading the module: %w", err)
 					}
 					var rec classRecord
 					if err := newAdminClient(c).do(http.MethodPut, "/admin/classes/"+url.PathEscape(c.Args().Get(0)), wasm, &rec); err != nil {
@@ -115,6 +153,9 @@ func classCommand() *cli.Command {
 				Usage: "list classes",
 				Flags: clientFlags(),
 				Action: func(c *cli.Context) error {
+					if c.NArg() != 0 {
+						return usage(c, "class list [--server URL]")
+					}
 					var recs []classRecord
 					if err := newAdminClient(c).do(http.MethodGet, "/admin/classes", nil, &recs); err != nil {
 						return err
@@ -134,7 +175,7 @@ func classCommand() *cli.Command {
 				Flags:     clientFlags(),
 				Action: func(c *cli.Context) error {
 					if c.NArg() != 1 {
-						return cli.Exit("usage: wasmkeep class rm NAME", 2)
+						return usage(c, "class rm [--server URL] NAME")
 					}
 					if err := newAdminClient(c).do(http.MethodDelete, "/admin/classes/"+url.PathEscape(c.Args().Get(0)), nil, nil); err != nil {
 						return err
@@ -161,6 +202,9 @@ func roomsCommand() *cli.Command {
 		Usage: "list rooms with their state and sockets",
 		Flags: clientFlags(),
 		Action: func(c *cli.Context) error {
+			if c.NArg() != 0 {
+				return usage(c, "rooms [--server URL]\n       wasmkeep rooms hibernate [--server URL] CLASS NAME")
+			}
 			var list []roomRecord
 			if err := newAdminClient(c).do(http.MethodGet, "/admin/rooms", nil, &list); err != nil {
 				return err
@@ -180,7 +224,7 @@ func roomsCommand() *cli.Command {
 				Flags:     clientFlags(),
 				Action: func(c *cli.Context) error {
 					if c.NArg() != 2 {
-						return cli.Exit("usage: wasmkeep rooms hibernate CLASS NAME", 2)
+						return usage(c, "rooms hibernate [--server URL] CLASS NAME")
 					}
 					path := "/admin/rooms/" + url.PathEscape(c.Args().Get(0)) + "/" + url.PathEscape(c.Args().Get(1)) + "/hibernate"
 					if err := newAdminClient(c).do(http.MethodPost, path, nil, nil); err != nil {

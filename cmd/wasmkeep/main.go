@@ -12,6 +12,15 @@ import (
 )
 
 func main() {
+	if err := newApp().Run(os.Args); err != nil {
+		fmt.Fprintln(os.Stderr, "wasmkeep:", err)
+		os.Exit(1)
+	}
+}
+
+// newApp is the command line: every command and flag (docs_test.go checks
+// docs/configuration.md against it).
+func newApp() *cli.App {
 	app := &cli.App{
 		Name:  "wasmkeep",
 		Usage: "a host for WebAssembly rooms that hibernate with their sockets open",
@@ -21,10 +30,36 @@ func main() {
 			classCommand(),
 			roomsCommand(),
 		},
+		// Without it urfave/cli answers an unknown command with "No help
+		// topic for ..." and exit code 3.
+		CommandNotFound: func(c *cli.Context, name string) {
+			parent := "wasmkeep"
+			if c.Command != nil && c.Command.Name != "" && c.Command.Name != parent {
+				parent += " " + c.Command.FullName()
+			}
+			cli.HandleExitCoder(cli.Exit(fmt.Sprintf("%s: unknown command %q (see %[1]s --help)", parent, name), 2))
+		},
 		EnableBashCompletion: true,
 	}
-	if err := app.Run(os.Args); err != nil {
-		fmt.Fprintln(os.Stderr, "wasmkeep:", err)
-		os.Exit(1)
+	app.OnUsageError = usageError("wasmkeep")
+	setUsageErrors("wasmkeep", app.Commands)
+	return app
+}
+
+// setUsageErrors makes a flag urfave/cli cannot parse (unknown, or a value
+// that does not parse, from the command line or the environment) exit with
+// code 2 and one line on stderr, like the commands' other usage errors,
+// rather than code 1 and the whole help on stdout.
+func setUsageErrors(parent string, cmds []*cli.Command) {
+	for _, cmd := range cmds {
+		name := parent + " " + cmd.Name
+		cmd.OnUsageError = usageError(name)
+		setUsageErrors(name, cmd.Subcommands)
+	}
+}
+
+func usageError(name string) cli.OnUsageErrorFunc {
+	return func(_ *cli.Context, err error, _ bool) error {
+		return cli.Exit(fmt.Sprintf("%s: %v (see %[1]s --help)", name, err), 2)
 	}
 }

@@ -62,15 +62,17 @@ func serveCommand() *cli.Command {
 	}
 }
 
+// nodeConfig reads the node's flags. A value it refuses is wrong usage:
+// exit code 2, before anything is done.
 func nodeConfig(c *cli.Context) (node.Config, error) {
 	logger, err := newLogger(c.String("log-level"), c.String("log-format"))
+	if err == nil {
+		err = checkLimits(c)
+	}
 	if err != nil {
-		return node.Config{}, err
+		return node.Config{}, cli.Exit("wasmkeep: "+err.Error(), 2)
 	}
 	mem := c.Int("max-room-memory")
-	if mem < 1 || mem > 4096 {
-		return node.Config{}, fmt.Errorf("--max-room-memory must be 1–4096 MiB, not %d", mem)
-	}
 	eventTimeout := c.Duration("event-timeout")
 	if eventTimeout == 0 {
 		eventTimeout = -1
@@ -107,6 +109,34 @@ func nodeConfig(c *cli.Context) (node.Config, error) {
 	}, nil
 }
 
+// checkLimits refuses values the node would not take as written: the
+// packages below read zero and negative limits as "the default" (and the
+// engine a negative response limit as "refuse every response"), so
+// --max-sockets 0 or --idle-timeout 0 would silently mean 50000 or 10s.
+func checkLimits(c *cli.Context) error {
+	if mem := c.Int("max-room-memory"); mem < 1 || mem > 4096 {
+		return fmt.Errorf("--max-room-memory must be 1–4096 MiB, not %d", mem)
+	}
+	for _, name := range []string{"max-resident", "max-module-size", "max-response", "max-message", "max-sockets", "mailbox-size"} {
+		if v := c.Int(name); v < 1 {
+			return fmt.Errorf("--%s must be at least 1, not %d", name, v)
+		}
+	}
+	if v := c.Int64("max-body"); v < 1 {
+		return fmt.Errorf("--max-body must be at least 1, not %d", v)
+	}
+	if v := c.Int("pool-size"); v < 0 {
+		return fmt.Errorf("--pool-size must be 0 (no pool) or more, not %d", v)
+	}
+	if v := c.Duration("idle-timeout"); v <= 0 {
+		return fmt.Errorf("--idle-timeout must be more than 0, not %s", v)
+	}
+	if v := c.Duration("event-timeout"); v < 0 {
+		return fmt.Errorf("--event-timeout must be 0 (no limit) or more, not %s", v)
+	}
+	return nil
+}
+
 // run serves until SIGINT or SIGTERM, then stops cleanly. preload runs once
 // the node is up (the demo uploads its classes there).
 func run(ctx context.Context, cfg node.Config, preload func(*node.Node) error) error {
@@ -131,7 +161,7 @@ func run(ctx context.Context, cfg node.Config, preload func(*node.Node) error) e
 func newLogger(level, format string) (*slog.Logger, error) {
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("--log-level: %w", err)
+		return nil, fmt.Errorf("--log-level must be debug, info, warn or error, not %q", level)
 	}
 	opts := &slog.HandlerOptions{Level: lvl}
 	switch format {

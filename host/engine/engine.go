@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tetratelabs/wazero"
@@ -63,7 +64,7 @@ func (c Config) withDefaults() Config {
 	if c.EventTimeout == 0 {
 		c.EventTimeout = 10 * time.Second
 	}
-	if c.MaxResponseBytes == 0 {
+	if c.MaxResponseBytes <= 0 {
 		c.MaxResponseBytes = 16 << 20
 	}
 	if c.PoolSize == 0 {
@@ -137,7 +138,11 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 		}
 		e.provided[name] = fns
 	}
-	go e.watchdog()
+	if cfg.EventTimeout > 0 {
+		go e.watchdog()
+	} else {
+		close(e.done)
+	}
 	return e, nil
 }
 
@@ -178,9 +183,6 @@ func (e *Engine) watchdog() {
 		}
 		now := e.nanotime()
 		limit := int64(e.cfg.EventTimeout)
-		if limit <= 0 {
-			continue
-		}
 		e.mu.Lock()
 		for inst := range e.live {
 			if s := inst.callStart.Load(); s != 0 && now-s > limit {
@@ -240,8 +242,12 @@ type Class struct {
 	// initial is a blank instance's memory: snapshots leave out the chunks
 	// that still equal it, since a restore starts from a blank instance.
 	initial   []byte
-	dirty     []bool // chunk i of initial holds non-zero bytes
+	dirty     []bool // page i of initial holds non-zero bytes
 	dirtyOnce sync.Once
+
+	// memoryHint is the memory size, in bytes, the class's rooms had at
+	// their latest restore or capture; new instances reserve that much.
+	memoryHint atomic.Uint64
 
 	pool     chan *Instance
 	refill   chan struct{}
@@ -441,15 +447,15 @@ func (c *Class) markDirty(inst *Instance) {
 	c.dirtyOnce.Do(func() {
 		view, _ := inst.mem.Read(0, inst.mem.Size())
 		c.initial = bytes.Clone(view)
-		c.dirty = make([]bool, (len(view)+chunkSize-1)/chunkSize)
+		c.dirty = make([]bool, (len(view)+pageSize-1)/pageSize)
 		for i := range c.dirty {
-			end := min((i+1)*chunkSize, len(view))
-			c.dirty[i] = !isZero(view[i*chunkSize : end])
+			end := min((i+1)*pageSize, len(view))
+			c.dirty[i] = !isZero(view[i*pageSize : end])
 		}
 	})
 }
 
-func (c *Class) isDirty(chunk int) bool { return chunk < len(c.dirty) && c.dirty[chunk] }
+func (c *Class) isDirty(page int) bool { return page < len(c.dirty) && c.dirty[page] }
 
 // blank returns an instantiated instance on which nothing has run, from the
 // pool when one is ready.

@@ -18,7 +18,10 @@ import (
 	"github.com/wasmkeep/wasmkeep/host/snapshot"
 )
 
-const chunkSize = snapshot.ChunkSize
+const (
+	chunkSize = snapshot.ChunkSize
+	pageSize  = snapshot.PageSize
+)
 
 // Host is what an instance's host functions act on: the room it runs as.
 // Byte slices passed to Host methods alias guest memory and are valid only
@@ -102,7 +105,7 @@ func (c *Class) instantiate(ctx context.Context) (*Instance, error) {
 		WithRandSource(rand.Reader).
 		WithStdout(inst.out.stream("stdout")).
 		WithStderr(inst.out.stream("stderr"))
-	mod, err := e.rt.InstantiateModule(inst.ctx, c.compiled, cfg)
+	mod, err := e.rt.InstantiateModule(c.withMemory(inst.ctx), c.compiled, cfg)
 	if err != nil {
 		inst.cancel()
 		return nil, err
@@ -213,6 +216,7 @@ func (i *Instance) load(snap *snapshot.Snapshot) error {
 	if err := snap.ReadMemory(view, i.class.isDirty); err != nil {
 		return err
 	}
+	i.class.memoryHint.Store(uint64(snap.MemorySize))
 	for n, g := range i.globals {
 		if !i.class.mutable[n] {
 			if g.Get() != snap.Globals[n] {
@@ -235,6 +239,7 @@ func (i *Instance) Capture(enc *snapshot.Encoder, dst []byte, roomState []byte) 
 	if !ok {
 		return nil, errors.New("memory view out of range")
 	}
+	i.class.memoryHint.Store(uint64(len(view)))
 	h := snapshot.Header{
 		ModuleHash:   i.class.Hash,
 		ABI:          uint32(i.class.ABI),
@@ -386,4 +391,4 @@ const wasmrwStartExport = "__wk_start"
 // minInbox is the smallest region the host asks wasmkeep_alloc for.
 const minInbox = 4096
 
-func isZero(b []byte) bool { return snapshot.IsZeroChunk(b) }
+func isZero(b []byte) bool { return snapshot.IsZero(b) }

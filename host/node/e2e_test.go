@@ -438,3 +438,19 @@ func TestClockContinuesAcrossHibernationAndRestart(t *testing.T) {
 		t.Fatalf("crypto/rand repeated: %q %q", r1, r2)
 	}
 }
+
+// TestHibernateUnknownRoom: the admin API says so when asked to hibernate a
+// room that does not exist.
+func TestHibernateUnknownRoom(t *testing.T) {
+	n := startNode(t, Config{})
+	putClass(t, n, "counter", "./examples/counter")
+	if r := do(t, "POST", n.URL()+"/admin/rooms/counter/nosuch/hibernate", nil); r.Status != 404 || !strings.Contains(r.Body, "no such room") {
+		t.Fatalf("unknown room: %d %s", r.Status, r.Body)
+	}
+	expect(t, 200, "POST", n.URL()+"/actor/counter/x", nil)
+	hibernate(t, n, "counter", "x")
+	stop(t, n)
+	// After a restart the room exists only in the bucket: still known.
+	n = startNode(t, Config{DataDir: n.cfg.DataDir})
+	expect(t, 200, "POST", n.URL()+"/admin/rooms/counter/x/hibernate", nil)
+}

@@ -264,14 +264,22 @@ func (m *Manager) sweeper() {
 	}
 }
 
+// ErrUnknownRoom: no such room, in memory or in the bucket.
+var ErrUnknownRoom = errors.New("no such room")
+
 // Hibernate puts a room to sleep now and waits until it is done. A room
-// that is not resident is left as it is.
+// that is already hibernated is left as it is; one the node has never seen
+// is ErrUnknownRoom.
 func (m *Manager) Hibernate(ctx context.Context, key Key) error {
 	m.mu.Lock()
 	r := m.rooms[key]
 	m.mu.Unlock()
 	if r == nil {
-		return nil
+		_, _, err := m.bucket.Get(ctx, key.snapshotKey())
+		if errors.Is(err, store.ErrNotFound) {
+			return fmt.Errorf("%w: %s", ErrUnknownRoom, key)
+		}
+		return err
 	}
 	done := make(chan error, 1)
 	r.requestHibernate(reasonAdmin, done)

@@ -94,7 +94,11 @@ func (s *Server) hibernateRoom(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := s.rooms.Hibernate(r.Context(), key); err != nil {
-		jsonError(w, http.StatusInternalServerError, err.Error())
+		status := http.StatusInternalServerError
+		if errors.Is(err, rooms.ErrUnknownRoom) {
+			status = http.StatusNotFound
+		}
+		jsonError(w, status, err.Error())
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"class": key.Class, "name": key.Name, "state": string(rooms.StateHibernated)})

@@ -23,7 +23,7 @@ func (s *Server) upgrade(w http.ResponseWriter, r *http.Request, key rooms.Key, 
 		textError(w, http.StatusNotFound, "this class does not accept WebSockets")
 		return
 	}
-	open := &abi.SocketOpen{Path: below, Query: r.URL.RawQuery, Headers: headersOf(r.Header, r.Host), Remote: r.RemoteAddr}
+	open := &abi.SocketOpen{Path: below, Query: r.URL.RawQuery, Headers: upgradeHeaders(r.Header, r.Host), Remote: r.RemoteAddr}
 	if len(open.Headers) > abi.MaxHeaderCount {
 		textError(w, http.StatusRequestHeaderFieldsTooLarge, "too many header lines")
 		return
@@ -45,6 +45,22 @@ func (s *Server) upgrade(w http.ResponseWriter, r *http.Request, key rooms.Key, 
 		return
 	}
 	conn.Start(socketEvents{sock})
+}
+
+// handshakeOnly are upgrade headers that mean nothing once the handshake is
+// done; leaving them out of the open record saves memory on every socket the
+// room keeps (the record is replayed if the room rolls back).
+var handshakeOnly = map[string]bool{"Sec-Websocket-Key": true, "Sec-Websocket-Version": true, "Sec-Websocket-Extensions": true}
+
+func upgradeHeaders(h http.Header, host string) []abi.Header {
+	hs := headersOf(h, host)
+	out := hs[:0]
+	for _, x := range hs {
+		if !handshakeOnly[x.Name] {
+			out = append(out, x)
+		}
+	}
+	return out
 }
 
 // socketConn adapts a socket.Conn to what rooms send through.

@@ -2,12 +2,14 @@
 // to restore its instance (module hash, ABI version, globals, the guest's
 // monotonic clock), the host-side room state, and its linear memory.
 //
-// Memory is cut into 64 KiB chunks. A chunk that is all zeros, or that still
-// holds what a fresh instance of the module starts with (its data segments,
-// mostly), is stored as nothing at all; the others are compressed one by
-// one, so that a decoder can inflate each chunk straight into a fresh
-// instance's memory (no intermediate copy of the whole image) and leave the
-// other chunks, and their pages, untouched. The
+// Memory is cut into 64 KiB chunks of sixteen 4 KiB pages. A page that is
+// all zeros, or that still holds what a fresh instance of the module starts
+// with (its data segments, mostly), is stored as nothing but a bit in its
+// chunk's masks; the other pages of a chunk are compressed together. A
+// decoder restores into a fresh instance's memory, so it writes only the
+// stored pages (and clears zero pages where the fresh memory is not zero):
+// the work, and the pages the process touches, follow what the room changed,
+// not the size of its memory. The
 // whole encoding ends with a CRC-32C so that a torn or corrupted object is an
 // error, never a room that wakes with garbage in its heap.
 //
@@ -20,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"math/bits"
 	"sync"
 
 	"github.com/klauspost/compress/s2"
@@ -29,8 +32,14 @@ import (
 // ChunkSize is the unit in which memory is stored: the wasm page size.
 const ChunkSize = 64 << 10
 
+// PageSize is the granularity at which a chunk's pages are told apart as
+// zero, unchanged from the base, or stored.
+const PageSize = 4 << 10
+
+const pagesPerChunk = ChunkSize / PageSize
+
 // magic begins every snapshot; its last byte is the format version.
-var magic = [8]byte{'W', 'K', 'S', 'N', 'A', 'P', 0, 1}
+var magic = [8]byte{'W', 'K', 'S', 'N', 'A', 'P', 0, 2}
 
 // Codec names how chunks are compressed.
 type Codec uint8
@@ -95,17 +104,16 @@ type Snapshot struct {
 	// MemorySize is the linear memory's size in bytes.
 	MemorySize uint32
 	codec      Codec
-	chunks     [][]byte // nil for a zero chunk, baseChunk for one equal to the base
+	chunks     []chunk
 }
 
-// In the chunk table, a chunk's stored length, or one of these.
-const (
-	zeroLen = 0
-	baseLen = 0xFFFFFFFF
-)
-
-// baseChunk marks a chunk equal to the base image.
-var baseChunk = []byte{}
+// chunk is one 64 KiB chunk as stored: which pages are stored (their bytes
+// compressed together in data, in page order), which equal the base, and
+// (neither) which are zero.
+type chunk struct {
+	stored, base uint16
+	data         []byte
+}
 
 // Encoder compresses snapshots. It is safe for concurrent use.
 type Encoder struct {
@@ -153,23 +161,42 @@ func (e *Encoder) Encode(dst []byte, h *Header, mem, base []byte) ([]byte, error
 	dst = appendBytes(dst, h.RoomState)
 	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(mem)/ChunkSize))
 
-	// The chunk table holds each chunk's stored length; it is filled in
-	// after the chunks are compressed behind it.
+	// The chunk table holds, per chunk, the stored length and the stored
+	// and base page masks; it is filled in as the chunks are compressed
+	// behind it.
 	nchunks := len(mem) / ChunkSize
 	table := len(dst)
-	dst = append(dst, make([]byte, 4*nchunks)...)
+	dst = append(dst, make([]byte, 8*nchunks)...)
+	var scratch []byte
 	for i := 0; i < nchunks; i++ {
-		chunk := mem[i*ChunkSize : (i+1)*ChunkSize]
-		if (i+1)*ChunkSize <= len(base) && bytes.Equal(chunk, base[i*ChunkSize:(i+1)*ChunkSize]) {
-			binary.LittleEndian.PutUint32(dst[table+4*i:], baseLen)
+		var stored, same uint16
+		scratch = scratch[:0]
+		whole := mem[i*ChunkSize : (i+1)*ChunkSize]
+		for p := 0; p < pagesPerChunk; p++ {
+			off := i*ChunkSize + p*PageSize
+			page := mem[off : off+PageSize]
+			switch {
+			case off+PageSize <= len(base) && bytes.Equal(page, base[off:off+PageSize]):
+				same |= 1 << p
+			case isZero(page):
+			default:
+				stored |= 1 << p
+				scratch = append(scratch, page...)
+			}
+		}
+		ent := dst[table+8*i:]
+		binary.LittleEndian.PutUint16(ent[4:], stored)
+		binary.LittleEndian.PutUint16(ent[6:], same)
+		if stored == 0 {
 			continue
 		}
-		if isZero(chunk) {
-			continue
+		src := scratch
+		if stored == 0xFFFF {
+			src = whole
 		}
 		before := len(dst)
-		dst = e.compress(dst, chunk)
-		binary.LittleEndian.PutUint32(dst[table+4*i:], uint32(len(dst)-before))
+		dst = e.compress(dst, src)
+		binary.LittleEndian.PutUint32(dst[table+8*i:], uint32(len(dst)-before))
 	}
 	return binary.LittleEndian.AppendUint32(dst, crc32.Checksum(dst[start:], castagnoli)), nil
 }
@@ -220,30 +247,29 @@ func Decode(b []byte) (*Snapshot, error) {
 	}
 	s.RoomState = d.bytes(maxRoomState)
 	nchunks := d.u32()
-	if uint64(nchunks)*ChunkSize > maxMemory || uint64(nchunks)*4 > uint64(len(d.b)) {
+	if uint64(nchunks)*ChunkSize > maxMemory || uint64(nchunks)*8 > uint64(len(d.b)) {
 		return nil, fmt.Errorf("%w: %d chunks", ErrCorrupt, nchunks)
 	}
 	s.MemorySize = nchunks * ChunkSize
+	s.chunks = make([]chunk, nchunks)
 	lens := make([]uint32, nchunks)
-	for i := range lens {
+	for i := range s.chunks {
 		lens[i] = d.u32()
+		s.chunks[i].stored = d.u16()
+		s.chunks[i].base = d.u16()
 	}
 	if d.bad {
 		return nil, ErrCorrupt
 	}
-	s.chunks = make([][]byte, nchunks)
 	for i, n := range lens {
-		switch n {
-		case zeroLen:
-			continue
-		case baseLen:
-			s.chunks[i] = baseChunk
-			continue
+		c := &s.chunks[i]
+		if c.stored&c.base != 0 || (n == 0) != (c.stored == 0) {
+			return nil, fmt.Errorf("%w: chunk %d has inconsistent masks", ErrCorrupt, i)
 		}
 		if uint64(n) > uint64(len(d.b)) {
 			return nil, fmt.Errorf("%w: chunk %d past the end", ErrCorrupt, i)
 		}
-		s.chunks[i], d.b = d.b[:n:n], d.b[n:]
+		c.data, d.b = d.b[:n:n], d.b[n:]
 	}
 	if len(d.b) != 0 {
 		return nil, fmt.Errorf("%w: %d trailing bytes", ErrCorrupt, len(d.b))
@@ -251,72 +277,93 @@ func Decode(b []byte) (*Snapshot, error) {
 	return s, nil
 }
 
-// Chunks reports how many chunks the memory has, how many are stored, and
-// how many are equal to the base image.
-func (s *Snapshot) Chunks() (total, stored, base int) {
+// Pages reports how many 4 KiB pages the memory has, how many are stored,
+// and how many are equal to the base image (the rest are zero).
+func (s *Snapshot) Pages() (total, stored, base int) {
 	for _, c := range s.chunks {
-		switch {
-		case c == nil:
-		case len(c) == 0:
-			base++
-		default:
-			stored++
-		}
+		stored += bits.OnesCount16(c.stored)
+		base += bits.OnesCount16(c.base)
 	}
-	return len(s.chunks), stored, base
+	return len(s.chunks) * pagesPerChunk, stored, base
 }
 
 // ReadMemory inflates the memory into dst, which must be exactly
 // MemorySize bytes and already hold the base image the snapshot was encoded
-// against (a fresh instance's memory does): chunks equal to the base are
-// left as they are. Zero chunks are written only where dirty(i) says dst's
-// chunk i may hold non-zero bytes (nil dirty: every chunk is cleared); this
-// keeps the pages of a fresh instance that are zero in both untouched.
-func (s *Snapshot) ReadMemory(dst []byte, dirty func(chunk int) bool) error {
+// against (a fresh instance's memory does): pages equal to the base are left
+// as they are. Zero pages are cleared only where dirty(page) says dst's page
+// may hold non-zero bytes (nil dirty: every zero page is cleared), so the
+// pages of a fresh instance that are zero in both stay untouched.
+func (s *Snapshot) ReadMemory(dst []byte, dirty func(page int) bool) error {
 	if uint64(len(dst)) != uint64(s.MemorySize) {
 		return fmt.Errorf("%w: have %d bytes, snapshot has %d", ErrMemorySize, len(dst), s.MemorySize)
 	}
-	for i, c := range s.chunks {
+	var scratch *[ChunkSize]byte
+	defer func() {
+		if scratch != nil {
+			scratchPool.Put(scratch)
+		}
+	}()
+	for i := range s.chunks {
+		c := &s.chunks[i]
 		out := dst[i*ChunkSize : (i+1)*ChunkSize : (i+1)*ChunkSize]
-		if c == nil {
-			if dirty == nil || dirty(i) {
-				clear(out)
+		for p := 0; p < pagesPerChunk; p++ {
+			if (c.stored|c.base)&(1<<p) == 0 && (dirty == nil || dirty(i*pagesPerChunk+p)) {
+				clear(out[p*PageSize : (p+1)*PageSize])
+			}
+		}
+		if c.stored == 0 {
+			continue
+		}
+		n := bits.OnesCount16(c.stored) * PageSize
+		if c.stored == 0xFFFF {
+			if err := s.inflate(out, c.data); err != nil {
+				return fmt.Errorf("%w: chunk %d: %v", ErrCorrupt, i, err)
 			}
 			continue
 		}
-		if len(c) == 0 {
-			continue // equal to the base, which dst holds
+		if scratch == nil {
+			scratch = scratchPool.Get().(*[ChunkSize]byte)
 		}
-		if err := s.inflate(out, c); err != nil {
+		if err := s.inflate(scratch[:n:n], c.data); err != nil {
 			return fmt.Errorf("%w: chunk %d: %v", ErrCorrupt, i, err)
+		}
+		src := scratch[:n]
+		for p := 0; p < pagesPerChunk; p++ {
+			if c.stored&(1<<p) != 0 {
+				copy(out[p*PageSize:(p+1)*PageSize], src[:PageSize])
+				src = src[PageSize:]
+			}
 		}
 	}
 	return nil
 }
 
+var scratchPool = sync.Pool{New: func() any { return new([ChunkSize]byte) }}
+
+// inflate decompresses c into out, which it must fill exactly.
 func (s *Snapshot) inflate(out, c []byte) error {
 	var got []byte
 	var err error
 	switch s.codec {
 	case Raw:
-		if len(c) != ChunkSize {
-			return errors.New("raw chunk of wrong size")
+		if len(c) != len(out) {
+			return errors.New("stored pages of the wrong size")
 		}
 		copy(out, c)
 		return nil
 	case Zstd:
 		got, err = zstdDecoder().DecodeAll(c, out[:0])
 	case S2:
-		if n, e := s2.DecodedLen(c); e != nil || n != ChunkSize {
-			return errors.New("chunk of wrong size")
+		if n, e := s2.DecodedLen(c); e != nil || n != len(out) {
+			return errors.New("stored pages of the wrong size")
 		}
 		got, err = s2.Decode(out, c)
 	}
 	if err != nil {
 		return err
 	}
-	if len(got) != ChunkSize || &got[0] != &out[0] {
-		return errors.New("chunk of wrong size")
+	if len(got) != len(out) || &got[0] != &out[0] {
+		return errors.New("stored pages of the wrong size")
 	}
 	return nil
 }
@@ -350,9 +397,9 @@ func isZero(b []byte) bool {
 	return true
 }
 
-// IsZeroChunk reports whether b holds only zeros. Exported for callers that
+// IsZero reports whether b holds only zeros. Exported for callers that
 // build the dirty map of a fresh instance.
-func IsZeroChunk(b []byte) bool { return isZero(b) }
+func IsZero(b []byte) bool { return isZero(b) }
 
 func grow(b []byte, n int) []byte {
 	if cap(b)-len(b) >= n {
@@ -380,6 +427,16 @@ func (d *decoder) u8() uint8 {
 	}
 	v := d.b[0]
 	d.b = d.b[1:]
+	return v
+}
+
+func (d *decoder) u16() uint16 {
+	if d.bad || len(d.b) < 2 {
+		d.bad = true
+		return 0
+	}
+	v := binary.LittleEndian.Uint16(d.b)
+	d.b = d.b[2:]
 	return v
 }
 

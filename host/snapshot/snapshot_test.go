@@ -73,9 +73,11 @@ func TestRoundTrip(t *testing.T) {
 					t.Fatalf("global %d: %d != %d", i, s.Globals[i], h.Globals[i])
 				}
 			}
-			total, stored, _ := s.Chunks()
-			if total != 9 || stored != 6 {
-				t.Fatalf("chunks total=%d stored=%d, want 9 and 6", total, stored)
+			// testMemory: chunks 0, 4, 8 are zero; 1, 5 compressible;
+			// 2, 6 sparse; 3, 7 random: every page of those is stored.
+			total, stored, _ := s.Pages()
+			if total != 9*16 || stored != 6*16 {
+				t.Fatalf("pages total=%d stored=%d, want %d and %d", total, stored, 9*16, 6*16)
 			}
 			// Restore into garbage: zero chunks must be cleared when dirty.
 			dst := bytes.Repeat([]byte{0xAA}, len(mem))
@@ -98,12 +100,13 @@ func TestReadMemorySkipsCleanChunks(t *testing.T) {
 		t.Fatal(err)
 	}
 	dst := bytes.Repeat([]byte{0xAA}, len(mem))
-	if err := s.ReadMemory(dst, func(int) bool { return false }); err != nil {
+	if err := s.ReadMemory(dst, func(page int) bool { return page == 1 }); err != nil {
 		t.Fatal(err)
 	}
-	// Chunk 0 is zero in the snapshot and declared clean: left untouched.
-	if dst[0] != 0xAA {
-		t.Fatal("a clean zero chunk was written")
+	// Chunk 0 is zero in the snapshot; its page 1 is declared dirty and
+	// cleared, the others are clean and left untouched.
+	if dst[0] != 0xAA || dst[PageSize] != 0 || dst[2*PageSize] != 0xAA {
+		t.Fatalf("zero pages: %x %x %x", dst[0], dst[PageSize], dst[2*PageSize])
 	}
 	if !bytes.Equal(dst[ChunkSize:], mem[ChunkSize:]) {
 		t.Fatal("stored chunks differ")
@@ -115,7 +118,8 @@ func TestBaseChunksAreNotStored(t *testing.T) {
 	base := testMemory(6, 2)
 	mem := bytes.Clone(base)
 	mem = append(mem, make([]byte, 2*ChunkSize)...) // grown, zero
-	mem[3*ChunkSize+17] ^= 1                        // one chunk changed
+	mem[3*ChunkSize+17] ^= 1                        // one page changed
+	clear(mem[5*ChunkSize+PageSize : 5*ChunkSize+2*PageSize])
 	copy(mem[7*ChunkSize:], "grown and written")
 	b, err := enc.Encode(nil, testHeader(), mem, base)
 	if err != nil {
@@ -125,10 +129,11 @@ func TestBaseChunksAreNotStored(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	total, stored, same := s.Chunks()
-	// Chunks 1, 2 and 5 equal the base (0 and 4 are zero in both: counted
-	// as base too, since the base is checked first); 3 and 7 are stored.
-	if total != 8 || stored != 2 || same != 5 {
+	total, stored, same := s.Pages()
+	// Stored: the changed page of chunk 3 and the written page of chunk 7.
+	// Zero: the cleared page of chunk 5 and chunks 6–7's other pages. The
+	// rest equals the base (zero pages of the base count as base).
+	if total != 8*16 || stored != 2 || same != 6*16-2 {
 		t.Fatalf("total=%d stored=%d base=%d", total, stored, same)
 	}
 	dst := append(bytes.Clone(base), make([]byte, 2*ChunkSize)...)
@@ -179,7 +184,7 @@ func FuzzDecode(f *testing.F) {
 		b, _ := enc.Encode(nil, testHeader(), testMemory(2, 5), nil)
 		f.Add(b)
 	}
-	f.Add([]byte("WKSNAP\x00\x01"))
+	f.Add([]byte("WKSNAP\x00\x02"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		s, err := Decode(b)
 		if err != nil {

@@ -1,0 +1,155 @@
+//go:build linux
+
+package node
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/wasmkeep/wasmkeep/host/rooms"
+	"github.com/wasmkeep/wasmkeep/host/socket"
+	"github.com/wasmkeep/wasmkeep/internal/wstest"
+)
+
+// The clients of TestIdleSocketMemory run in a child process (this test
+// binary, running TestHelperSocketClients), so that only the node is measured.
+const (
+	envClientURLs = "WASMKEEP_NODE_TEST_CLIENT_URLS"
+	envClientN    = "WASMKEEP_NODE_TEST_CLIENT_N"
+)
+
+func raiseFileLimit(t testing.TB) uint64 {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	lim.Cur = lim.Max
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	return lim.Cur
+}
+
+type memSample struct{ heap, stack, rss uint64 }
+
+func sampleMemory(t testing.TB) memSample {
+	runtime.GC()
+	runtime.GC()
+	debug.FreeOSMemory()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	b, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pages, _ := strconv.ParseUint(strings.Fields(string(b))[1], 10, 64)
+	return memSample{ms.HeapInuse, ms.StackInuse, pages * uint64(os.Getpagesize())}
+}
+
+// TestIdleSocketMemory measures what an idle socket costs the node with its
+// room hibernated: the socket layer's part and the room layer's (the
+// room's record of the socket and its open event, kept to replay it after a
+// rollback). 10,000 sockets over 100 chat rooms; the figure goes to
+// docs/PERFORMANCE.md.
+func TestIdleSocketMemory(t *testing.T) {
+	if testing.Short() || raceEnabled {
+		t.Skip("opens 10,000 sockets; skipped under -short and -race")
+	}
+	const rooms_ = 100
+	n := 10000
+	if limit := raiseFileLimit(t); limit < uint64(n)+500 {
+		n = int(limit) - 500
+	}
+	node := startNode(t, Config{Sockets: socket.Config{PingInterval: time.Hour, MaxSockets: n + 10}})
+	putClass(t, node, "chat", "./examples/chat")
+	var urls []string
+	for i := range rooms_ {
+		// Wake each room once so the class and pool are warm before the
+		// baseline, then put it back to sleep.
+		expect(t, 200, "GET", fmt.Sprintf("%s/actor/chat/r%d", node.URL(), i), nil)
+		urls = append(urls, fmt.Sprintf("%s/actor/chat/r%d", node.URL(), i))
+		if err := node.Rooms.Hibernate(context.Background(), rooms.Key{Class: "chat", Name: fmt.Sprint("r", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := sampleMemory(t)
+
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperSocketClients$", "-test.count=1")
+	cmd.Env = append(os.Environ(), envClientURLs+"="+strings.Join(urls, " "), envClientN+"="+strconv.Itoa(n))
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stdin.Close(); cmd.Wait() })
+	lines := bufio.NewScanner(stdout)
+	for lines.Scan() && lines.Text() != "ready" {
+	}
+	waitFor(t, "every socket open", func() bool { return node.Hub.Count() == n })
+	waitFor(t, "every open event delivered", func() bool {
+		return metric(t, node, `wasmkeep_room_events_total{kind="socket_open"}`) == float64(n)
+	})
+	for i := range rooms_ {
+		if err := node.Rooms.Hibernate(context.Background(), rooms.Key{Class: "chat", Name: fmt.Sprint("r", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if c := node.Rooms.Counts(); c.Resident != 0 || c.HibernatedWithSockets != rooms_ {
+		t.Fatalf("rooms not all hibernated with sockets: %+v", c)
+	}
+	after := sampleMemory(t)
+	per := func(a, b uint64) float64 { return (float64(a) - float64(b)) / float64(n) }
+	heap, stack, rss := per(after.heap, before.heap), per(after.stack, before.stack), per(after.rss, before.rss)
+	t.Logf("%d idle sockets over %d hibernated rooms, node side, per socket: heap %.0f B + stack %.0f B = %.0f B; RSS %.0f B",
+		n, rooms_, heap, stack, heap+stack, rss)
+	// A loose bound, well above the measured figure, so a leak or a buffer
+	// kept per idle socket shows up here.
+	if heap+stack > 8192 {
+		t.Errorf("an idle socket costs %.0f B of heap and stack", heap+stack)
+	}
+}
+
+// TestHelperSocketClients is the client side of TestIdleSocketMemory.
+func TestHelperSocketClients(t *testing.T) {
+	urls := strings.Fields(os.Getenv(envClientURLs))
+	if len(urls) == 0 {
+		t.Skip("helper process for TestIdleSocketMemory")
+	}
+	n, _ := strconv.Atoi(os.Getenv(envClientN))
+	raiseFileLimit(t)
+	clients := make([]*wstest.Client, n)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				c, err := wstest.DialErr(urls[i%len(urls)], nil)
+				if err != nil {
+					fmt.Fprintf(os.Stderr, "dial %d: %v\n", i, err)
+					os.Exit(2)
+				}
+				clients[i] = c
+			}
+		})
+	}
+	wg.Wait()
+	fmt.Println("ready")
+	bufio.NewScanner(os.Stdin).Scan() // hold the sockets until the parent is done
+}

@@ -1,0 +1,7 @@
+//go:build race
+
+package node
+
+// raceEnabled reports a -race build, which caps live goroutines at 8128 and
+// multiplies memory use: the memory measurement skips under it.
+const raceEnabled = true
