@@ -15,9 +15,14 @@ check:
     GOOS=wasip1 GOARCH=wasm go vet ./guest-sdk/... ./examples/...
     go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 
-# Benchmarks behind docs/PERFORMANCE.md.
+# Benchmarks behind docs/PERFORMANCE.md (the commands its tables give).
 bench:
-    go test -run '^$' -bench . -benchtime 300x ./host/engine/ ./host/node/
+    go test -run '^$' -bench 'Wake|Hibernate' -benchtime 1000x -count 3 ./host/node/
+    go test -run '^$' -bench 'Restore|Event|Capture' -benchtime 3000x -count 3 ./host/engine/
+    go test -run '^$' -bench 'Compile' -benchtime 5x ./host/engine/
+    go test -run '^$' -bench 'Interpreter' -benchtime 2000x ./host/engine/
+    go test -run 'TestIdleSocketMemory' -count 1 -v ./host/node/ ./host/socket/
+    go test -run '^$' -bench Echo -count 2 ./host/socket/
     go test -run '^$' -bench . ./host/snapshot/ ./host/store/
 
 # Build the example classes to ./build/*.wasm.

@@ -260,6 +260,82 @@ func BenchmarkEvent(b *testing.B) {
 	}
 }
 
+// BenchmarkCompile measures validating, rewriting and compiling the counter
+// (a 2.2 MB Go module): with the compiler, with the compiler and a warm
+// compilation cache (a node restart), and with the interpreter.
+func BenchmarkCompile(b *testing.B) {
+	wasm := testwasm.Build(b, "./examples/counter")
+	cache := b.TempDir()
+	for _, c := range []struct {
+		name string
+		cfg  Config
+	}{
+		{"compiler", Config{PoolSize: -1}},
+		{"compiler-cached", Config{PoolSize: -1, CacheDir: cache}},
+		{"interpreter", Config{PoolSize: -1, Interpreter: true}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			if c.cfg.CacheDir != "" {
+				// Warm the cache once, as the first start of a node does.
+				e := newEngine(b, c.cfg)
+				if _, err := e.Compile(context.Background(), wasm); err != nil {
+					b.Fatal(err)
+				}
+			}
+			for b.Loop() {
+				// A fresh engine each time: wazero also caches compiled
+				// modules per runtime in memory.
+				e, err := New(context.Background(), c.cfg)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := e.Compile(context.Background(), wasm); err != nil {
+					b.Fatal(err)
+				}
+				e.Close(context.Background())
+			}
+		})
+	}
+}
+
+// BenchmarkInterpreter measures a restore and an event on wazero's
+// interpreter, to compare with the compiler's figures above.
+func BenchmarkInterpreter(b *testing.B) {
+	e := newEngine(b, Config{Interpreter: true})
+	c := compile(b, e, "./testdata/guests/echo")
+	b.Run("restore", func(b *testing.B) {
+		a, _ := c.Start(context.Background(), &fakeHost{})
+		enc, _ := snapshot.NewEncoder(snapshot.S2)
+		buf, _ := a.Capture(enc, nil, nil)
+		var ds []time.Duration
+		for b.Loop() {
+			start := time.Now()
+			snap, _ := snapshot.Decode(buf)
+			inst, err := c.Restore(context.Background(), snap, &fakeHost{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			ds = append(ds, time.Since(start))
+			inst.Close()
+			for len(c.pool) < cap(c.pool) {
+				time.Sleep(100 * time.Microsecond)
+			}
+		}
+		percentiles(b, ds)
+	})
+	b.Run("socket-message", func(b *testing.B) {
+		h := &fakeHost{}
+		inst, _ := c.Start(context.Background(), h)
+		msg := []byte("hello, room")
+		for b.Loop() {
+			if err := inst.SocketMessage(1, abi.MessageText, msg); err != nil {
+				b.Fatal(err)
+			}
+			h.sent = h.sent[:0]
+		}
+	})
+}
+
 // BenchmarkCapture measures a full snapshot of a counter and of a chat room
 // with 100 messages of history.
 func BenchmarkCapture(b *testing.B) {
