@@ -82,18 +82,26 @@ func (e *Engine) httpRespond(ctx context.Context, mod api.Module, stack []uint64
 
 func socketSend(ctx context.Context, mod api.Module, stack []uint64) {
 	inst := instanceOf(ctx)
-	data, ok := guestBytes(mod, stack[2], stack[3])
-	kind := int(uint32(stack[1]))
-	switch {
-	case inst == nil || inst.host == nil:
+	if inst == nil || inst.host == nil {
 		ret(stack, abi.StatusState)
-	case !ok || (kind != abi.MessageText && kind != abi.MessageBinary):
-		ret(stack, abi.StatusInvalid)
-	case kind == abi.MessageText && !utf8.Valid(data):
-		ret(stack, abi.StatusInvalid)
-	default:
-		ret(stack, inst.host.SocketSend(uint32(stack[0]), kind, data))
+		return
 	}
+	kind, data, st := message(mod, stack[1], stack[2], stack[3])
+	if st == abi.Success {
+		st = inst.host.SocketSend(uint32(stack[0]), kind, data)
+	}
+	ret(stack, st)
+}
+
+// message reads the kind and payload of a send or broadcast: a text
+// message must be valid UTF-8, as the WebSocket protocol requires.
+func message(mod api.Module, kind, ptr, n uint64) (int, []byte, abi.Status) {
+	k := int(uint32(kind))
+	data, ok := guestBytes(mod, ptr, n)
+	if !ok || (k != abi.MessageText && k != abi.MessageBinary) || (k == abi.MessageText && !utf8.Valid(data)) {
+		return 0, nil, abi.StatusInvalid
+	}
+	return k, data, abi.Success
 }
 
 func socketClose(ctx context.Context, mod api.Module, stack []uint64) {
@@ -140,18 +148,15 @@ func socketList(ctx context.Context, mod api.Module, stack []uint64) {
 
 func broadcast(ctx context.Context, mod api.Module, stack []uint64) {
 	inst := instanceOf(ctx)
-	kind := int(uint32(stack[0]))
-	data, ok := guestBytes(mod, stack[1], stack[2])
-	switch {
-	case inst == nil || inst.host == nil:
+	if inst == nil || inst.host == nil {
 		ret(stack, abi.StatusState)
-	case !ok || (kind != abi.MessageText && kind != abi.MessageBinary):
-		ret(stack, abi.StatusInvalid)
-	case kind == abi.MessageText && !utf8.Valid(data):
-		ret(stack, abi.StatusInvalid)
-	default:
-		ret(stack, abi.Status(inst.host.Broadcast(kind, data, uint32(stack[3]))))
+		return
 	}
+	kind, data, st := message(mod, stack[0], stack[1], stack[2])
+	if st == abi.Success {
+		st = abi.Status(inst.host.Broadcast(kind, data, uint32(stack[3])))
+	}
+	ret(stack, st)
 }
 
 func roomInfo(ctx context.Context, mod api.Module, stack []uint64) {

@@ -8,18 +8,16 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"runtime"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/wasmkeep/wasmkeep/host/rooms"
 	"github.com/wasmkeep/wasmkeep/host/socket"
+	"github.com/wasmkeep/wasmkeep/internal/memtest"
 	"github.com/wasmkeep/wasmkeep/internal/wstest"
 )
 
@@ -29,34 +27,6 @@ const (
 	envClientURLs = "WASMKEEP_NODE_TEST_CLIENT_URLS"
 	envClientN    = "WASMKEEP_NODE_TEST_CLIENT_N"
 )
-
-func raiseFileLimit(t testing.TB) uint64 {
-	var lim syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
-		t.Fatal(err)
-	}
-	lim.Cur = lim.Max
-	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
-		t.Fatal(err)
-	}
-	return lim.Cur
-}
-
-type memSample struct{ heap, stack, rss uint64 }
-
-func sampleMemory(t testing.TB) memSample {
-	runtime.GC()
-	runtime.GC()
-	debug.FreeOSMemory()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	b, err := os.ReadFile("/proc/self/statm")
-	if err != nil {
-		t.Fatal(err)
-	}
-	pages, _ := strconv.ParseUint(strings.Fields(string(b))[1], 10, 64)
-	return memSample{ms.HeapInuse, ms.StackInuse, pages * uint64(os.Getpagesize())}
-}
 
 // TestIdleSocketMemory measures what an idle socket costs the node with its
 // room hibernated: the socket layer's part and the room layer's (the
@@ -69,7 +39,7 @@ func TestIdleSocketMemory(t *testing.T) {
 	}
 	const rooms_ = 100
 	n := 10000
-	if limit := raiseFileLimit(t); limit < uint64(n)+500 {
+	if limit := memtest.RaiseFileLimit(t); limit < uint64(n)+500 {
 		n = int(limit) - 500
 	}
 	node := startNode(t, Config{Sockets: socket.Config{PingInterval: time.Hour, MaxSockets: n + 10}})
@@ -84,7 +54,7 @@ func TestIdleSocketMemory(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	before := sampleMemory(t)
+	before := memtest.Take(t)
 
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperSocketClients$", "-test.count=1")
 	cmd.Env = append(os.Environ(), envClientURLs+"="+strings.Join(urls, " "), envClientN+"="+strconv.Itoa(n))
@@ -110,9 +80,8 @@ func TestIdleSocketMemory(t *testing.T) {
 	if c := node.Rooms.Counts(); c.Resident != 0 || c.HibernatedWithSockets != rooms_ {
 		t.Fatalf("rooms not all hibernated with sockets: %+v", c)
 	}
-	after := sampleMemory(t)
-	per := func(a, b uint64) float64 { return (float64(a) - float64(b)) / float64(n) }
-	heap, stack, rss := per(after.heap, before.heap), per(after.stack, before.stack), per(after.rss, before.rss)
+	after := memtest.Take(t)
+	heap, stack, rss := memtest.Per(after, before, n)
 	t.Logf("%d idle sockets over %d hibernated rooms, node side, per socket: heap %.0f B + stack %.0f B = %.0f B; RSS %.0f B",
 		n, rooms_, heap, stack, heap+stack, rss)
 	// A loose bound, well above the measured figure, so a leak or a buffer
@@ -129,7 +98,7 @@ func TestHelperSocketClients(t *testing.T) {
 		t.Skip("helper process for TestIdleSocketMemory")
 	}
 	n, _ := strconv.Atoi(os.Getenv(envClientN))
-	raiseFileLimit(t)
+	memtest.RaiseFileLimit(t)
 	clients := make([]*wstest.Client, n)
 	var next atomic.Int64
 	var wg sync.WaitGroup

@@ -12,19 +12,17 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
-	"runtime/debug"
 	rtmetrics "runtime/metrics"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/gobwas/ws"
 	"github.com/wasmkeep/wasmkeep/abi"
+	"github.com/wasmkeep/wasmkeep/internal/memtest"
 )
 
 // The memory test runs its clients in a child process (this test binary,
@@ -34,19 +32,6 @@ const (
 	envClientN    = "WASMKEEP_SOCKET_TEST_CLIENT_N"
 )
 
-// raiseFileLimit raises RLIMIT_NOFILE to its hard limit.
-func raiseFileLimit(t testing.TB) uint64 {
-	var lim syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
-		t.Fatal(err)
-	}
-	lim.Cur = lim.Max
-	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
-		t.Fatal(err)
-	}
-	return lim.Cur
-}
-
 // startingStack is the runtime's current initial goroutine stack size, which
 // it adapts to the average stack use it sees at each GC: it stays at 2 KiB
 // only while idle readers use little stack.
@@ -54,30 +39,6 @@ func startingStack() uint64 {
 	m := []rtmetrics.Sample{{Name: "/gc/stack/starting-size:bytes"}}
 	rtmetrics.Read(m)
 	return m[0].Value.Uint64()
-}
-
-type memSample struct {
-	heap, stack, rss uint64
-}
-
-func sampleMemory(t testing.TB) memSample {
-	runtime.GC()
-	runtime.GC() // a second cycle shrinks stacks and frees what the first one found
-	debug.FreeOSMemory()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	b, err := os.ReadFile("/proc/self/statm")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := strings.Fields(string(b))
-	pages, _ := strconv.ParseUint(f[1], 10, 64)
-	return memSample{ms.HeapInuse, ms.StackInuse, pages * uint64(os.Getpagesize())}
-}
-
-func perSocket(after, before memSample, n int) (heap, stack, rss float64) {
-	d := func(a, b uint64) float64 { return (float64(a) - float64(b)) / float64(n) }
-	return d(after.heap, before.heap), d(after.stack, before.stack), d(after.rss, before.rss)
 }
 
 // countingHandler counts messages and closes; it does nothing else.
@@ -101,7 +62,7 @@ func TestIdleSocketMemory(t *testing.T) {
 		t.Skip("the race detector allows 8128 goroutines and inflates memory")
 	}
 	n := 10000
-	if limit := raiseFileLimit(t); limit < uint64(n)+200 {
+	if limit := memtest.RaiseFileLimit(t); limit < uint64(n)+200 {
 		n = int(limit) - 200
 		t.Logf("RLIMIT_NOFILE %d: measuring %d sockets", limit, n)
 	}
@@ -124,7 +85,7 @@ func TestIdleSocketMemory(t *testing.T) {
 	}))
 	defer srv.Close()
 	baseGoroutines := runtime.NumGoroutine()
-	before := sampleMemory(t)
+	before := memtest.Take(t)
 
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperIdleClients$", "-test.count=1")
 	cmd.Env = append(os.Environ(), envClientAddr+"="+srv.Listener.Addr().String(), envClientN+"="+strconv.Itoa(n))
@@ -158,8 +119,8 @@ func TestIdleSocketMemory(t *testing.T) {
 	eventually(t, "all sockets started", func() bool { return started.Load() == int64(n) })
 	// Handshake goroutines of net/http are gone: one reader per socket.
 	eventually(t, "goroutines settled", func() bool { return runtime.NumGoroutine() <= baseGoroutines+n+5 })
-	idle := sampleMemory(t)
-	hi, si, ri := perSocket(idle, before, n)
+	idle := memtest.Take(t)
+	hi, si, ri := memtest.Per(idle, before, n)
 
 	t.Logf("%d idle sockets, server side, per socket (goroutine starting stack now %d B):", n, startingStack())
 	t.Logf("  after handshake:       heap %.0f B + stack %.0f B = %.0f B; RSS %.0f B", hi, si, hi+si, ri)
@@ -200,8 +161,8 @@ func TestIdleSocketMemory(t *testing.T) {
 			return true
 		})
 		eventually(t, "goroutines settled", func() bool { return runtime.NumGoroutine() <= baseGoroutines+n+5 })
-		after := sampleMemory(t)
-		ha, sa, ra := perSocket(after, before, n)
+		after := memtest.Take(t)
+		ha, sa, ra := memtest.Per(after, before, n)
 		t.Logf("  after message round %d: heap %.0f B + stack %.0f B = %.0f B; RSS %.0f B (starting stack %d B)",
 			round, ha, sa, ha+sa, ra, startingStack())
 		if sa > 2600 {
@@ -224,7 +185,7 @@ func TestHelperIdleClients(t *testing.T) {
 		t.Skip("helper process for TestIdleSocketMemory")
 	}
 	n, _ := strconv.Atoi(os.Getenv(envClientN))
-	raiseFileLimit(t)
+	memtest.RaiseFileLimit(t)
 	url := "ws://" + addr + "/"
 	conns := make([]*client, n)
 	var next atomic.Int64
