@@ -4,10 +4,12 @@ go 1.26.8
 
 require (
 	github.com/VictoriaMetrics/metrics v1.45.0
+	github.com/cespare/xxhash/v2 v2.3.0
 	github.com/gobwas/ws v1.5.0
 	github.com/klauspost/compress v1.20.4
 	github.com/tetratelabs/wazero v1.12.0
 	github.com/urfave/cli/v2 v2.27.7
+	golang.org/x/sys v0.44.0
 )
 
 require (
@@ -17,5 +19,4 @@ require (
 	github.com/valyala/fastrand v1.1.0 // indirect
 	github.com/valyala/histogram v1.2.0 // indirect
 	github.com/xrash/smetrics v0.0.0-20240521201337-686a1a2994c1 // indirect
-	golang.org/x/sys v0.44.0 // indirect
 )

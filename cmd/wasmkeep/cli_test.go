@@ -45,10 +45,17 @@ func TestClassCommands(t *testing.T) {
 	n := serveNode(t, t.TempDir())
 
 	// put prints what the node stored.
-	want := fmt.Sprintf("class counter: %s (%d bytes, ABI v1)\n", hash, len(wasm))
+	want := fmt.Sprintf("class counter: %s (%d bytes, ABI v1, durable at hibernate)\n", hash, len(wasm))
 	if got := n.ok("class", "put", "counter", counter); got != want {
 		t.Fatalf("class put printed %q, want %q", got, want)
 	}
+	// --durability event is recorded; a bad value is refused by the node.
+	want = fmt.Sprintf("class counter2: %s (%d bytes, ABI v1, durable at event)\n", hash, len(wasm))
+	if got := n.ok("class", "put", "--durability", "event", "counter2", counter); got != want {
+		t.Fatalf("class put --durability event printed %q, want %q", got, want)
+	}
+	n.fails("invalid class option", "class", "put", "--durability", "sometimes", "counter3", counter)
+	n.ok("class", "rm", "counter2")
 
 	// list shows it in a table.
 	rows := table(t, n.ok("class", "list"), "NAME", "HASH", "SIZE", "ABI", "UPLOADED")

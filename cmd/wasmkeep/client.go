@@ -108,11 +108,12 @@ func (a *adminClient) do(method, path string, body []byte, out any) error {
 }
 
 type classRecord struct {
-	Name     string    `json:"name"`
-	Hash     string    `json:"hash"`
-	ABI      int       `json:"abi"`
-	Size     int       `json:"size"`
-	Uploaded time.Time `json:"uploaded"`
+	Name       string    `json:"name"`
+	Hash       string    `json:"hash"`
+	ABI        int       `json:"abi"`
+	Size       int       `json:"size"`
+	Uploaded   time.Time `json:"uploaded"`
+	Durability string    `json:"durability"`
 }
 
 type roomRecord struct {
@@ -131,7 +132,10 @@ func classCommand() *cli.Command {
 				Name:      "put",
 				Usage:     "upload FILE.wasm as class NAME (replacing its current version for new rooms)",
 				ArgsUsage: "NAME FILE.wasm",
-				Flags:     clientFlags(),
+				Flags: append(clientFlags(), &cli.StringFlag{
+					Name: "durability", Value: "hibernate", EnvVars: env("durability"),
+					Usage: "when rooms' state becomes durable: hibernate (and on checkpoint()) or event (after every event, before its output)",
+				}),
 				Action: func(c *cli.Context) error {
 					if c.NArg() != 2 {
 						return usage(c, "class put [--server URL] NAME FILE.wasm")
@@ -141,10 +145,15 @@ func classCommand() *cli.Command {
 						return fmt.Errorf("reading the module: %w", err)
 					}
 					var rec classRecord
-					if err := newAdminClient(c).do(http.MethodPut, "/admin/classes/"+url.PathEscape(c.Args().Get(0)), wasm, &rec); err != nil {
+					path := "/admin/classes/" + url.PathEscape(c.Args().Get(0)) + "?durability=" + url.QueryEscape(c.String("durability"))
+					if err := newAdminClient(c).do(http.MethodPut, path, wasm, &rec); err != nil {
 						return err
 					}
-					fmt.Fprintf(c.App.Writer, "class %s: %s (%d bytes, ABI v%d)\n", rec.Name, rec.Hash, rec.Size, rec.ABI)
+					durability := rec.Durability
+					if durability == "" {
+						durability = "hibernate"
+					}
+					fmt.Fprintf(c.App.Writer, "class %s: %s (%d bytes, ABI v%d, durable at %s)\n", rec.Name, rec.Hash, rec.Size, rec.ABI, durability)
 					return nil
 				},
 			},

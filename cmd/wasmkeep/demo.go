@@ -8,6 +8,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/wasmkeep/wasmkeep/host/classes"
 	"github.com/wasmkeep/wasmkeep/host/node"
 	"github.com/wasmkeep/wasmkeep/internal/wasmbuild"
 )
@@ -46,7 +47,7 @@ func demoCommand() *cli.Command {
 			}
 			return run(c.Context, cfg, func(n *node.Node) error {
 				for _, name := range demoClasses {
-					rec, err := n.Classes.Put(context.Background(), name, modules[name])
+					rec, err := n.Classes.Put(context.Background(), name, modules[name], classes.Options{})
 					if err != nil {
 						return fmt.Errorf("loading %s: %w", name, err)
 					}

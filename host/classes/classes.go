@@ -47,6 +47,26 @@ type Record struct {
 	ABI      int       `json:"abi"`
 	Size     int       `json:"size"`
 	Uploaded time.Time `json:"uploaded"`
+	// Durability is DurabilityEvent when every event that changes a room's
+	// memory makes its state durable before the event's output goes out;
+	// otherwise (the default) state is made durable at hibernation, clean
+	// stop and when the guest calls checkpoint().
+	Durability string `json:"durability,omitempty"`
+}
+
+// Durability options of a class.
+const (
+	// DurabilityHibernate (the default): durable at hibernation, at a
+	// clean stop, and on checkpoint().
+	DurabilityHibernate = "hibernate"
+	// DurabilityEvent: durable after every event, before its output.
+	DurabilityEvent = "event"
+)
+
+// Options are the choices made at upload.
+type Options struct {
+	// Durability is DurabilityHibernate ("" too) or DurabilityEvent.
+	Durability string
 }
 
 // Registry resolves class names and module hashes to compiled classes.
@@ -89,8 +109,18 @@ func moduleKey(hash string) string {
 	return "modules/" + strings.TrimPrefix(hash, "sha256:") + ".wasm"
 }
 
+// ErrBadOption: an upload option outside its documented values.
+var ErrBadOption = errors.New("invalid class option")
+
 // Put validates and compiles wasm, stores it, and points name at it.
-func (r *Registry) Put(ctx context.Context, name string, wasm []byte) (Record, error) {
+func (r *Registry) Put(ctx context.Context, name string, wasm []byte, opts Options) (Record, error) {
+	switch opts.Durability {
+	case "", DurabilityHibernate:
+		opts.Durability = ""
+	case DurabilityEvent:
+	default:
+		return Record{}, fmt.Errorf("%w: durability %q (use %q or %q)", ErrBadOption, opts.Durability, DurabilityHibernate, DurabilityEvent)
+	}
 	if !NamePattern.MatchString(name) {
 		return Record{}, fmt.Errorf("%w %q: use 1–63 of a-z, 0-9, '_' and '-', starting with a letter or digit", ErrBadName, name)
 	}
@@ -105,7 +135,8 @@ func (r *Registry) Put(ctx context.Context, name string, wasm []byte) (Record, e
 	if _, err := r.bucket.Put(ctx, moduleKey(hash), wasm, store.Cond{}); err != nil {
 		return Record{}, fmt.Errorf("storing module: %w", err)
 	}
-	rec := Record{Name: name, Hash: hash, ABI: class.ABI, Size: len(wasm), Uploaded: time.Now().UTC().Truncate(time.Second)}
+	rec := Record{Name: name, Hash: hash, ABI: class.ABI, Size: len(wasm), Uploaded: time.Now().UTC().Truncate(time.Second),
+		Durability: opts.Durability}
 	body, _ := json.Marshal(rec)
 	if _, err := r.bucket.Put(ctx, nameKey(name), body, store.Cond{}); err != nil {
 		return Record{}, fmt.Errorf("storing class record: %w", err)
@@ -150,6 +181,12 @@ func (r *Registry) Current(ctx context.Context, name string) (*engine.Class, err
 		return nil, err
 	}
 	return r.ByHash(ctx, rec.Hash)
+}
+
+// Durable reports whether a class asks for durability after every event.
+func (r *Registry) Durable(ctx context.Context, name string) (bool, error) {
+	rec, err := r.Get(ctx, name)
+	return rec.Durability == DurabilityEvent, err
 }
 
 // ByHash returns a compiled module version, loading it from the bucket the

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -82,19 +81,11 @@ func TestRestoreContinuesWhereCaptured(t *testing.T) {
 	for range 5 {
 		request(t, a, postRoot)
 	}
-	enc, _ := snapshot.NewEncoder(snapshot.S2)
-	buf, err := a.Capture(enc, nil, []byte("state"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	snap, err := snapshot.Decode(buf)
-	if err != nil {
-		t.Fatal(err)
-	}
+	snap, segs := takeSnapshot(t, a, []byte("state"))
 	if string(snap.RoomState) != "state" || snap.ModuleHash != c.Hash {
 		t.Fatalf("header: %+v", snap.Header)
 	}
-	b, err := c.Restore(context.Background(), snap, &fakeHost{})
+	b, err := c.Restore(context.Background(), snap, segs, &fakeHost{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,12 +110,41 @@ func TestRestoreRefusesOtherModule(t *testing.T) {
 	counter := compile(t, e, "./examples/counter")
 	echo := compile(t, e, "./testdata/guests/echo")
 	a, _ := counter.Start(context.Background(), &fakeHost{})
-	enc, _ := snapshot.NewEncoder(snapshot.S2)
-	buf, _ := a.Capture(enc, nil, nil)
-	snap, _ := snapshot.Decode(buf)
-	if _, err := echo.Restore(context.Background(), snap, &fakeHost{}); err == nil {
+	snap, segs := takeSnapshot(t, a, nil)
+	if _, err := echo.Restore(context.Background(), snap, segs, &fakeHost{}); err == nil {
 		t.Fatal("restored a counter snapshot into the echo module")
 	}
+}
+
+var testEncoder = func() *snapshot.Encoder {
+	enc, err := snapshot.NewEncoder(snapshot.Zstd, snapshot.Options{})
+	if err != nil {
+		panic(err)
+	}
+	return enc
+}()
+
+// takeSnapshot snapshots inst as a room's first snapshot and returns the
+// manifest and segments as a wake would read them back.
+func takeSnapshot(tb testing.TB, inst *Instance, roomState []byte) (*snapshot.Manifest, map[string]*snapshot.Segment) {
+	tb.Helper()
+	d, err := inst.Snapshot(testEncoder, nil, roomState, 1, "", false)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	m, err := snapshot.DecodeManifest(d.Manifest.Encode())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	segs := map[string]*snapshot.Segment{}
+	if d.Segment != nil {
+		seg, err := snapshot.DecodeSegment(d.Segment)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		segs[d.SegmentID] = seg
+	}
+	return m, segs
 }
 
 func TestTrapKillsInstance(t *testing.T) {
@@ -195,16 +215,20 @@ func BenchmarkRestore(b *testing.B) {
 			c := compile(b, e, "./examples/counter")
 			a, _ := c.Start(context.Background(), &fakeHost{})
 			request(b, a, postRoot)
-			enc, _ := snapshot.NewEncoder(snapshot.S2)
-			buf, _ := a.Capture(enc, nil, nil)
+			d, _ := a.Snapshot(testEncoder, nil, nil, 1, "", false)
+			man := d.Manifest.Encode()
 			var ds []time.Duration
 			for b.Loop() {
 				start := time.Now()
-				snap, err := snapshot.Decode(buf)
+				snap, err := snapshot.DecodeManifest(man)
 				if err != nil {
 					b.Fatal(err)
 				}
-				inst, err := c.Restore(context.Background(), snap, &fakeHost{})
+				seg, err := snapshot.DecodeSegment(d.Segment)
+				if err != nil {
+					b.Fatal(err)
+				}
+				inst, err := c.Restore(context.Background(), snap, map[string]*snapshot.Segment{d.SegmentID: seg}, &fakeHost{})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -305,13 +329,11 @@ func BenchmarkInterpreter(b *testing.B) {
 	c := compile(b, e, "./testdata/guests/echo")
 	b.Run("restore", func(b *testing.B) {
 		a, _ := c.Start(context.Background(), &fakeHost{})
-		enc, _ := snapshot.NewEncoder(snapshot.S2)
-		buf, _ := a.Capture(enc, nil, nil)
 		var ds []time.Duration
 		for b.Loop() {
 			start := time.Now()
-			snap, _ := snapshot.Decode(buf)
-			inst, err := c.Restore(context.Background(), snap, &fakeHost{})
+			snap, segs := takeSnapshot(b, a, nil)
+			inst, err := c.Restore(context.Background(), snap, segs, &fakeHost{})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -336,39 +358,52 @@ func BenchmarkInterpreter(b *testing.B) {
 	})
 }
 
-// BenchmarkCapture measures a full snapshot of a counter and of a chat room
-// with 100 messages of history.
-func BenchmarkCapture(b *testing.B) {
+// BenchmarkSnapshot measures a room's first (full) snapshot and a delta
+// after one more event, for a counter and a chat room with 100 messages of
+// history, with each codec.
+func BenchmarkSnapshot(b *testing.B) {
 	e := newEngine(b, Config{})
-	for _, codec := range []snapshot.Codec{snapshot.S2, snapshot.Zstd} {
-		enc, _ := snapshot.NewEncoder(codec)
-		b.Run("counter/"+codec.String(), func(b *testing.B) {
-			c := compile(b, e, "./examples/counter")
-			inst, _ := c.Start(context.Background(), &fakeHost{})
-			request(b, inst, postRoot)
-			var buf []byte
-			for b.Loop() {
-				buf, _ = inst.Capture(enc, buf[:0], nil)
-			}
-			b.ReportMetric(float64(len(buf)), "bytes")
-			b.ReportMetric(float64(inst.MemorySize()), "memory-bytes")
-		})
-		b.Run("chat-100/"+codec.String(), func(b *testing.B) {
-			c := compile(b, e, "./examples/chat")
+	for _, codec := range []snapshot.Codec{snapshot.Zstd, snapshot.S2} {
+		enc, _ := snapshot.NewEncoder(codec, snapshot.Options{})
+		for _, room := range []struct {
+			name  string
+			pkg   string
+			event func(*Instance, int) error
+		}{
+			{"counter", "./examples/counter", func(inst *Instance, _ int) error { _, err := inst.Request(postRoot); return err }},
+			{"chat", "./examples/chat", func(inst *Instance, i int) error {
+				return inst.SocketMessage(1, abi.MessageText, []byte(strings.Repeat("x", 40)+strconv.Itoa(i)))
+			}},
+		} {
+			c := compile(b, e, room.pkg)
 			inst, _ := c.Start(context.Background(), &fakeHost{})
 			for i := range 100 {
-				msg := slices.Repeat([]byte("x"), 40)
-				msg = strconv.AppendInt(msg, int64(i), 10)
-				if err := inst.SocketMessage(1, abi.MessageText, msg); err != nil {
+				if err := room.event(inst, i); err != nil {
 					b.Fatal(err)
 				}
 			}
-			var buf []byte
-			for b.Loop() {
-				buf, _ = inst.Capture(enc, buf[:0], nil)
+			first, err := inst.Snapshot(enc, nil, nil, 1, "", false)
+			if err != nil {
+				b.Fatal(err)
 			}
-			b.ReportMetric(float64(len(buf)), "bytes")
-			b.ReportMetric(float64(inst.MemorySize()), "memory-bytes")
-		})
+			b.Run(room.name+"/full/"+codec.String(), func(b *testing.B) {
+				for b.Loop() {
+					_, _ = inst.Snapshot(enc, nil, nil, 1, "", false)
+				}
+				b.ReportMetric(float64(len(first.Segment)), "segment-bytes")
+				b.ReportMetric(float64(inst.MemorySize()), "memory-bytes")
+			})
+			if err := room.event(inst, 100); err != nil {
+				b.Fatal(err)
+			}
+			b.Run(room.name+"/delta-1-event/"+codec.String(), func(b *testing.B) {
+				var d *snapshot.Delta
+				for b.Loop() {
+					d, _ = inst.Snapshot(enc, first.Manifest, nil, 1, "", false)
+				}
+				b.ReportMetric(float64(len(d.Segment)), "segment-bytes")
+				b.ReportMetric(float64(d.Changed), "chunks-changed")
+			})
+		}
 	}
 }

@@ -32,7 +32,7 @@ func (e *Engine) instantiateHostModule(ctx context.Context) error {
 	def(abi.ImportBroadcast, broadcast, i32, i32, i32, i32)
 	def(abi.ImportRoomInfo, roomInfo, i32, i32)
 	def(abi.ImportLog, logLine, i32, i32, i32)
-	def(abi.ImportCheckpoint, unsupported)
+	def(abi.ImportCheckpoint, checkpoint)
 	def(abi.ImportAlarmSet, unsupported, i64)
 	def(abi.ImportAlarmClear, unsupported)
 	_, err := b.Instantiate(ctx)
@@ -189,6 +189,20 @@ func logLine(ctx context.Context, mod api.Module, stack []uint64) {
 		inst.host.Log(int(int32(uint32(stack[0]))), string(msg))
 		ret(stack, abi.Success)
 	}
+}
+
+// checkpoint marks the event: the room makes its state durable when the
+// event returns, before any of the event's output leaves the host. (A
+// snapshot in the middle of a call could not be resumed: the guest's own
+// stack of the call would be in it.)
+func checkpoint(ctx context.Context, _ api.Module, stack []uint64) {
+	inst := instanceOf(ctx)
+	if inst == nil || inst.host == nil {
+		ret(stack, abi.StatusState)
+		return
+	}
+	inst.checkpoint = true
+	ret(stack, abi.Success)
 }
 
 func unsupported(_ context.Context, _ api.Module, stack []uint64) {

@@ -81,6 +81,10 @@ type Instance struct {
 	// payload that fits until it asks for another.
 	inbox, inboxCap uint32
 
+	// checkpoint is set by the guest's checkpoint() during an event: the
+	// room makes its state durable before the event's output goes out.
+	checkpoint bool
+
 	// State of the request being handled.
 	inRequest bool
 	response  []byte
@@ -173,19 +177,20 @@ func (c *Class) Start(ctx context.Context, host Host) (*Instance, error) {
 }
 
 // Restore creates a room instance from a snapshot: memory, globals and the
-// guest clock come back; no start or initialize function runs.
-func (c *Class) Restore(ctx context.Context, snap *snapshot.Snapshot, host Host) (*Instance, error) {
-	if snap.ModuleHash != c.Hash {
-		return nil, fmt.Errorf("snapshot was taken with module %s, not %s", snap.ModuleHash, c.Hash)
+// guest clock come back; no start or initialize function runs. segs holds
+// the segments the manifest references, by id.
+func (c *Class) Restore(ctx context.Context, man *snapshot.Manifest, segs map[string]*snapshot.Segment, host Host) (*Instance, error) {
+	if man.ModuleHash != c.Hash {
+		return nil, fmt.Errorf("snapshot was taken with module %s, not %s", man.ModuleHash, c.Hash)
 	}
-	if len(snap.Globals) != len(c.globals) {
-		return nil, fmt.Errorf("snapshot has %d globals, module has %d", len(snap.Globals), len(c.globals))
+	if len(man.Globals) != len(c.globals) {
+		return nil, fmt.Errorf("snapshot has %d globals, module has %d", len(man.Globals), len(c.globals))
 	}
 	inst, err := c.blank(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if err := inst.load(snap); err != nil {
+	if err := inst.load(man, segs); err != nil {
 		inst.Close()
 		return nil, err
 	}
@@ -194,44 +199,45 @@ func (c *Class) Restore(ctx context.Context, snap *snapshot.Snapshot, host Host)
 	// The guest clock goes on from where it stopped, advanced by the wall
 	// time that passed while the room slept (never backwards, even if the
 	// wall clock was set back or the host restarted).
-	slept := max(time.Now().UnixNano()-snap.WallUnixNano, 0)
-	inst.offset.Store(snap.Nanotime + slept - c.e.nanotime())
+	slept := max(time.Now().UnixNano()-man.WallUnixNano, 0)
+	inst.offset.Store(man.Nanotime + slept - c.e.nanotime())
 	return inst, nil
 }
 
-func (i *Instance) load(snap *snapshot.Snapshot) error {
-	size := i.mem.Size()
+func (i *Instance) load(man *snapshot.Manifest, segs map[string]*snapshot.Segment) error {
+	size, want := i.mem.Size(), man.MemorySize()
 	switch {
-	case snap.MemorySize < size:
-		return fmt.Errorf("snapshot memory (%d bytes) is smaller than the module's initial memory (%d)", snap.MemorySize, size)
-	case snap.MemorySize > size:
-		if _, ok := i.mem.Grow((snap.MemorySize - size) / chunkSize); !ok {
-			return fmt.Errorf("%w: snapshot memory of %d bytes", ErrMemoryLimit, snap.MemorySize)
+	case want < size:
+		return fmt.Errorf("snapshot memory (%d bytes) is smaller than the module's initial memory (%d)", want, size)
+	case want > size:
+		if _, ok := i.mem.Grow((want - size) / chunkSize); !ok {
+			return fmt.Errorf("%w: snapshot memory of %d bytes", ErrMemoryLimit, want)
 		}
 	}
-	view, ok := i.mem.Read(0, snap.MemorySize)
+	view, ok := i.mem.Read(0, want)
 	if !ok {
 		return errors.New("memory view out of range")
 	}
-	if err := snap.ReadMemory(view, i.class.isDirty); err != nil {
+	if err := man.Restore(view, segs, i.class.isDirty); err != nil {
 		return err
 	}
-	i.class.memoryHint.Store(uint64(snap.MemorySize))
+	i.class.memoryHint.Store(uint64(want))
 	for n, g := range i.globals {
 		if !i.class.mutable[n] {
-			if g.Get() != snap.Globals[n] {
+			if g.Get() != man.Globals[n] {
 				return fmt.Errorf("immutable global %d differs from the snapshot", n)
 			}
 			continue
 		}
-		g.(api.MutableGlobal).Set(snap.Globals[n])
+		g.(api.MutableGlobal).Set(man.Globals[n])
 	}
 	return nil
 }
 
-// Capture appends a snapshot of the instance to dst. The instance must not
-// be running.
-func (i *Instance) Capture(enc *snapshot.Encoder, dst []byte, roomState []byte) ([]byte, error) {
+// Snapshot takes the instance's next snapshot after prev (nil for the
+// room's first): see snapshot.Encoder.Snapshot. The instance must not be
+// running.
+func (i *Instance) Snapshot(enc *snapshot.Encoder, prev *snapshot.Manifest, roomState []byte, generation uint64, segmentID string, full bool) (*snapshot.Delta, error) {
 	if i.dead {
 		return nil, ErrClosed
 	}
@@ -240,18 +246,32 @@ func (i *Instance) Capture(enc *snapshot.Encoder, dst []byte, roomState []byte) 
 		return nil, errors.New("memory view out of range")
 	}
 	i.class.memoryHint.Store(uint64(len(view)))
-	h := snapshot.Header{
-		ModuleHash:   i.class.Hash,
-		ABI:          uint32(i.class.ABI),
-		Globals:      make([]uint64, len(i.globals)),
-		Nanotime:     i.Nanotime(),
-		WallUnixNano: time.Now().UnixNano(),
-		RoomState:    roomState,
+	c := &snapshot.Capture{
+		Header: snapshot.Header{
+			ModuleHash:   i.class.Hash,
+			ABI:          uint32(i.class.ABI),
+			Globals:      make([]uint64, len(i.globals)),
+			Nanotime:     i.Nanotime(),
+			WallUnixNano: time.Now().UnixNano(),
+			RoomState:    roomState,
+		},
+		Memory:     view,
+		Base:       i.class.initial,
+		Generation: generation,
+		SegmentID:  segmentID,
 	}
 	for n, g := range i.globals {
-		h.Globals[n] = g.Get()
+		c.Globals[n] = g.Get()
 	}
-	return enc.Encode(dst, &h, view, i.class.initial)
+	return enc.Snapshot(prev, c, full)
+}
+
+// CheckpointRequested reports (and forgets) whether the guest called
+// checkpoint() during the event that just returned.
+func (i *Instance) CheckpointRequested() bool {
+	c := i.checkpoint
+	i.checkpoint = false
+	return c
 }
 
 // Nanotime is the guest's monotonic clock now.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/wasmkeep/wasmkeep/abi"
+	"github.com/wasmkeep/wasmkeep/host/classes"
 	"github.com/wasmkeep/wasmkeep/host/rooms"
 )
 
@@ -38,7 +39,7 @@ func BenchmarkWake(b *testing.B) {
 		}
 		b.Run(name, func(b *testing.B) {
 			n := startNode(b, Config{Logger: quietLogger()})
-			if _, err := n.Classes.Put(context.Background(), "counter", buildGuest(b, "./examples/counter")); err != nil {
+			if _, err := n.Classes.Put(context.Background(), "counter", buildGuest(b, "./examples/counter"), classes.Options{}); err != nil {
 				b.Fatal(err)
 			}
 			key := rooms.Key{Class: "counter", Name: "bench"}
@@ -73,7 +74,7 @@ func BenchmarkWake(b *testing.B) {
 // directory store (fsync included) and dropping its instance.
 func BenchmarkHibernate(b *testing.B) {
 	n := startNode(b, Config{Logger: quietLogger()})
-	if _, err := n.Classes.Put(context.Background(), "counter", buildGuest(b, "./examples/counter")); err != nil {
+	if _, err := n.Classes.Put(context.Background(), "counter", buildGuest(b, "./examples/counter"), classes.Options{}); err != nil {
 		b.Fatal(err)
 	}
 	post := abi.AppendRequest(nil, &abi.Request{Method: "POST", Path: "/"})

@@ -18,6 +18,10 @@ func TestMetricsDocumented(t *testing.T) {
 	expect(t, 200, "POST", n.URL()+"/actor/counter/c", nil)
 	hibernate(t, n, "counter", "c")
 	expect(t, 200, "POST", n.URL()+"/actor/counter/c", nil)
+	putClass(t, n, "echo", "./testdata/guests/echo")
+	if got := expect(t, 200, "POST", n.URL()+"/actor/echo/e/checkpoint", nil); got != "ok" {
+		t.Fatalf("checkpoint: %q", got)
+	}
 	var buf bytes.Buffer
 	n.Metrics.WritePrometheus(&buf)
 	exported := map[string]bool{}

@@ -17,7 +17,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"time"
 
@@ -33,30 +32,15 @@ type Key struct{ Class, Name string }
 
 func (k Key) String() string { return k.Class + "/" + k.Name }
 
-// snapshotKey is where a room's latest snapshot lives in the bucket.
-func (k Key) snapshotKey() string {
-	return "rooms/" + store.EscapeSegment(k.Class) + "/" + store.EscapeSegment(k.Name) + "/snapshot"
-}
-
-func keyFromSnapshotKey(s string) (Key, bool) {
-	parts := strings.Split(s, "/")
-	if len(parts) != 4 || parts[0] != "rooms" || parts[3] != "snapshot" {
-		return Key{}, false
-	}
-	class, err1 := store.UnescapeSegment(parts[1])
-	name, err2 := store.UnescapeSegment(parts[2])
-	if err1 != nil || err2 != nil {
-		return Key{}, false
-	}
-	return Key{class, name}, true
-}
-
 // Classes resolves what rooms run.
 type Classes interface {
 	// Current is the version new rooms of a class start with.
 	Current(ctx context.Context, name string) (*engine.Class, error)
 	// ByHash is a version a snapshot names.
 	ByHash(ctx context.Context, hash string) (*engine.Class, error)
+	// Durable reports whether the class asks for its rooms' state to be
+	// made durable after every event.
+	Durable(ctx context.Context, name string) (bool, error)
 }
 
 // Config holds the room layer's settings; zero fields mean the defaults in
@@ -71,10 +55,18 @@ type Config struct {
 	// A request that finds it full gets 503; a socket's reader waits, which
 	// pushes back on the client through TCP.
 	MailboxSize int
-	// Codec compresses snapshots (default snapshot.S2).
+	// Codec compresses snapshot segments (default snapshot.Zstd).
 	Codec snapshot.Codec
 	// CodecSet marks Codec as chosen, so that Raw (0) can be chosen too.
 	CodecSet bool
+	// MaxChain bounds the segments a snapshot may reference before the
+	// next hibernation compacts them into one (default 8).
+	MaxChain int
+	// SweepInterval spaces the sweeps for orphaned segments (default 30
+	// minutes; the first runs a minute after start; negative: never).
+	SweepInterval time.Duration
+	// SweepLimit bounds the segments one sweep deletes (default 10,000).
+	SweepLimit int
 	// Framer encodes socket messages (default: Message values).
 	Framer  Framer
 	Logger  *slog.Logger
@@ -92,7 +84,13 @@ func (c Config) withDefaults() Config {
 		c.MailboxSize = 1024
 	}
 	if !c.CodecSet {
-		c.Codec = snapshot.S2
+		c.Codec = snapshot.Zstd
+	}
+	if c.SweepInterval == 0 {
+		c.SweepInterval = 30 * time.Minute
+	}
+	if c.SweepLimit <= 0 {
+		c.SweepLimit = 10000
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -127,11 +125,14 @@ type Manager struct {
 	log     *slog.Logger
 	met     *roomMetrics
 
+	gc *collector
+
 	mu       sync.Mutex
 	rooms    map[Key]*Room // resident, busy, or with sockets
 	resident map[*Room]struct{}
 	stored   int // rooms with a snapshot in the bucket
 	stopping bool
+	reported map[Key]bool // rooms whose unreadable snapshot was logged
 
 	stop    chan struct{}
 	stopped chan struct{}
@@ -141,7 +142,7 @@ type Manager struct {
 // the hibernated-rooms gauge is right from the start.
 func NewManager(ctx context.Context, cfg Config, classes Classes, bucket store.Bucket, place Placement) (*Manager, error) {
 	cfg = cfg.withDefaults()
-	enc, err := snapshot.NewEncoder(cfg.Codec)
+	enc, err := snapshot.NewEncoder(cfg.Codec, snapshot.Options{MaxChain: cfg.MaxChain})
 	if err != nil {
 		return nil, err
 	}
@@ -154,6 +155,7 @@ func NewManager(ctx context.Context, cfg Config, classes Classes, bucket store.B
 		log:      cfg.Logger,
 		rooms:    map[Key]*Room{},
 		resident: map[*Room]struct{}{},
+		reported: map[Key]bool{},
 		stop:     make(chan struct{}),
 		stopped:  make(chan struct{}),
 	}
@@ -162,12 +164,15 @@ func NewManager(ctx context.Context, cfg Config, classes Classes, bucket store.B
 		return nil, fmt.Errorf("listing rooms: %w", err)
 	}
 	for _, k := range keys {
-		if _, ok := keyFromSnapshotKey(k); ok {
+		if _, rest, ok := parseRoomKey(k); ok && rest == "manifest" {
 			m.stored++
 		}
 	}
+	m.gc = newCollector(m, bucket)
 	m.met = newRoomMetrics(cfg.Metrics, m)
 	go m.sweeper()
+	go m.gc.run(m.stop)
+	go m.sweepLoop()
 	return m, nil
 }
 
@@ -275,7 +280,7 @@ func (m *Manager) Hibernate(ctx context.Context, key Key) error {
 	r := m.rooms[key]
 	m.mu.Unlock()
 	if r == nil {
-		_, _, err := m.bucket.Get(ctx, key.snapshotKey())
+		_, _, err := m.bucket.Get(ctx, key.manifestKey())
 		if errors.Is(err, store.ErrNotFound) {
 			return fmt.Errorf("%w: %s", ErrUnknownRoom, key)
 		}
@@ -368,8 +373,8 @@ func (m *Manager) List(ctx context.Context) ([]RoomInfo, error) {
 	}
 	m.mu.Unlock()
 	for _, s := range keys {
-		k, ok := keyFromSnapshotKey(s)
-		if !ok || seen[k] {
+		k, rest, ok := parseRoomKey(s)
+		if !ok || rest != "manifest" || seen[k] {
 			continue
 		}
 		out = append(out, RoomInfo{Class: k.Class, Name: k.Name, State: StateHibernated})

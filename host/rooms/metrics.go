@@ -7,18 +7,25 @@ import (
 // roomMetrics is the room layer's table of metrics. Every name is
 // documented in docs/metrics.md.
 type roomMetrics struct {
-	wakes            *metrics.Counter
-	coldStarts       *metrics.Counter
-	wakeErrors       *metrics.Counter
-	wakeSeconds      *metrics.Histogram
-	hibernateSeconds *metrics.Histogram
-	snapshotBytes    *metrics.Counter
-	snapshotErrors   *metrics.Counter
-	snapshotConflict *metrics.Counter
-	queueFull        *metrics.Counter
-	hibernations     map[string]*metrics.Counter
-	events           map[eventKind]*metrics.Counter
-	crashes          map[string]*metrics.Counter
+	wakes             *metrics.Counter
+	coldStarts        *metrics.Counter
+	wakeErrors        *metrics.Counter
+	wakeSeconds       *metrics.Histogram
+	hibernateSeconds  *metrics.Histogram
+	snapshotBytes     *metrics.Counter
+	snapshotErrors    *metrics.Counter
+	snapshotConflict  *metrics.Counter
+	queueFull         *metrics.Counter
+	snapshotWrites    *metrics.Counter
+	snapshotCorrupt   *metrics.Counter
+	compactions       *metrics.Counter
+	segmentsDeleted   *metrics.Counter
+	orphansDeleted    *metrics.Counter
+	gcErrors          *metrics.Counter
+	checkpointSeconds *metrics.Histogram
+	hibernations      map[string]*metrics.Counter
+	events            map[eventKind]*metrics.Counter
+	crashes           map[string]*metrics.Counter
 }
 
 // Hibernation reasons, as metric labels.
@@ -31,18 +38,25 @@ const (
 
 func newRoomMetrics(set *metrics.Set, m *Manager) *roomMetrics {
 	rm := &roomMetrics{
-		wakes:            set.NewCounter(`wasmkeep_room_wakes_total`),
-		coldStarts:       set.NewCounter(`wasmkeep_room_cold_starts_total`),
-		wakeErrors:       set.NewCounter(`wasmkeep_room_wake_errors_total`),
-		wakeSeconds:      set.NewHistogram(`wasmkeep_room_wake_seconds`),
-		hibernateSeconds: set.NewHistogram(`wasmkeep_room_hibernate_seconds`),
-		snapshotBytes:    set.NewCounter(`wasmkeep_snapshot_bytes_written_total`),
-		snapshotErrors:   set.NewCounter(`wasmkeep_snapshot_write_errors_total`),
-		snapshotConflict: set.NewCounter(`wasmkeep_snapshot_conflicts_total`),
-		queueFull:        set.NewCounter(`wasmkeep_room_queue_full_total`),
-		hibernations:     map[string]*metrics.Counter{},
-		events:           map[eventKind]*metrics.Counter{},
-		crashes:          map[string]*metrics.Counter{},
+		wakes:             set.NewCounter(`wasmkeep_room_wakes_total`),
+		coldStarts:        set.NewCounter(`wasmkeep_room_cold_starts_total`),
+		wakeErrors:        set.NewCounter(`wasmkeep_room_wake_errors_total`),
+		wakeSeconds:       set.NewHistogram(`wasmkeep_room_wake_seconds`),
+		hibernateSeconds:  set.NewHistogram(`wasmkeep_room_hibernate_seconds`),
+		snapshotBytes:     set.NewCounter(`wasmkeep_snapshot_bytes_written_total`),
+		snapshotErrors:    set.NewCounter(`wasmkeep_snapshot_write_errors_total`),
+		snapshotConflict:  set.NewCounter(`wasmkeep_snapshot_conflicts_total`),
+		queueFull:         set.NewCounter(`wasmkeep_room_queue_full_total`),
+		snapshotWrites:    set.NewCounter(`wasmkeep_snapshot_writes_total`),
+		snapshotCorrupt:   set.NewCounter(`wasmkeep_snapshot_unreadable_total`),
+		compactions:       set.NewCounter(`wasmkeep_snapshot_compactions_total`),
+		segmentsDeleted:   set.NewCounter(`wasmkeep_snapshot_segments_deleted_total`),
+		orphansDeleted:    set.NewCounter(`wasmkeep_snapshot_orphans_deleted_total`),
+		gcErrors:          set.NewCounter(`wasmkeep_snapshot_gc_errors_total`),
+		checkpointSeconds: set.NewHistogram(`wasmkeep_room_checkpoint_seconds`),
+		hibernations:      map[string]*metrics.Counter{},
+		events:            map[eventKind]*metrics.Counter{},
+		crashes:           map[string]*metrics.Counter{},
 	}
 	for _, r := range []string{reasonIdle, reasonEvict, reasonAdmin, reasonStop} {
 		rm.hibernations[r] = set.NewCounter(`wasmkeep_room_hibernations_total{reason="` + r + `"}`)
@@ -63,6 +77,9 @@ func newRoomMetrics(set *metrics.Set, m *Manager) *roomMetrics {
 	})
 	set.NewGauge(`wasmkeep_rooms_hibernated_with_sockets`, func() float64 {
 		return float64(m.Counts().HibernatedWithSockets)
+	})
+	set.NewGauge(`wasmkeep_snapshot_gc_pending`, func() float64 {
+		return float64(m.gc.size())
 	})
 	set.NewGauge(`wasmkeep_rooms_known`, func() float64 {
 		return float64(m.Counts().Known)

@@ -133,7 +133,10 @@ type Room struct {
 	inst       *engine.Instance
 	hold       Hold
 	held       bool
-	etag       string
+	man        *snapshot.Manifest // the latest snapshot's manifest, while resident
+	etag       string             // its version in the bucket
+	segSeq     uint64             // names this room's segments within a hold's generation
+	durable    bool               // the class asks for a checkpoint after every event
 	changed    bool
 	sockets    map[uint32]*Socket
 	nextSocket uint32
@@ -369,6 +372,11 @@ func (r *Room) dropSocket(s *Socket, code int, reason string) {
 // deliver runs one guest call and applies its effects if it returned. A
 // crash discards them, drops the instance and leaves the room to restart
 // from its last snapshot on its next event.
+//
+// When the class asks for it, or the guest called checkpoint(), the
+// room's state is made durable before the effects go out (and before the
+// caller answers a request): no client ever sees output whose state could
+// be lost. If that write fails, the event is undone like a crash.
 func (r *Room) deliver(call func(*engine.Instance) error) error {
 	r.effects = r.effects[:0]
 	if err := call(r.inst); err != nil {
@@ -377,6 +385,14 @@ func (r *Room) deliver(call func(*engine.Instance) error) error {
 		return err
 	}
 	r.changed = true
+	if r.inst.CheckpointRequested() || r.durable {
+		if err := r.checkpoint(context.Background()); err != nil {
+			r.effects = r.effects[:0]
+			err = fmt.Errorf("%w: %v", ErrNotDurable, err)
+			r.crashed(err)
+			return err
+		}
+	}
 	r.applyEffects()
 	return nil
 }
@@ -425,7 +441,7 @@ func (r *Room) crashed(err error) {
 		r.inst.Close()
 		r.inst = nil
 	}
-	r.known = nil
+	r.known, r.man = nil, nil
 	r.endHold()
 	r.isResident.Store(false)
 	r.m.noLongerResident(r)
@@ -465,6 +481,9 @@ func (r *Room) wake(ctx context.Context) error {
 		_ = m.place.Release(ctx, hold)
 		return err
 	}
+	if r.durable, err = m.classes.Durable(ctx, r.key.Class); err != nil {
+		r.durable = false // a class removed meanwhile: its rooms still sleep as usual
+	}
 	r.inst, r.hold, r.held = inst, hold, true
 	r.changed = !restored
 	r.isResident.Store(true)
@@ -476,55 +495,6 @@ func (r *Room) wake(ctx context.Context) error {
 	}
 	m.becameResident(r)
 	return nil
-}
-
-// load creates the instance: restored from the bucket, or started fresh
-// when the room has never been stored.
-func (r *Room) load(ctx context.Context) (inst *engine.Instance, restored bool, err error) {
-	m := r.m
-	body, etag, err := m.bucket.Get(ctx, r.key.snapshotKey())
-	if errors.Is(err, store.ErrNotFound) {
-		class, err := m.classes.Current(ctx, r.key.Class)
-		if err != nil {
-			return nil, false, err
-		}
-		inst, err := class.Start(ctx, r)
-		if err != nil {
-			r.crashedAtStart(err)
-			return nil, false, fmt.Errorf("%w: the room crashed while initializing: %v", ErrUnavailable, err)
-		}
-		r.etag = ""
-		r.known = map[uint32]bool{}
-		return inst, false, nil
-	}
-	if err != nil {
-		return nil, false, fmt.Errorf("%w: reading its snapshot: %v", ErrUnavailable, err)
-	}
-	snap, err := snapshot.Decode(body)
-	var st savedState
-	if err == nil {
-		st, err = decodeState(snap.RoomState)
-	}
-	if err != nil {
-		m.log.Error("room snapshot unreadable", "room", r.key.String(), "err", err)
-		return nil, false, fmt.Errorf("%w: its snapshot is unreadable: %v", ErrUnavailable, err)
-	}
-	class, err := m.classes.ByHash(ctx, snap.ModuleHash)
-	if err != nil {
-		return nil, false, fmt.Errorf("%w: its module version: %v", ErrUnavailable, err)
-	}
-	inst, err = class.Restore(ctx, snap, r)
-	if err != nil {
-		return nil, false, fmt.Errorf("%w: restoring: %v", ErrUnavailable, err)
-	}
-	r.etag = etag
-	r.everStored.Store(true)
-	r.known = make(map[uint32]bool, len(st.Sockets))
-	for _, id := range st.Sockets {
-		r.known[id] = true
-	}
-	r.nextSocket = max(r.nextSocket, st.NextSocket)
-	return inst, true, nil
 }
 
 func (r *Room) crashedAtStart(err error) {
@@ -586,7 +556,7 @@ func (r *Room) hibernate(why string) error {
 	m := r.m
 	start := time.Now()
 	if r.changed || r.etag == "" {
-		err := r.writeSnapshot()
+		err := r.writeSnapshot(context.Background())
 		if errors.Is(err, store.ErrPrecondition) {
 			// Someone else wrote this room's snapshot: it is not ours to
 			// run. Keeping on would fork its state, so drop the instance.
@@ -599,41 +569,12 @@ func (r *Room) hibernate(why string) error {
 		}
 	}
 	r.inst.Close()
-	r.inst = nil
+	r.inst, r.man = nil, nil
 	r.endHold()
 	r.isResident.Store(false)
 	m.noLongerResident(r)
 	m.met.hibernations[why].Inc()
 	m.met.hibernateSeconds.UpdateDuration(start)
-	return nil
-}
-
-func (r *Room) writeSnapshot() error {
-	m := r.m
-	st := savedState{NextSocket: r.nextSocket}
-	for _, id := range sortedIDs(r.known) {
-		if !r.skipClose[id] {
-			st.Sockets = append(st.Sockets, id)
-		}
-	}
-	buf, err := r.inst.Capture(m.enc, nil, st.encode())
-	if err != nil {
-		return err
-	}
-	cond := store.Cond{IfMatch: r.etag}
-	if r.etag == "" {
-		cond = store.Cond{IfNoneMatch: true}
-	}
-	etag, err := m.bucket.Put(context.Background(), r.key.snapshotKey(), buf, cond)
-	if err != nil {
-		return err
-	}
-	r.etag = etag
-	r.changed = false
-	if !r.everStored.Swap(true) {
-		m.snapshotCreated()
-	}
-	m.met.snapshotBytes.Add(len(buf))
 	return nil
 }
 

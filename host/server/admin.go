@@ -44,7 +44,7 @@ func (s *Server) putClass(w http.ResponseWriter, r *http.Request) {
 		jsonError(w, http.StatusBadRequest, "reading the module: "+err.Error())
 		return
 	}
-	rec, err := s.classes.Put(r.Context(), r.PathValue("name"), wasm)
+	rec, err := s.classes.Put(r.Context(), r.PathValue("name"), wasm, classes.Options{Durability: r.URL.Query().Get("durability")})
 	if err != nil {
 		s.classError(w, err)
 		return
@@ -65,7 +65,7 @@ func (s *Server) classError(w http.ResponseWriter, err error) {
 	switch {
 	case errors.Is(err, classes.ErrUnknownClass):
 		jsonError(w, http.StatusNotFound, err.Error())
-	case errors.Is(err, classes.ErrBadName), errors.Is(err, engine.ErrInvalidModule):
+	case errors.Is(err, classes.ErrBadName), errors.Is(err, classes.ErrBadOption), errors.Is(err, engine.ErrInvalidModule):
 		jsonError(w, http.StatusBadRequest, err.Error())
 	case errors.Is(err, classes.ErrTooLarge):
 		jsonError(w, http.StatusRequestEntityTooLarge, err.Error())

@@ -1,0 +1,381 @@
+package rooms
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/wasmkeep/wasmkeep/host/engine"
+	"github.com/wasmkeep/wasmkeep/host/snapshot"
+	"github.com/wasmkeep/wasmkeep/host/store"
+)
+
+// A room's objects in the bucket:
+//
+//	rooms/<class>/<name>/manifest    the current snapshot's manifest (conditional writes)
+//	rooms/<class>/<name>/seg/<id>    immutable segments (If-None-Match), id = <generation>-<n>
+//
+// Class and room names are escaped into single key segments.
+
+func (k Key) prefix() string {
+	return "rooms/" + store.EscapeSegment(k.Class) + "/" + store.EscapeSegment(k.Name) + "/"
+}
+
+func (k Key) manifestKey() string         { return k.prefix() + "manifest" }
+func (k Key) segmentKey(id string) string { return k.prefix() + "seg/" + id }
+
+// parseRoomKey splits a bucket key under rooms/ into its room and the rest
+// ("manifest" or "seg/<id>").
+func parseRoomKey(s string) (Key, string, bool) {
+	parts := strings.SplitN(s, "/", 4)
+	if len(parts) != 4 || parts[0] != "rooms" {
+		return Key{}, "", false
+	}
+	class, err1 := store.UnescapeSegment(parts[1])
+	name, err2 := store.UnescapeSegment(parts[2])
+	if err1 != nil || err2 != nil {
+		return Key{}, "", false
+	}
+	return Key{class, name}, parts[3], true
+}
+
+// ErrNotDurable: the room's state could not be made durable, so the event
+// that needed it is undone (the room rolls back) and fails.
+var ErrNotDurable = errors.New("the room's state could not be made durable")
+
+// load creates the instance: restored from the bucket, or started fresh
+// when the room has never been stored.
+func (r *Room) load(ctx context.Context) (inst *engine.Instance, restored bool, err error) {
+	m := r.m
+	body, etag, err := m.bucket.Get(ctx, r.key.manifestKey())
+	if errors.Is(err, store.ErrNotFound) {
+		class, err := m.classes.Current(ctx, r.key.Class)
+		if err != nil {
+			return nil, false, err
+		}
+		inst, err := class.Start(ctx, r)
+		if err != nil {
+			r.crashedAtStart(err)
+			return nil, false, fmt.Errorf("%w: the room crashed while initializing: %v", ErrUnavailable, err)
+		}
+		r.man, r.etag = nil, ""
+		r.known = map[uint32]bool{}
+		return inst, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("%w: reading its manifest: %v", ErrUnavailable, err)
+	}
+	man, segs, st, err := r.readSnapshot(ctx, body)
+	if err != nil {
+		m.unreadable(r.key, err)
+		return nil, false, fmt.Errorf("%w: its snapshot is unreadable: %v", ErrUnavailable, err)
+	}
+	class, err := m.classes.ByHash(ctx, man.ModuleHash)
+	if err != nil {
+		return nil, false, fmt.Errorf("%w: its module version: %v", ErrUnavailable, err)
+	}
+	inst, err = class.Restore(ctx, man, segs, r)
+	if err != nil {
+		if errors.Is(err, snapshot.ErrCorrupt) {
+			m.unreadable(r.key, err)
+		}
+		return nil, false, fmt.Errorf("%w: restoring: %v", ErrUnavailable, err)
+	}
+	r.man, r.etag = man, etag
+	r.everStored.Store(true)
+	r.known = make(map[uint32]bool, len(st.Sockets))
+	for _, id := range st.Sockets {
+		r.known[id] = true
+	}
+	r.nextSocket = max(r.nextSocket, st.NextSocket)
+	return inst, true, nil
+}
+
+// readSnapshot decodes a manifest and fetches the segments it references.
+// Any flaw (a missing segment included) is an error: a room never wakes
+// with part of its memory.
+func (r *Room) readSnapshot(ctx context.Context, body []byte) (*snapshot.Manifest, map[string]*snapshot.Segment, savedState, error) {
+	man, err := snapshot.DecodeManifest(body)
+	if err != nil {
+		return nil, nil, savedState{}, err
+	}
+	st, err := decodeState(man.RoomState)
+	if err != nil {
+		return nil, nil, savedState{}, err
+	}
+	segs := make(map[string]*snapshot.Segment, len(man.Segments))
+	for _, ref := range man.Segments {
+		b, _, err := r.m.bucket.Get(ctx, r.key.segmentKey(ref.ID))
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, nil, savedState{}, fmt.Errorf("%w: %s", snapshot.ErrMissingSegment, ref.ID)
+		}
+		if err != nil {
+			return nil, nil, savedState{}, err
+		}
+		seg, err := snapshot.DecodeSegment(b)
+		if err != nil {
+			return nil, nil, savedState{}, fmt.Errorf("segment %s: %w", ref.ID, err)
+		}
+		segs[ref.ID] = seg
+	}
+	return man, segs, st, nil
+}
+
+// unreadable counts a room whose snapshot cannot be read and logs it once:
+// the room refuses events with 503 until an operator looks, rather than
+// starting blank.
+func (m *Manager) unreadable(key Key, err error) {
+	m.met.snapshotCorrupt.Inc()
+	m.mu.Lock()
+	first := !m.reported[key]
+	if first && len(m.reported) < 10000 {
+		m.reported[key] = true
+	}
+	m.mu.Unlock()
+	if first {
+		m.log.Error("room snapshot unreadable; the room refuses events until it is repaired", "room", key.String(), "err", err)
+	}
+}
+
+// writeSnapshot writes the room's next snapshot: a segment with the chunks
+// that changed (or all of them, when compacting), then the manifest, each
+// with a conditional write. The segments the new manifest no longer
+// references go to the collector.
+func (r *Room) writeSnapshot(ctx context.Context) error {
+	m := r.m
+	st := savedState{NextSocket: r.nextSocket}
+	for _, id := range sortedIDs(r.known) {
+		if !r.skipClose[id] {
+			st.Sockets = append(st.Sockets, id)
+		}
+	}
+	r.segSeq++
+	segID := snapshot.SegmentID(r.hold.Generation, r.segSeq)
+	d, err := r.inst.Snapshot(m.enc, r.man, st.encode(), r.hold.Generation, segID, false)
+	if err != nil {
+		return err
+	}
+	written := 0
+	if d.Segment != nil {
+		if _, err := m.bucket.Put(ctx, r.key.segmentKey(d.SegmentID), d.Segment, store.Cond{IfNoneMatch: true}); err != nil {
+			return fmt.Errorf("writing segment: %w", err)
+		}
+		written += len(d.Segment)
+	}
+	body := d.Manifest.Encode()
+	cond := store.Cond{IfMatch: r.etag}
+	if r.etag == "" {
+		cond = store.Cond{IfNoneMatch: true}
+	}
+	etag, err := m.bucket.Put(ctx, r.key.manifestKey(), body, cond)
+	if err != nil {
+		// A write that certainly did not land leaves the segment
+		// unreferenced; one whose outcome is unknown may have.
+		if d.Segment != nil && !errors.Is(err, store.ErrUnknownOutcome) {
+			m.gc.add(r.key.segmentKey(d.SegmentID))
+		}
+		return fmt.Errorf("writing manifest: %w", err)
+	}
+	written += len(body)
+	r.man, r.etag, r.changed = d.Manifest, etag, false
+	if !r.everStored.Swap(true) {
+		m.snapshotCreated()
+	}
+	m.met.snapshotBytes.Add(written)
+	m.met.snapshotWrites.Inc()
+	if d.Compacted && len(d.Garbage) > 0 {
+		m.met.compactions.Inc()
+	}
+	for _, id := range d.Garbage {
+		m.gc.add(r.key.segmentKey(id))
+	}
+	return nil
+}
+
+// checkpoint makes the room's state durable now, between events.
+func (r *Room) checkpoint(ctx context.Context) error {
+	start := time.Now()
+	err := r.writeSnapshot(ctx)
+	r.m.met.checkpointSeconds.UpdateDuration(start)
+	return err
+}
+
+// collector deletes segments no manifest references, in the background
+// and at a bounded rate, so a burst of hibernations does not turn into a
+// burst of deletes in front of the next wakes.
+type collector struct {
+	bucket store.Bucket
+	m      *Manager
+	batch  int
+	pause  time.Duration
+
+	mu      sync.Mutex
+	pending []string
+	wake    chan struct{}
+}
+
+// maxPending bounds the collector's queue; what overflows is left to the
+// orphan sweep.
+const maxPending = 100000
+
+func newCollector(m *Manager, bucket store.Bucket) *collector {
+	return &collector{bucket: bucket, m: m, batch: 100, pause: 100 * time.Millisecond, wake: make(chan struct{}, 1)}
+}
+
+func (c *collector) add(key string) {
+	c.mu.Lock()
+	if len(c.pending) < maxPending {
+		c.pending = append(c.pending, key)
+	}
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (c *collector) size() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.pending)
+}
+
+// run deletes pending keys, at most batch per pause, until stop closes.
+func (c *collector) run(stop <-chan struct{}) {
+	for {
+		select {
+		case <-stop:
+			return
+		case <-c.wake:
+		}
+		for c.pass(context.Background()) > 0 {
+			select {
+			case <-stop:
+				return
+			case <-time.After(c.pause):
+			}
+		}
+	}
+}
+
+// pass deletes up to a batch of pending keys and returns how many remain.
+func (c *collector) pass(ctx context.Context) int {
+	c.mu.Lock()
+	n := min(c.batch, len(c.pending))
+	keys := slices.Clone(c.pending[:n])
+	c.pending = c.pending[n:]
+	c.mu.Unlock()
+	for _, k := range keys {
+		if err := c.bucket.Delete(ctx, k, ""); err != nil {
+			c.m.met.gcErrors.Inc()
+			c.m.log.Warn("deleting an unreferenced segment failed; the orphan sweep will retry", "key", k, "err", err)
+			continue
+		}
+		c.m.met.segmentsDeleted.Inc()
+	}
+	return c.size()
+}
+
+// Drain deletes every pending unreferenced segment now (tests, shutdown).
+func (m *Manager) DrainGarbage(ctx context.Context) {
+	for m.gc.pass(ctx) > 0 {
+	}
+}
+
+// SweepOrphans deletes segments that no manifest references and that no
+// hold can still be about to reference, at most limit of them: segments a
+// crash left between their write and their manifest's, and deletes the
+// collector lost. A segment is an orphan if its room's manifest does not
+// reference it and it was written by an older hold than the manifest's
+// (every hold writes its segments before its manifests, and holds'
+// generations only grow), or if the room has no manifest and is not
+// resident here (only a resident room writes). It returns how many it
+// deleted.
+func (m *Manager) SweepOrphans(ctx context.Context, limit int) (int, error) {
+	keys, err := m.bucket.List(ctx, "rooms/")
+	if err != nil {
+		return 0, err
+	}
+	segs := map[Key][]string{}
+	for _, k := range keys {
+		key, rest, ok := parseRoomKey(k)
+		if id, isSeg := strings.CutPrefix(rest, "seg/"); ok && isSeg {
+			segs[key] = append(segs[key], id)
+		}
+	}
+	deleted := 0
+	for key, ids := range segs {
+		if deleted >= limit {
+			break
+		}
+		body, _, err := m.bucket.Get(ctx, key.manifestKey())
+		var referenced map[string]bool
+		var gen uint64
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			if m.isResident(key) {
+				continue
+			}
+		case err != nil:
+			return deleted, err
+		default:
+			man, err := snapshot.DecodeManifest(body)
+			if err != nil {
+				continue // an unreadable manifest proves nothing; keep its segments
+			}
+			gen = man.Generation
+			referenced = map[string]bool{}
+			for _, id := range man.SegmentIDs() {
+				referenced[id] = true
+			}
+		}
+		for _, id := range ids {
+			if deleted >= limit {
+				break
+			}
+			g, ok := snapshot.SegmentGeneration(id)
+			if !ok || referenced[id] || (referenced != nil && g >= gen) {
+				continue
+			}
+			if err := m.bucket.Delete(ctx, key.segmentKey(id), ""); err != nil && !errors.Is(err, store.ErrNotFound) {
+				return deleted, err
+			}
+			deleted++
+			m.met.segmentsDeleted.Inc()
+			m.met.orphansDeleted.Inc()
+		}
+	}
+	return deleted, nil
+}
+
+func (m *Manager) isResident(key Key) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r := m.rooms[key]
+	return r != nil && (r.residentNow() || r.busy())
+}
+
+// sweepLoop runs the orphan sweep a while after start, then periodically.
+func (m *Manager) sweepLoop() {
+	if m.cfg.SweepInterval < 0 {
+		return
+	}
+	delay := time.Minute
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-time.After(delay):
+		}
+		if n, err := m.SweepOrphans(context.Background(), m.cfg.SweepLimit); err != nil {
+			m.log.Warn("orphan sweep failed", "err", err)
+		} else if n > 0 {
+			m.log.Info("orphan sweep deleted unreferenced segments", "segments", n)
+		}
+		delay = m.cfg.SweepInterval
+	}
+}

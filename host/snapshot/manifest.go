@@ -1,0 +1,245 @@
+package snapshot
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math/bits"
+)
+
+var (
+	manifestMagic = [8]byte{'W', 'K', 'M', 'A', 'N', 0, 0, 1}
+	segmentMagic  = [8]byte{'W', 'K', 'S', 'E', 'G', 0, 0, 1}
+)
+
+// Manifest is a room's snapshot: its header, and per chunk of memory where
+// the chunk's bytes live.
+type Manifest struct {
+	Header
+	// Generation is that of the hold that wrote the manifest.
+	Generation uint64
+	// Seq counts the room's manifests: each one written is the previous
+	// one's Seq + 1.
+	Seq uint64
+	// Codec compresses every blob the manifest references.
+	Codec Codec
+	// Segments are the segments chunks refer to, by index.
+	Segments []SegmentRef
+	// Chunks has one entry per 64 KiB chunk of memory.
+	Chunks []ChunkRef
+}
+
+// SegmentRef names a segment and gives the size of its blob area.
+type SegmentRef struct {
+	ID   string
+	Size uint32
+}
+
+// ChunkRef says what a chunk holds: Stored pages are in the blob at
+// [Off, Off+Len) of segment Seg (-1 when no page is stored); Base pages
+// equal the module's initial memory; the others are zero.
+type ChunkRef struct {
+	Hash         uint64
+	Seg          int32
+	Off, Len     uint32
+	Stored, Base uint16
+}
+
+// MemorySize is the memory's size in bytes.
+func (m *Manifest) MemorySize() uint32 { return uint32(len(m.Chunks)) * ChunkSize }
+
+// Pages reports how many 4 KiB pages the memory has, how many are stored,
+// and how many equal the base image (the rest are zero).
+func (m *Manifest) Pages() (total, stored, base int) {
+	for _, c := range m.Chunks {
+		stored += bits.OnesCount16(c.Stored)
+		base += bits.OnesCount16(c.Base)
+	}
+	return len(m.Chunks) * pagesPerChunk, stored, base
+}
+
+// Bytes reports the blob bytes the manifest references (live) and the
+// blob bytes of the segments it references (total); total - live is dead
+// weight a compaction would drop.
+func (m *Manifest) Bytes() (live, total uint64) {
+	for _, c := range m.Chunks {
+		live += uint64(c.Len)
+	}
+	for _, s := range m.Segments {
+		total += uint64(s.Size)
+	}
+	return live, total
+}
+
+// SegmentIDs lists the segments the manifest references.
+func (m *Manifest) SegmentIDs() []string {
+	ids := make([]string, len(m.Segments))
+	for i, s := range m.Segments {
+		ids[i] = s.ID
+	}
+	return ids
+}
+
+// Encode returns the manifest's bytes.
+func (m *Manifest) Encode() []byte {
+	b := make([]byte, 0, 128+8*len(m.Globals)+len(m.RoomState)+40*len(m.Segments)+24*len(m.Chunks))
+	b = append(b, manifestMagic[:]...)
+	b = append(b, byte(m.Codec))
+	b = binary.LittleEndian.AppendUint64(b, m.Generation)
+	b = binary.LittleEndian.AppendUint64(b, m.Seq)
+	b = appendBytes(b, []byte(m.ModuleHash))
+	b = binary.LittleEndian.AppendUint32(b, m.ABI)
+	b = binary.LittleEndian.AppendUint64(b, uint64(m.Nanotime))
+	b = binary.LittleEndian.AppendUint64(b, uint64(m.WallUnixNano))
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(m.Globals)))
+	for _, g := range m.Globals {
+		b = binary.LittleEndian.AppendUint64(b, g)
+	}
+	b = appendBytes(b, m.RoomState)
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(m.Segments)))
+	for _, s := range m.Segments {
+		b = appendBytes(b, []byte(s.ID))
+		b = binary.LittleEndian.AppendUint32(b, s.Size)
+	}
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(m.Chunks)))
+	for _, c := range m.Chunks {
+		b = binary.LittleEndian.AppendUint64(b, c.Hash)
+		b = binary.LittleEndian.AppendUint32(b, uint32(c.Seg))
+		b = binary.LittleEndian.AppendUint32(b, c.Off)
+		b = binary.LittleEndian.AppendUint32(b, c.Len)
+		b = binary.LittleEndian.AppendUint16(b, c.Stored)
+		b = binary.LittleEndian.AppendUint16(b, c.Base)
+	}
+	return appendChecksum(b, 0)
+}
+
+// DecodeManifest parses and checks a manifest. The result does not alias b.
+func DecodeManifest(b []byte) (*Manifest, error) {
+	body, err := verify(b, manifestMagic, "manifest")
+	if err != nil {
+		return nil, err
+	}
+	d := decoder{b: body}
+	m := &Manifest{Codec: Codec(d.u8()), Generation: d.u64(), Seq: d.u64()}
+	if m.Codec > S2 {
+		return nil, fmt.Errorf("%w: unknown codec %d", ErrCorrupt, m.Codec)
+	}
+	m.ModuleHash = string(d.bytes(maxString))
+	m.ABI = d.u32()
+	m.Nanotime = int64(d.u64())
+	m.WallUnixNano = int64(d.u64())
+	n := d.u32()
+	if n > maxGlobals || uint64(n)*8 > uint64(len(d.b)) {
+		return nil, fmt.Errorf("%w: %d globals", ErrCorrupt, n)
+	}
+	m.Globals = make([]uint64, n)
+	for i := range m.Globals {
+		m.Globals[i] = d.u64()
+	}
+	m.RoomState = append([]byte(nil), d.bytes(maxRoomState)...)
+	n = d.u32()
+	if n > maxSegments || uint64(n)*8 > uint64(len(d.b)) {
+		return nil, fmt.Errorf("%w: %d segments", ErrCorrupt, n)
+	}
+	m.Segments = make([]SegmentRef, n)
+	for i := range m.Segments {
+		m.Segments[i] = SegmentRef{ID: string(d.bytes(maxString)), Size: d.u32()}
+		if !validSegmentID(m.Segments[i].ID) {
+			return nil, fmt.Errorf("%w: segment id %q", ErrCorrupt, m.Segments[i].ID)
+		}
+	}
+	n = d.u32()
+	if uint64(n)*ChunkSize > maxMemory || uint64(n)*24 > uint64(len(d.b)) {
+		return nil, fmt.Errorf("%w: %d chunks", ErrCorrupt, n)
+	}
+	m.Chunks = make([]ChunkRef, n)
+	for i := range m.Chunks {
+		m.Chunks[i] = ChunkRef{Hash: d.u64(), Seg: int32(d.u32()), Off: d.u32(), Len: d.u32(), Stored: d.u16(), Base: d.u16()}
+	}
+	if d.bad || len(d.b) != 0 {
+		return nil, fmt.Errorf("%w: manifest fields", ErrCorrupt)
+	}
+	for i, c := range m.Chunks {
+		if err := m.checkChunk(c); err != nil {
+			return nil, fmt.Errorf("%w: chunk %d: %v", ErrCorrupt, i, err)
+		}
+	}
+	return m, nil
+}
+
+func (m *Manifest) checkChunk(c ChunkRef) error {
+	switch {
+	case c.Stored&c.Base != 0:
+		return fmt.Errorf("a page both stored and base")
+	case c.Stored == 0 && (c.Seg != -1 || c.Len != 0 || c.Off != 0):
+		return fmt.Errorf("no stored page but a blob")
+	case c.Stored != 0 && (c.Seg < 0 || int(c.Seg) >= len(m.Segments) || c.Len == 0):
+		return fmt.Errorf("stored pages without a blob")
+	case c.Stored != 0 && uint64(c.Off)+uint64(c.Len) > uint64(m.Segments[c.Seg].Size):
+		return fmt.Errorf("blob past the end of its segment")
+	}
+	return nil
+}
+
+// validSegmentID keeps segment ids to what SegmentID makes, so that a
+// manifest cannot point a reader at another key.
+func validSegmentID(id string) bool {
+	if id == "" || len(id) > 64 {
+		return false
+	}
+	for _, r := range id {
+		if !(r >= '0' && r <= '9' || r >= 'a' && r <= 'f' || r == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// SegmentID names the segment a hold of the given generation writes with
+// its manifest of the given sequence number. The generation comes first, so
+// a collector can tell which hold wrote a segment from its name alone.
+func SegmentID(generation, seq uint64) string { return fmt.Sprintf("%016x-%08x", generation, seq) }
+
+// SegmentGeneration reads the generation out of a segment id.
+func SegmentGeneration(id string) (uint64, bool) {
+	var gen, seq uint64
+	if !validSegmentID(id) {
+		return 0, false
+	}
+	if _, err := fmt.Sscanf(id, "%016x-%x", &gen, &seq); err != nil {
+		return 0, false
+	}
+	return gen, true
+}
+
+// Segment is a decoded segment: its blob area still aliases the input.
+type Segment struct {
+	Codec      Codec
+	Generation uint64
+	blobs      []byte
+}
+
+const segmentHeader = 8 + 1 + 8
+
+func appendSegmentHeader(dst []byte, codec Codec, generation uint64) []byte {
+	dst = append(dst, segmentMagic[:]...)
+	dst = append(dst, byte(codec))
+	return binary.LittleEndian.AppendUint64(dst, generation)
+}
+
+// DecodeSegment checks a segment and returns it; it aliases b.
+func DecodeSegment(b []byte) (*Segment, error) {
+	body, err := verify(b, segmentMagic, "segment")
+	if err != nil {
+		return nil, err
+	}
+	d := decoder{b: body}
+	s := &Segment{Codec: Codec(d.u8()), Generation: d.u64()}
+	if d.bad || s.Codec > S2 {
+		return nil, fmt.Errorf("%w: segment header", ErrCorrupt)
+	}
+	s.blobs = d.b
+	return s, nil
+}
+
+// Size is the size of the segment's blob area.
+func (s *Segment) Size() uint32 { return uint32(len(s.blobs)) }
