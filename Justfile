@@ -33,6 +33,10 @@ wasm:
 
 # Short fuzzing runs of every decoder.
 fuzz TIME="30s":
-    go test -run '^$' -fuzz FuzzDecode$ -fuzztime {{TIME}} ./host/snapshot/
-    go test -run '^$' -fuzz FuzzDecodeUnchecked -fuzztime {{TIME}} ./host/snapshot/
+    go test -run '^$' -fuzz FuzzDecodeManifest$ -fuzztime {{TIME}} ./host/snapshot/
+    go test -run '^$' -fuzz FuzzDecodeManifestFields -fuzztime {{TIME}} ./host/snapshot/
+    go test -run '^$' -fuzz FuzzDecodeSegment -fuzztime {{TIME}} ./host/snapshot/
+    go test -run '^$' -fuzz FuzzDecodeText -fuzztime {{TIME}} ./host/phoenix/
+    go test -run '^$' -fuzz FuzzDecodeBinary -fuzztime {{TIME}} ./host/phoenix/
+    go test -run '^$' -fuzz FuzzReader -fuzztime {{TIME}} ./host/socket/
     go test -run '^$' -fuzz FuzzRewrite -fuzztime {{TIME}} ./host/engine/wasmrw/

@@ -120,13 +120,16 @@ const (
 	// MaxLogLine bytes (longer lines are cut), attributed to the room.
 	ImportLog = "log"
 
-	// ImportCheckpoint is () -> i32: make the room's state durable. Reserved
-	// in v1: the host provides it and answers StatusUnsupported until
-	// durability on demand lands, so guests may import it already.
+	// ImportCheckpoint is () -> i32: make the room's state durable. The
+	// state as of the end of the current event is written before any output
+	// of the event (its HTTP response, socket sends) leaves the host; if the
+	// write fails, the event is undone like a crash. It returns Success at
+	// once: a snapshot taken in the middle of the call could not be resumed.
 	ImportCheckpoint = "checkpoint"
 
 	// ImportAlarmSet is (at_ms i64) -> i32 and ImportAlarmClear is () -> i32:
-	// reserved like ImportCheckpoint (answer StatusUnsupported in v1).
+	// reserved: v1 hosts provide them and answer StatusUnsupported, so
+	// guests may import them already.
 	ImportAlarmSet   = "alarm_set"
 	ImportAlarmClear = "alarm_clear"
 )

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"sort"
@@ -405,5 +406,44 @@ func BenchmarkSnapshot(b *testing.B) {
 				b.ReportMetric(float64(d.Changed), "chunks-changed")
 			})
 		}
+	}
+}
+
+// BenchmarkDeltaBytes reports what a hibernation of a chat room writes
+// after 1, 10 and 100 more messages since its previous snapshot (segment
+// plus manifest), next to a full snapshot of the same state.
+func BenchmarkDeltaBytes(b *testing.B) {
+	e := newEngine(b, Config{})
+	c := compile(b, e, "./examples/chat")
+	for _, k := range []int{1, 10, 100} {
+		b.Run(fmt.Sprintf("messages=%d", k), func(b *testing.B) {
+			inst, _ := c.Start(context.Background(), &fakeHost{})
+			say := func(i int) {
+				if err := inst.SocketMessage(1, abi.MessageText, []byte(fmt.Sprintf("message number %d from a chat user", i))); err != nil {
+					b.Fatal(err)
+				}
+			}
+			for i := range 100 { // a room with some history
+				say(i)
+			}
+			prev, err := inst.Snapshot(testEncoder, nil, nil, 1, "", false)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for i := range k {
+				say(100 + i)
+			}
+			var delta, full *snapshot.Delta
+			for b.Loop() {
+				delta, _ = inst.Snapshot(testEncoder, prev.Manifest, nil, 1, "", false)
+			}
+			full, _ = inst.Snapshot(testEncoder, nil, nil, 1, "", false)
+			size := func(d *snapshot.Delta) int { return len(d.Segment) + len(d.Manifest.Encode()) }
+			b.ReportMetric(float64(size(delta)), "delta-bytes")
+			b.ReportMetric(float64(size(full)), "full-bytes")
+			b.ReportMetric(100*float64(size(delta))/float64(size(full)), "delta-%")
+			b.ReportMetric(float64(delta.Changed), "chunks-changed")
+			b.ReportMetric(float64(len(delta.Manifest.Chunks)), "chunks")
+		})
 	}
 }

@@ -96,3 +96,31 @@ func BenchmarkHibernate(b *testing.B) {
 	}
 	reportPercentiles(b, ds)
 }
+
+// BenchmarkDurableEvent measures a request to a resident counter whose
+// class makes every event durable (a snapshot write, fsync included, before
+// the reply), next to the same class without.
+func BenchmarkDurableEvent(b *testing.B) {
+	for _, durability := range []string{"hibernate", "event"} {
+		b.Run(durability, func(b *testing.B) {
+			n := startNode(b, Config{Logger: quietLogger()})
+			if _, err := n.Classes.Put(context.Background(), "counter", buildGuest(b, "./examples/counter"), classes.Options{Durability: durability}); err != nil {
+				b.Fatal(err)
+			}
+			key := rooms.Key{Class: "counter", Name: "bench"}
+			post := abi.AppendRequest(nil, &abi.Request{Method: "POST", Path: "/"})
+			if _, err := n.Rooms.Request(context.Background(), key, post); err != nil {
+				b.Fatal(err)
+			}
+			var ds []time.Duration
+			for b.Loop() {
+				start := time.Now()
+				if _, err := n.Rooms.Request(context.Background(), key, post); err != nil {
+					b.Fatal(err)
+				}
+				ds = append(ds, time.Since(start))
+			}
+			reportPercentiles(b, ds)
+		})
+	}
+}

@@ -66,6 +66,8 @@ func rule(p, imp string) string {
 		return "only the S3 backend imports the AWS SDK"
 	case within(p, "abi") && !isStd(imp):
 		return "abi imports the standard library only"
+	case within(p, "host/phoenix") && !isStd(imp):
+		return "the Phoenix protocol core is pure: standard library only"
 	case within(p, "guest-sdk") && !isStd(imp) && !within(imp, "abi"):
 		return "the guest SDK imports abi and the standard library only"
 	case within(p, "host") && within(imp, "cluster"):
@@ -100,6 +102,7 @@ func TestRulesCatchViolations(t *testing.T) {
 		{module + "/host/rooms", "github.com/tetratelabs/wazero"},
 		{module + "/host/server", "github.com/gobwas/ws"},
 		{module + "/abi", "github.com/klauspost/compress/zstd"},
+		{module + "/host/phoenix", "github.com/gobwas/ws"},
 		{module + "/guest-sdk/go", module + "/host/engine"},
 		{module + "/host/rooms", module + "/cluster"},
 		{module + "/cluster", module + "/host/rooms"},
