@@ -65,14 +65,29 @@ const (
 	ExportInitialize = "_initialize"
 )
 
+// Channel exports (Phoenix Channels, served by the host on a room's
+// /socket/websocket path). A class that exports none of them refuses
+// Phoenix sockets.
+const (
+	// ExportOnJoin is (socket i32, ptr i32, len i32) -> (): a phx_join,
+	// encoded as a Join record. The guest accepts or rejects it by calling
+	// ImportChannelReply once; a join left unanswered is rejected.
+	ExportOnJoin = "wasmkeep_on_join"
+	// ExportOnChannelMessage is (socket i32, ptr i32, len i32) -> (): an
+	// event on a joined topic, encoded as a ChannelMessage record. The guest
+	// may answer it with ImportChannelReply (at most once).
+	ExportOnChannelMessage = "wasmkeep_on_channel_message"
+	// ExportOnLeave is (socket i32, ptr i32, len i32) -> (): a join ended
+	// (the client left, rejoined, or its socket closed), encoded as a Leave
+	// record. The topic is no longer joined when it runs.
+	ExportOnLeave = "wasmkeep_on_leave"
+)
+
 // Export names reserved for later minor versions. A v1 host never calls them;
 // they are listed so that no v1 guest gives them another meaning.
 const (
-	ExportOnJoin           = "wasmkeep_on_join"
-	ExportOnChannelMessage = "wasmkeep_on_channel_message"
-	ExportOnLeave          = "wasmkeep_on_leave"
-	ExportOnAlarm          = "wasmkeep_on_alarm"
-	ExportOnCall           = "wasmkeep_on_call"
+	ExportOnAlarm = "wasmkeep_on_alarm"
+	ExportOnCall  = "wasmkeep_on_call"
 )
 
 // ReservedExportPrefix begins every export name the host gives a meaning to,
@@ -134,13 +149,45 @@ const (
 	ImportAlarmClear = "alarm_clear"
 )
 
+// Channel host functions. Each returns a Status.
+const (
+	// ImportChannelReply is (status i32, ptr i32, len i32) -> i32: answers
+	// the join or message being handled with a JSON response. For a join,
+	// ReplyOK accepts it and ReplyError rejects it; for a message the
+	// status is the reply's ("ok" or "error"). Once per event; StatusState
+	// outside ExportOnJoin and ExportOnChannelMessage.
+	ImportChannelReply = "channel_reply"
+	// ImportChannelPush is (socket i32, ptr i32, len i32) -> i32: sends a
+	// ChannelOut record to one socket, on a topic it has joined.
+	ImportChannelPush = "channel_push"
+	// ImportChannelBroadcast is (except i32, ptr i32, len i32) -> i32: sends
+	// a ChannelOut record to every socket of the room joined to its topic
+	// but except (0: none); returns how many.
+	ImportChannelBroadcast = "channel_broadcast"
+	// ImportChannelClose is (socket i32, ptr i32, len i32) -> i32: the
+	// server ends a socket's join of the topic (given as the record's only
+	// string); the client gets phx_close and the guest a leave.
+	ImportChannelClose = "channel_close"
+	// ImportPresenceTrack is (socket i32, ptr i32, len i32) -> i32: tracks a
+	// Presence record (topic, key, JSON meta) for a socket that joined the
+	// topic. Every socket on the topic gets a presence_diff; a socket that
+	// joins later gets presence_state. Tracks end with the join.
+	ImportPresenceTrack = "presence_track"
+	// ImportPresenceUntrack is (socket i32, ptr i32, len i32) -> i32: ends
+	// the track of a Presence record's topic and key (its meta is ignored).
+	ImportPresenceUntrack = "presence_untrack"
+)
+
+// Reply statuses for ImportChannelReply.
+const (
+	ReplyOK    = 0
+	ReplyError = 1
+)
+
 // Import names reserved for later minor versions with signatures not yet
 // fixed. A module importing one of them is refused at upload by a host that
 // does not provide it, with an error naming the function.
-var ReservedImports = []string{
-	"channel_reply", "channel_push", "channel_broadcast", "channel_close",
-	"presence_track", "presence_untrack", "socket_tag", "call",
-}
+var ReservedImports = []string{"socket_tag", "call"}
 
 // Status is the value a host function returns. Zero and positive values mean
 // success (a count where the function says so); negative values are errors.

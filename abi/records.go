@@ -11,10 +11,17 @@ import (
 //	bytes = len:u32 bytes[len]
 //	headers = count:u32 (name:str value:str)*count
 //
-// Request    = method:str path:str query:str headers body:bytes
-// Response   = status:u32 headers body:bytes
-// SocketOpen = path:str query:str headers remote:str
-// RoomInfo   = class:str name:str
+// Request        = method:str path:str query:str headers body:bytes
+// Response       = status:u32 headers body:bytes
+// SocketOpen     = path:str query:str headers remote:str
+// RoomInfo       = class:str name:str
+// Join           = topic:str payload:bytes                (payload: JSON)
+// ChannelMessage = topic:str event:str binary:u8 payload:bytes
+// Leave          = topic:str reason:str
+// ChannelOut     = topic:str event:str binary:u8 payload:bytes
+// Presence       = topic:str key:str meta:bytes           (meta: a JSON object)
+//
+// binary is 0 for a JSON payload, 1 for raw bytes (Phoenix's binary frames).
 //
 // A decoder rejects trailing bytes, lengths past the end, and more than
 // MaxHeaderCount headers, so a record either decodes whole or not at all.
@@ -58,6 +65,110 @@ type SocketOpen struct {
 // RoomInfo names the room a guest instance is running as.
 type RoomInfo struct {
 	Class, Name string
+}
+
+// Join is a client's request to join a topic.
+type Join struct {
+	Topic   string
+	Payload []byte // JSON
+}
+
+// ChannelMessage is an event a client sent on a joined topic; it is also
+// the record a guest gives to push or broadcast (ChannelOut).
+type ChannelMessage struct {
+	Topic, Event string
+	Binary       bool // Payload is raw bytes, not JSON
+	Payload      []byte
+}
+
+// Leave reasons.
+const (
+	LeaveClient = "client" // the client sent phx_leave
+	LeaveRejoin = "rejoin" // the client joined the topic again
+	LeaveClosed = "closed" // the socket closed, or the server closed the topic
+)
+
+// Leave says a join ended.
+type Leave struct {
+	Topic, Reason string
+}
+
+// Presence is a presence track: Meta is a JSON object.
+type Presence struct {
+	Topic, Key string
+	Meta       []byte
+}
+
+// AppendJoin appends j's encoding to dst.
+func AppendJoin(dst []byte, j *Join) []byte {
+	return appendBytes(appendStr(dst, j.Topic), j.Payload)
+}
+
+// DecodeJoin decodes a Join record. Payload aliases b.
+func DecodeJoin(b []byte) (Join, error) {
+	d := decoder{b: b}
+	j := Join{Topic: d.str(), Payload: d.bytes()}
+	return j, d.finish()
+}
+
+// AppendChannelMessage appends m's encoding to dst.
+func AppendChannelMessage(dst []byte, m *ChannelMessage) []byte {
+	dst = appendStr(appendStr(dst, m.Topic), m.Event)
+	flag := byte(0)
+	if m.Binary {
+		flag = 1
+	}
+	return appendBytes(append(dst, flag), m.Payload)
+}
+
+// DecodeChannelMessage decodes a ChannelMessage (or ChannelOut) record.
+// Payload aliases b.
+func DecodeChannelMessage(b []byte) (ChannelMessage, error) {
+	d := decoder{b: b}
+	m := ChannelMessage{Topic: d.str(), Event: d.str()}
+	switch d.u8() {
+	case 0:
+	case 1:
+		m.Binary = true
+	default:
+		d.bad = true
+	}
+	m.Payload = d.bytes()
+	return m, d.finish()
+}
+
+// AppendLeave appends l's encoding to dst.
+func AppendLeave(dst []byte, l *Leave) []byte {
+	return appendStr(appendStr(dst, l.Topic), l.Reason)
+}
+
+// DecodeLeave decodes a Leave record.
+func DecodeLeave(b []byte) (Leave, error) {
+	d := decoder{b: b}
+	l := Leave{Topic: d.str(), Reason: d.str()}
+	return l, d.finish()
+}
+
+// AppendPresence appends p's encoding to dst.
+func AppendPresence(dst []byte, p *Presence) []byte {
+	return appendBytes(appendStr(appendStr(dst, p.Topic), p.Key), p.Meta)
+}
+
+// DecodePresence decodes a Presence record. Meta aliases b.
+func DecodePresence(b []byte) (Presence, error) {
+	d := decoder{b: b}
+	p := Presence{Topic: d.str(), Key: d.str(), Meta: d.bytes()}
+	return p, d.finish()
+}
+
+// AppendTopic appends the record channel_close takes: one string.
+func AppendTopic(dst []byte, topic string) []byte { return appendStr(dst, topic) }
+
+// DecodeTopic decodes channel_close's record.
+func DecodeTopic(b []byte) (string, error) {
+	d := decoder{b: b}
+	t := d.str()
+	return t, d.finish()
 }
 
 // AppendRequest appends r's encoding to dst.
@@ -156,6 +267,16 @@ func (d *decoder) u32() uint32 {
 	}
 	v := binary.LittleEndian.Uint32(d.b)
 	d.b = d.b[4:]
+	return v
+}
+
+func (d *decoder) u8() byte {
+	if d.bad || len(d.b) < 1 {
+		d.bad = true
+		return 0
+	}
+	v := d.b[0]
+	d.b = d.b[1:]
 	return v
 }
 

@@ -107,3 +107,48 @@ func onSocketClose(socket uint32, code int32, ptr unsafe.Pointer, n uint32) {
 		onSocketCloseFunc(Socket(socket), int(code), string(payload(ptr, n)))
 	}
 }
+
+//go:wasmexport wasmkeep_on_join
+func onJoin(socket uint32, ptr unsafe.Pointer, n uint32) {
+	rec, err := abi.DecodeJoin(payload(ptr, n))
+	if err != nil {
+		Error("wasmkeep: malformed join record from the host")
+		return
+	}
+	if onJoinFunc == nil {
+		replyWith(Err([]byte(`{"reason":"this room serves no channels"}`)))
+		return
+	}
+	j := Join{Topic: rec.Topic, Payload: append([]byte(nil), rec.Payload...)}
+	if r := onJoinFunc(Socket(socket), &j); r != nil {
+		replyWith(r)
+	}
+}
+
+//go:wasmexport wasmkeep_on_channel_message
+func onChannelMessage(socket uint32, ptr unsafe.Pointer, n uint32) {
+	rec, err := abi.DecodeChannelMessage(payload(ptr, n))
+	if err != nil {
+		Error("wasmkeep: malformed channel message record from the host")
+		return
+	}
+	if onChannelMessageFunc == nil {
+		return
+	}
+	m := ChannelMessage{Topic: rec.Topic, Event: rec.Event, Payload: rec.Payload, Binary: rec.Binary}
+	if r := onChannelMessageFunc(Socket(socket), &m); r != nil {
+		replyWith(r)
+	}
+}
+
+//go:wasmexport wasmkeep_on_leave
+func onLeave(socket uint32, ptr unsafe.Pointer, n uint32) {
+	rec, err := abi.DecodeLeave(payload(ptr, n))
+	if err != nil {
+		Error("wasmkeep: malformed leave record from the host")
+		return
+	}
+	if onLeaveFunc != nil {
+		onLeaveFunc(Socket(socket), rec.Topic, rec.Reason)
+	}
+}

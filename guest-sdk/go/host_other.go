@@ -20,6 +20,9 @@ type nativeHost interface {
 	Checkpoint() int32
 	AlarmSet(atMs int64) int32
 	AlarmClear() int32
+	// Channel stands for the channel functions: name is the import's
+	// name, arg its first argument (a status, socket or except), b the record.
+	Channel(name string, arg uint32, b []byte) int32
 }
 
 var native nativeHost
@@ -105,4 +108,35 @@ func hostAlarmClear() int32 {
 		return unsupported
 	}
 	return native.AlarmClear()
+}
+
+func channelCall(name string, arg uint32, ptr unsafe.Pointer, n uint32) int32 {
+	if native == nil {
+		return unsupported
+	}
+	return native.Channel(name, arg, bytesAt(ptr, n))
+}
+
+func hostChannelReply(status int32, ptr unsafe.Pointer, n uint32) int32 {
+	return channelCall("channel_reply", uint32(status), ptr, n)
+}
+
+func hostChannelPush(socket uint32, ptr unsafe.Pointer, n uint32) int32 {
+	return channelCall("channel_push", socket, ptr, n)
+}
+
+func hostChannelBroadcast(except uint32, ptr unsafe.Pointer, n uint32) int32 {
+	return channelCall("channel_broadcast", except, ptr, n)
+}
+
+func hostChannelClose(socket uint32, ptr unsafe.Pointer, n uint32) int32 {
+	return channelCall("channel_close", socket, ptr, n)
+}
+
+func hostPresenceTrack(socket uint32, ptr unsafe.Pointer, n uint32) int32 {
+	return channelCall("presence_track", socket, ptr, n)
+}
+
+func hostPresenceUntrack(socket uint32, ptr unsafe.Pointer, n uint32) int32 {
+	return channelCall("presence_untrack", socket, ptr, n)
 }

@@ -35,3 +35,21 @@ func hostAlarmSet(atMs int64) int32
 
 //go:wasmimport wasmkeep alarm_clear
 func hostAlarmClear() int32
+
+//go:wasmimport wasmkeep channel_reply
+func hostChannelReply(status int32, ptr unsafe.Pointer, n uint32) int32
+
+//go:wasmimport wasmkeep channel_push
+func hostChannelPush(socket uint32, ptr unsafe.Pointer, n uint32) int32
+
+//go:wasmimport wasmkeep channel_broadcast
+func hostChannelBroadcast(except uint32, ptr unsafe.Pointer, n uint32) int32
+
+//go:wasmimport wasmkeep channel_close
+func hostChannelClose(socket uint32, ptr unsafe.Pointer, n uint32) int32
+
+//go:wasmimport wasmkeep presence_track
+func hostPresenceTrack(socket uint32, ptr unsafe.Pointer, n uint32) int32
+
+//go:wasmimport wasmkeep presence_untrack
+func hostPresenceUntrack(socket uint32, ptr unsafe.Pointer, n uint32) int32

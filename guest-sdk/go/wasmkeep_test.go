@@ -21,6 +21,7 @@ type fakeHost struct {
 	roomCalls  int
 	logs       []string
 	respStatus int32
+	channel    []recordedCall
 }
 
 func (h *fakeHost) HTTPRespond(b []byte) int32 {
@@ -73,8 +74,19 @@ func (h *fakeHost) Log(level int32, b []byte) int32 {
 func (h *fakeHost) Checkpoint() int32    { return int32(abi.StatusUnsupported) }
 func (h *fakeHost) AlarmSet(int64) int32 { return int32(abi.StatusUnsupported) }
 func (h *fakeHost) AlarmClear() int32    { return int32(abi.StatusUnsupported) }
-func (h *fakeHost) last() *abi.Response  { return &h.responses[len(h.responses)-1] }
-func (h *fakeHost) lastBody() string     { return string(h.last().Body) }
+func (h *fakeHost) Channel(name string, arg uint32, b []byte) int32 {
+	h.channel = append(h.channel, recordedCall{name, arg, append([]byte(nil), b...)})
+	return 0
+}
+
+type recordedCall struct {
+	name string
+	arg  uint32
+	rec  []byte
+}
+
+func (h *fakeHost) last() *abi.Response { return &h.responses[len(h.responses)-1] }
+func (h *fakeHost) lastBody() string    { return string(h.last().Body) }
 func (h *fakeHost) lastHeader(n string) string {
 	v, _ := LookupHeader(h.last().Headers, n)
 	return v
@@ -284,5 +296,62 @@ func TestQueryValue(t *testing.T) {
 		if v != c.v || ok != c.ok {
 			t.Errorf("QueryValue(%q, %q) = %q, %v; want %q, %v", c.q, c.k, v, ok, c.v, c.ok)
 		}
+	}
+}
+
+func TestChannels(t *testing.T) {
+	h := &fakeHost{}
+	native = h
+	defer func() { native = nil; onJoinFunc, onChannelMessageFunc, onLeaveFunc = nil, nil, nil }()
+
+	// Without a handler a join is refused.
+	join := abi.AppendJoin(nil, &abi.Join{Topic: "room:1", Payload: []byte(`{"name":"ada"}`)})
+	onJoin(7, bytesPtr(join), uint32(len(join)))
+	if len(h.channel) != 1 || h.channel[0].name != "channel_reply" || h.channel[0].arg != abi.ReplyError {
+		t.Fatalf("default join: %+v", h.channel)
+	}
+
+	HandleJoin(func(s Socket, j *Join) *Reply {
+		if s != 7 || j.Topic != "room:1" || string(j.Payload) != `{"name":"ada"}` {
+			t.Errorf("join: %d %+v", s, j)
+		}
+		if err := s.Track(j.Topic, "ada", []byte(`{"x":1}`)); err != nil {
+			t.Error(err)
+		}
+		return OK([]byte(`{"welcome":true}`))
+	})
+	HandleChannelMessage(func(s Socket, m *ChannelMessage) *Reply {
+		BroadcastTopic(m.Topic, "shout", m.Payload, s)
+		return nil
+	})
+	var left string
+	HandleLeave(func(s Socket, topic, reason string) { left = topic + " " + reason })
+
+	h.channel = nil
+	onJoin(7, bytesPtr(join), uint32(len(join)))
+	if len(h.channel) != 2 || h.channel[0].name != "presence_track" || h.channel[1].name != "channel_reply" ||
+		h.channel[1].arg != abi.ReplyOK || string(h.channel[1].rec) != `{"welcome":true}` {
+		t.Fatalf("join: %+v", h.channel)
+	}
+	p, err := abi.DecodePresence(h.channel[0].rec)
+	if err != nil || p.Key != "ada" || string(p.Meta) != `{"x":1}` {
+		t.Fatalf("track record: %+v %v", p, err)
+	}
+
+	h.channel = nil
+	msg := abi.AppendChannelMessage(nil, &abi.ChannelMessage{Topic: "room:1", Event: "shout", Payload: []byte(`{"t":"hi"}`)})
+	onChannelMessage(7, bytesPtr(msg), uint32(len(msg)))
+	if len(h.channel) != 1 || h.channel[0].name != "channel_broadcast" || h.channel[0].arg != 7 {
+		t.Fatalf("message: %+v", h.channel)
+	}
+	out, err := abi.DecodeChannelMessage(h.channel[0].rec)
+	if err != nil || out.Event != "shout" || string(out.Payload) != `{"t":"hi"}` {
+		t.Fatalf("broadcast record: %+v %v", out, err)
+	}
+
+	leave := abi.AppendLeave(nil, &abi.Leave{Topic: "room:1", Reason: "client"})
+	onLeave(7, bytesPtr(leave), uint32(len(leave)))
+	if left != "room:1 client" {
+		t.Fatalf("leave: %q", left)
 	}
 }

@@ -267,11 +267,15 @@ const (
 	EventSocketOpen
 	EventSocketMessage
 	EventSocketClose
+	EventJoin
+	EventChannelMessage
+	EventLeave
 	numEvents
 )
 
 var eventExports = [numEvents]string{
 	abi.ExportOnRequest, abi.ExportOnSocketOpen, abi.ExportOnSocketMessage, abi.ExportOnSocketClose,
+	abi.ExportOnJoin, abi.ExportOnChannelMessage, abi.ExportOnLeave,
 }
 
 // Hash returns the content hash wasmkeep uses for a module's bytes.
@@ -410,12 +414,15 @@ func (e *Engine) checkImports(info *wasmrw.Info) error {
 func (c *Class) checkSignatures(fns map[string]api.FunctionDefinition) error {
 	i32 := api.ValueTypeI32
 	want := map[string][2][]api.ValueType{
-		abi.ExportAlloc:           {{i32}, {i32}},
-		abi.ExportOnRequest:       {{i32, i32}, nil},
-		abi.ExportOnSocketOpen:    {{i32, i32, i32}, nil},
-		abi.ExportOnSocketMessage: {{i32, i32, i32, i32}, nil},
-		abi.ExportOnSocketClose:   {{i32, i32, i32, i32}, nil},
-		abi.ExportInitialize:      {nil, nil},
+		abi.ExportAlloc:            {{i32}, {i32}},
+		abi.ExportOnRequest:        {{i32, i32}, nil},
+		abi.ExportOnSocketOpen:     {{i32, i32, i32}, nil},
+		abi.ExportOnSocketMessage:  {{i32, i32, i32, i32}, nil},
+		abi.ExportOnSocketClose:    {{i32, i32, i32, i32}, nil},
+		abi.ExportOnJoin:           {{i32, i32, i32}, nil},
+		abi.ExportOnChannelMessage: {{i32, i32, i32}, nil},
+		abi.ExportOnLeave:          {{i32, i32, i32}, nil},
+		abi.ExportInitialize:       {nil, nil},
 	}
 	for name, sig := range want {
 		fn := fns[name]

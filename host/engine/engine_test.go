@@ -35,6 +35,15 @@ func (h *fakeHost) Broadcast(int, []byte, uint32) int {
 }
 func (h *fakeHost) RoomInfo() abi.RoomInfo { return abi.RoomInfo{Class: "c", Name: "n"} }
 func (h *fakeHost) Log(int, string)        {}
+func (h *fakeHost) ChannelPush(uint32, *abi.ChannelMessage) abi.Status {
+	return abi.Success
+}
+func (h *fakeHost) ChannelBroadcast(uint32, *abi.ChannelMessage) int { return 0 }
+func (h *fakeHost) ChannelClose(uint32, string) abi.Status           { return abi.Success }
+func (h *fakeHost) PresenceTrack(uint32, *abi.Presence) abi.Status   { return abi.Success }
+func (h *fakeHost) PresenceUntrack(uint32, *abi.Presence) abi.Status {
+	return abi.Success
+}
 
 func newEngine(tb testing.TB, cfg Config) *Engine {
 	tb.Helper()

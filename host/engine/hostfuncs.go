@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -33,6 +34,12 @@ func (e *Engine) instantiateHostModule(ctx context.Context) error {
 	def(abi.ImportRoomInfo, roomInfo, i32, i32)
 	def(abi.ImportLog, logLine, i32, i32, i32)
 	def(abi.ImportCheckpoint, checkpoint)
+	def(abi.ImportChannelReply, e.channelReply, i32, i32, i32)
+	def(abi.ImportChannelPush, channelPush, i32, i32, i32)
+	def(abi.ImportChannelBroadcast, channelBroadcast, i32, i32, i32)
+	def(abi.ImportChannelClose, channelClose, i32, i32, i32)
+	def(abi.ImportPresenceTrack, presenceTrack, i32, i32, i32)
+	def(abi.ImportPresenceUntrack, presenceUntrack, i32, i32, i32)
 	def(abi.ImportAlarmSet, unsupported, i64)
 	def(abi.ImportAlarmClear, unsupported)
 	_, err := b.Instantiate(ctx)
@@ -189,6 +196,130 @@ func logLine(ctx context.Context, mod api.Module, stack []uint64) {
 		inst.host.Log(int(int32(uint32(stack[0]))), string(msg))
 		ret(stack, abi.Success)
 	}
+}
+
+// channelReply records the guest's answer to the join or message being
+// handled; the room turns it into a phx_reply once the event returns.
+func (e *Engine) channelReply(ctx context.Context, mod api.Module, stack []uint64) {
+	inst := instanceOf(ctx)
+	body, ok := guestBytes(mod, stack[1], stack[2])
+	status := int(uint32(stack[0]))
+	switch {
+	case inst == nil || inst.inChannel == noReply || inst.reply.Given:
+		ret(stack, abi.StatusState)
+	case !ok || (status != abi.ReplyOK && status != abi.ReplyError):
+		ret(stack, abi.StatusInvalid)
+	case len(body) > e.cfg.MaxResponseBytes:
+		ret(stack, abi.StatusTooLarge)
+	case len(body) > 0 && !json.Valid(body):
+		ret(stack, abi.StatusInvalid)
+	default:
+		inst.reply.Given, inst.reply.Status = true, status
+		inst.reply.Body = append(inst.reply.Body[:0], body...)
+		ret(stack, abi.Success)
+	}
+}
+
+// channelOut reads a ChannelOut record: a JSON payload must be valid JSON.
+func channelOut(mod api.Module, ptr, n uint64) (*abi.ChannelMessage, abi.Status) {
+	b, ok := guestBytes(mod, ptr, n)
+	if !ok {
+		return nil, abi.StatusInvalid
+	}
+	m, err := abi.DecodeChannelMessage(b)
+	if err != nil || m.Topic == "" || m.Event == "" || (!m.Binary && len(m.Payload) > 0 && !json.Valid(m.Payload)) {
+		return nil, abi.StatusInvalid
+	}
+	return &m, abi.Success
+}
+
+func channelPush(ctx context.Context, mod api.Module, stack []uint64) {
+	inst := instanceOf(ctx)
+	if inst == nil || inst.host == nil {
+		ret(stack, abi.StatusState)
+		return
+	}
+	m, st := channelOut(mod, stack[1], stack[2])
+	if st == abi.Success {
+		st = inst.host.ChannelPush(uint32(stack[0]), m)
+	}
+	ret(stack, st)
+}
+
+func channelBroadcast(ctx context.Context, mod api.Module, stack []uint64) {
+	inst := instanceOf(ctx)
+	if inst == nil || inst.host == nil {
+		ret(stack, abi.StatusState)
+		return
+	}
+	m, st := channelOut(mod, stack[1], stack[2])
+	if st == abi.Success {
+		st = abi.Status(inst.host.ChannelBroadcast(uint32(stack[0]), m))
+	}
+	ret(stack, st)
+}
+
+func channelClose(ctx context.Context, mod api.Module, stack []uint64) {
+	inst := instanceOf(ctx)
+	if inst == nil || inst.host == nil {
+		ret(stack, abi.StatusState)
+		return
+	}
+	b, ok := guestBytes(mod, stack[1], stack[2])
+	topic, err := abi.DecodeTopic(b)
+	if !ok || err != nil {
+		ret(stack, abi.StatusInvalid)
+		return
+	}
+	ret(stack, inst.host.ChannelClose(uint32(stack[0]), topic))
+}
+
+// presence reads a Presence record; a track's meta must be a JSON object.
+func presence(mod api.Module, ptr, n uint64, track bool) (*abi.Presence, abi.Status) {
+	b, ok := guestBytes(mod, ptr, n)
+	if !ok {
+		return nil, abi.StatusInvalid
+	}
+	p, err := abi.DecodePresence(b)
+	if err != nil || p.Topic == "" || p.Key == "" {
+		return nil, abi.StatusInvalid
+	}
+	if track {
+		if len(p.Meta) == 0 {
+			p.Meta = []byte("{}")
+		}
+		var obj map[string]json.RawMessage
+		if json.Unmarshal(p.Meta, &obj) != nil {
+			return nil, abi.StatusInvalid
+		}
+	}
+	return &p, abi.Success
+}
+
+func presenceTrack(ctx context.Context, mod api.Module, stack []uint64) {
+	inst := instanceOf(ctx)
+	if inst == nil || inst.host == nil {
+		ret(stack, abi.StatusState)
+		return
+	}
+	p, st := presence(mod, stack[1], stack[2], true)
+	if st == abi.Success {
+		st = inst.host.PresenceTrack(uint32(stack[0]), p)
+	}
+	ret(stack, st)
+}
+
+func presenceUntrack(ctx context.Context, mod api.Module, stack []uint64) {
+	inst := instanceOf(ctx)
+	if inst == nil || inst.host == nil {
+		ret(stack, abi.StatusState)
+		return
+	}
+	p, st := presence(mod, stack[1], stack[2], false)
+	if st == abi.Success {
+		st = inst.host.PresenceUntrack(uint32(stack[0]), p)
+	}
+	ret(stack, st)
 }
 
 // checkpoint marks the event: the room makes its state durable when the

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -35,6 +36,14 @@ type Host interface {
 	Broadcast(kind int, data []byte, except uint32) int
 	RoomInfo() abi.RoomInfo
 	Log(level int, msg string)
+
+	// Channels (Phoenix). Records are decoded and checked by the engine.
+	ChannelPush(socket uint32, m *abi.ChannelMessage) abi.Status
+	// ChannelBroadcast returns how many sockets the message went to.
+	ChannelBroadcast(except uint32, m *abi.ChannelMessage) int
+	ChannelClose(socket uint32, topic string) abi.Status
+	PresenceTrack(socket uint32, p *abi.Presence) abi.Status
+	PresenceUntrack(socket uint32, p *abi.Presence) abi.Status
 }
 
 // Errors an event call can end with. After any of them the instance is
@@ -89,6 +98,10 @@ type Instance struct {
 	inRequest bool
 	response  []byte
 	responded bool
+
+	// State of the join or channel message being handled.
+	inChannel EventKindReply
+	reply     ChannelReply
 
 	sockets []uint32 // scratch for socket_list
 }
@@ -310,6 +323,50 @@ func (i *Instance) Request(payload []byte) ([]byte, error) {
 		return nil, nil
 	}
 	return i.response, nil
+}
+
+// EventKindReply says which event, if any, channel_reply answers now.
+type EventKindReply uint8
+
+const (
+	noReply EventKindReply = iota
+	joinReply
+	messageReply
+)
+
+// ChannelReply is a guest's answer to a join or a channel message.
+type ChannelReply struct {
+	Given  bool   // the guest called channel_reply
+	Status int    // abi.ReplyOK or abi.ReplyError
+	Body   []byte // JSON
+}
+
+// Join delivers an encoded abi.Join for socket id and returns the guest's
+// answer (not Given: the join is rejected).
+func (i *Instance) Join(id uint32, payload []byte) (ChannelReply, error) {
+	return i.channelEvent(EventJoin, joinReply, id, payload)
+}
+
+// ChannelMessage delivers an encoded abi.ChannelMessage for socket id and
+// returns the guest's reply, if it gave one.
+func (i *Instance) ChannelMessage(id uint32, payload []byte) (ChannelReply, error) {
+	return i.channelEvent(EventChannelMessage, messageReply, id, payload)
+}
+
+// Leave delivers an encoded abi.Leave for socket id.
+func (i *Instance) Leave(id uint32, payload []byte) error {
+	return i.event(EventLeave, 1, uint64(id), 0, payload)
+}
+
+func (i *Instance) channelEvent(k Event, kind EventKindReply, id uint32, payload []byte) (ChannelReply, error) {
+	i.inChannel, i.reply = kind, ChannelReply{Body: i.reply.Body[:0]}
+	defer func() { i.inChannel = noReply }()
+	if err := i.event(k, 1, uint64(id), 0, payload); err != nil {
+		return ChannelReply{}, err
+	}
+	r := i.reply
+	r.Body = bytes.Clone(r.Body)
+	return r, nil
 }
 
 // SocketOpen delivers an encoded abi.SocketOpen for socket id.

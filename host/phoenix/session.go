@@ -509,6 +509,16 @@ func (s *Session) Joined(topic string) (Ref, bool) {
 	return Ref{}, false
 }
 
+// Topics returns the topics joined or pending, sorted.
+func (s *Session) Topics() []string {
+	topics := make([]string, 0, len(s.topics))
+	for t := range s.topics {
+		topics = append(topics, t)
+	}
+	sort.Strings(topics)
+	return topics
+}
+
 // Len returns the number of topics joined or pending.
 func (s *Session) Len() int { return len(s.topics) }
 

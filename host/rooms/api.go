@@ -74,12 +74,18 @@ func (m *Manager) enqueueNew(key Key, ev *event, wait bool) error {
 // room's mailbox is full, which slows the client down through TCP rather
 // than dropping its messages.
 func (s *Socket) Message(kind int, data []byte) error {
+	if s.ch != nil {
+		return s.channelInput(kind, data)
+	}
 	return s.room.enqueue(&event{kind: evSocketMessage, sock: s, msgKind: kind, data: data}, true)
 }
 
 // Closed reports that the socket is gone, with the close code and reason
 // the client sent (or the one the host closed it with).
 func (s *Socket) Closed(code int, reason string) {
+	if s.ch != nil {
+		s.channelClosed()
+	}
 	_ = s.room.enqueue(&event{kind: evSocketClose, sock: s, code: code, reason: reason}, false)
 }
 

@@ -14,6 +14,8 @@ package rooms
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -126,6 +128,9 @@ type Manager struct {
 	met     *roomMetrics
 
 	gc *collector
+	// instance is random per start: presence refs carry it, so that a
+	// client never sees a ref from before a restart again.
+	instance string
 
 	mu       sync.Mutex
 	rooms    map[Key]*Room // resident, busy, or with sockets
@@ -156,6 +161,7 @@ func NewManager(ctx context.Context, cfg Config, classes Classes, bucket store.B
 		rooms:    map[Key]*Room{},
 		resident: map[*Room]struct{}{},
 		reported: map[Key]bool{},
+		instance: randomID(),
 		stop:     make(chan struct{}),
 		stopped:  make(chan struct{}),
 	}
@@ -415,3 +421,9 @@ var monoStart = time.Now()
 
 // monoNow is a monotonic clock reading in nanoseconds.
 func monoNow() int64 { return int64(time.Since(monoStart)) }
+
+func randomID() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

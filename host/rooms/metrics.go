@@ -23,6 +23,9 @@ type roomMetrics struct {
 	orphansDeleted    *metrics.Counter
 	gcErrors          *metrics.Counter
 	checkpointSeconds *metrics.Histogram
+	joins             map[string]*metrics.Counter
+	channelMessages   *metrics.Counter
+	channelDrops      map[string]*metrics.Counter
 	hibernations      map[string]*metrics.Counter
 	events            map[eventKind]*metrics.Counter
 	crashes           map[string]*metrics.Counter
@@ -57,6 +60,15 @@ func newRoomMetrics(set *metrics.Set, m *Manager) *roomMetrics {
 		hibernations:      map[string]*metrics.Counter{},
 		events:            map[eventKind]*metrics.Counter{},
 		crashes:           map[string]*metrics.Counter{},
+		joins:             map[string]*metrics.Counter{},
+		channelMessages:   set.NewCounter(`wasmkeep_channel_messages_total`),
+		channelDrops:      map[string]*metrics.Counter{},
+	}
+	for _, r := range []string{"accepted", "rejected", "crashed"} {
+		rm.joins[r] = set.NewCounter(`wasmkeep_channel_joins_total{result="` + r + `"}`)
+	}
+	for _, r := range []string{"malformed", "message_rate", "join_rate", "topic_limit", "invalid_join", "stale", "unmatched"} {
+		rm.channelDrops[r] = set.NewCounter(`wasmkeep_channel_drops_total{reason="` + r + `"}`)
 	}
 	for _, r := range []string{reasonIdle, reasonEvict, reasonAdmin, reasonStop} {
 		rm.hibernations[r] = set.NewCounter(`wasmkeep_room_hibernations_total{reason="` + r + `"}`)

@@ -64,6 +64,7 @@ func (r *Room) load(ctx context.Context) (inst *engine.Instance, restored bool, 
 		}
 		r.man, r.etag = nil, ""
 		r.known = map[uint32]bool{}
+		r.joins = map[joinKey]bool{}
 		return inst, false, nil
 	}
 	if err != nil {
@@ -92,6 +93,10 @@ func (r *Room) load(ctx context.Context) (inst *engine.Instance, restored bool, 
 		r.known[id] = true
 	}
 	r.nextSocket = max(r.nextSocket, st.NextSocket)
+	r.joins = make(map[joinKey]bool, len(st.Joins))
+	for _, j := range st.Joins {
+		r.joins[j] = true
+	}
 	return inst, true, nil
 }
 
@@ -153,6 +158,10 @@ func (r *Room) writeSnapshot(ctx context.Context) error {
 			st.Sockets = append(st.Sockets, id)
 		}
 	}
+	for k := range r.joins {
+		st.Joins = append(st.Joins, k)
+	}
+	sortJoins(st.Joins)
 	r.segSeq++
 	segID := snapshot.SegmentID(r.hold.Generation, r.segSeq)
 	d, err := r.inst.Snapshot(m.enc, r.man, st.encode(), r.hold.Generation, segID, false)

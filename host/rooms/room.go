@@ -12,6 +12,7 @@ import (
 
 	"github.com/wasmkeep/wasmkeep/abi"
 	"github.com/wasmkeep/wasmkeep/host/engine"
+	"github.com/wasmkeep/wasmkeep/host/phoenix"
 	"github.com/wasmkeep/wasmkeep/host/snapshot"
 	"github.com/wasmkeep/wasmkeep/host/store"
 )
@@ -47,8 +48,9 @@ func defaultFramer(kind int, data []byte) (Frame, error) {
 type Socket struct {
 	room *Room
 	conn Conn
-	open []byte // the encoded abi.SocketOpen, replayed if the guest forgets it
-	id   uint32 // handed out when the open event runs; worker-owned
+	open []byte        // the encoded abi.SocketOpen, replayed if the guest forgets it
+	ch   *channelState // the Phoenix protocol state of a channel socket; nil for raw ones
+	id   uint32        // handed out when the open event runs; worker-owned
 }
 
 // ID is the socket's id within its room (0 until its open event ran).
@@ -61,10 +63,11 @@ const (
 	evSocketOpen
 	evSocketMessage
 	evSocketClose
+	evChannel
 	evHibernate
 )
 
-var eventNames = [...]string{"request", "socket_open", "socket_message", "socket_close", ""}
+var eventNames = [...]string{"request", "socket_open", "socket_message", "socket_close", "channel", ""}
 
 type event struct {
 	kind    eventKind
@@ -76,6 +79,8 @@ type event struct {
 
 	ctx   context.Context // a request's; skipped if done before it runs
 	reply chan result
+
+	delivery phoenix.Delivery // a channel event
 
 	why  string
 	done chan error
@@ -89,12 +94,14 @@ type result struct {
 // effect is something an event asked for outside the guest, applied only
 // once the event returned without crashing.
 type effect struct {
-	op     effectOp
-	sock   *Socket
-	frame  Frame
-	code   int
-	reason string
-	except uint32
+	op       effectOp
+	sock     *Socket
+	frame    Frame
+	code     int
+	reason   string
+	except   uint32
+	msg      *abi.ChannelMessage
+	presence *abi.Presence
 }
 
 type effectOp uint8
@@ -103,6 +110,11 @@ const (
 	opSend effectOp = iota
 	opClose
 	opBroadcast
+	opChanPush
+	opChanBroadcast
+	opChanClose
+	opPresenceTrack
+	opPresenceUntrack
 )
 
 // closed remembers how a socket the guest still believes open went away.
@@ -144,15 +156,27 @@ type Room struct {
 	gone       map[uint32]closed
 	skipClose  map[uint32]bool
 	effects    []effect
+
+	// Channels (channels.go): joins the guest accepted, joins that ended
+	// while it could not hear of it, the join being handled, presence.
+	joins        map[joinKey]bool
+	goneJoins    map[joinKey]string
+	joinPayloads map[joinKey][]byte // accepted joins' Join records, replayed after a rollback
+	joining      *joinKey
+	presence     map[string]*phoenix.Presence
 }
 
 func newRoom(m *Manager, key Key) *Room {
 	r := &Room{
-		key:        key,
-		m:          m,
-		sockets:    map[uint32]*Socket{},
-		gone:       map[uint32]closed{},
-		nextSocket: 1,
+		key:          key,
+		m:            m,
+		sockets:      map[uint32]*Socket{},
+		gone:         map[uint32]closed{},
+		nextSocket:   1,
+		joins:        map[joinKey]bool{},
+		goneJoins:    map[joinKey]string{},
+		joinPayloads: map[joinKey][]byte{},
+		presence:     map[string]*phoenix.Presence{},
 	}
 	r.lastActive.Store(monoNow())
 	return r
@@ -258,6 +282,8 @@ func (r *Room) handle(ev *event, more bool) {
 		r.handleMessage(ev)
 	case evSocketClose:
 		r.handleClose(ev)
+	case evChannel:
+		r.handleChannel(ev)
 	}
 	r.lastActive.Store(monoNow())
 }
@@ -378,6 +404,13 @@ func (r *Room) dropSocket(s *Socket, code int, reason string) {
 // caller answers a request): no client ever sees output whose state could
 // be lost. If that write fails, the event is undone like a crash.
 func (r *Room) deliver(call func(*engine.Instance) error) error {
+	return r.deliverThen(call, nil)
+}
+
+// deliverThen is deliver with a step that runs, on success, after the
+// state is durable and before the event's effects: the answer to a join,
+// which must precede what the join handler sent.
+func (r *Room) deliverThen(call func(*engine.Instance) error, first func()) error {
 	r.effects = r.effects[:0]
 	if err := call(r.inst); err != nil {
 		r.effects = r.effects[:0]
@@ -393,6 +426,9 @@ func (r *Room) deliver(call func(*engine.Instance) error) error {
 			return err
 		}
 	}
+	if first != nil {
+		first()
+	}
 	r.applyEffects()
 	return nil
 }
@@ -407,10 +443,12 @@ func (r *Room) applyEffects() {
 			e.sock.conn.Close(e.code, e.reason)
 		case opBroadcast:
 			for id, s := range r.sockets {
-				if id != e.except {
+				if id != e.except && s.ch == nil {
 					_ = s.conn.SendFrame(e.frame)
 				}
 			}
+		default:
+			r.applyChannelEffect(e)
 		}
 		*e = effect{}
 	}
@@ -441,7 +479,7 @@ func (r *Room) crashed(err error) {
 		r.inst.Close()
 		r.inst = nil
 	}
-	r.known, r.man = nil, nil
+	r.known, r.man, r.joins = nil, nil, nil
 	r.endHold()
 	r.isResident.Store(false)
 	r.m.noLongerResident(r)
@@ -545,6 +583,7 @@ func (r *Room) reconcile() {
 		}
 		r.known[id] = true
 	}
+	r.reconcileJoins()
 }
 
 // hibernate writes the room's snapshot (if it changed since the last one)
@@ -602,6 +641,9 @@ func (r *Room) SocketSend(id uint32, kind int, data []byte) abi.Status {
 	if s == nil {
 		return abi.StatusNoSocket
 	}
+	if s.ch != nil {
+		return abi.StatusInvalid // a Phoenix socket takes channel pushes only
+	}
 	f, err := r.m.cfg.Framer(kind, data)
 	if err != nil {
 		return abi.StatusTooLarge
@@ -631,9 +673,11 @@ func (r *Room) SocketList(dst []uint32) []uint32 {
 
 // Broadcast implements engine.Host.
 func (r *Room) Broadcast(kind int, data []byte, except uint32) int {
-	n := len(r.sockets)
-	if r.sockets[except] != nil {
-		n--
+	n := 0
+	for id, s := range r.sockets {
+		if id != except && s.ch == nil {
+			n++
+		}
 	}
 	if n > 0 {
 		f, err := r.m.cfg.Framer(kind, data)

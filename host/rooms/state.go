@@ -16,36 +16,85 @@ type savedState struct {
 	// Sockets are the ids the guest believes open: it saw their open
 	// event and not yet their close.
 	Sockets []uint32
+	// Joins are the channel joins the guest accepted and has not yet seen
+	// end.
+	Joins []joinKey
 }
 
-const stateVersion = 1
+const stateVersion = 2
 
 var errBadState = errors.New("rooms: malformed room state in snapshot")
 
 func (s *savedState) encode() []byte {
-	b := make([]byte, 0, 9+4*len(s.Sockets))
+	b := make([]byte, 0, 13+4*len(s.Sockets)+32*len(s.Joins))
 	b = append(b, stateVersion)
 	b = binary.LittleEndian.AppendUint32(b, s.NextSocket)
 	b = binary.LittleEndian.AppendUint32(b, uint32(len(s.Sockets)))
 	for _, id := range s.Sockets {
 		b = binary.LittleEndian.AppendUint32(b, id)
 	}
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(s.Joins)))
+	for _, j := range s.Joins {
+		b = binary.LittleEndian.AppendUint32(b, j.socket)
+		b = appendString(b, j.topic)
+		b = appendString(b, j.joinRef)
+	}
 	return b
 }
 
+func appendString(b []byte, s string) []byte {
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(s)))
+	return append(b, s...)
+}
+
 func decodeState(b []byte) (savedState, error) {
-	if len(b) < 9 || b[0] != stateVersion {
+	if len(b) < 13 || b[0] != stateVersion {
 		return savedState{}, errBadState
 	}
 	s := savedState{NextSocket: binary.LittleEndian.Uint32(b[1:])}
 	n := binary.LittleEndian.Uint32(b[5:])
 	b = b[9:]
-	if uint64(n)*4 != uint64(len(b)) {
+	if uint64(n)*4+4 > uint64(len(b)) {
 		return savedState{}, errBadState
 	}
 	s.Sockets = make([]uint32, n)
 	for i := range s.Sockets {
 		s.Sockets[i] = binary.LittleEndian.Uint32(b[4*i:])
+	}
+	b = b[4*n:]
+	n = binary.LittleEndian.Uint32(b)
+	b = b[4:]
+	if uint64(n)*12 > uint64(len(b)) {
+		return savedState{}, errBadState
+	}
+	str := func() (string, bool) {
+		if len(b) < 4 {
+			return "", false
+		}
+		l := binary.LittleEndian.Uint32(b)
+		if uint64(l)+4 > uint64(len(b)) {
+			return "", false
+		}
+		v := string(b[4 : 4+l])
+		b = b[4+l:]
+		return v, true
+	}
+	for range n {
+		if len(b) < 4 {
+			return savedState{}, errBadState
+		}
+		j := joinKey{socket: binary.LittleEndian.Uint32(b)}
+		b = b[4:]
+		var ok1, ok2 bool
+		j.topic, ok1 = str()
+		j.joinRef, ok2 = str()
+		if !ok1 || !ok2 {
+			return savedState{}, errBadState
+		}
+		s.Joins = append(s.Joins, j)
+	}
+	if len(b) != 0 {
+		return savedState{}, errBadState
 	}
 	return s, nil
 }

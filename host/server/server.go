@@ -202,6 +202,10 @@ func (s *Server) actor(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if isUpgrade(r) {
+		if below == channelPath {
+			s.upgradeChannels(w, r, key, below, class)
+			return
+		}
 		s.upgrade(w, r, key, below, class)
 		return
 	}

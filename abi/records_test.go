@@ -1,0 +1,95 @@
+package abi
+
+import (
+	"bytes"
+	"errors"
+	"reflect"
+	"testing"
+)
+
+func TestRecordsRoundTrip(t *testing.T) {
+	req := Request{Method: "POST", Path: "/x", Query: "a=1", Headers: []Header{{"A", "b"}, {"C", ""}}, Body: []byte("body")}
+	if got, err := DecodeRequest(AppendRequest(nil, &req)); err != nil || !reflect.DeepEqual(got, req) {
+		t.Errorf("request: %+v %v", got, err)
+	}
+	resp := Response{Status: 201, Headers: []Header{{"X", "y"}}, Body: []byte{}}
+	if got, err := DecodeResponse(AppendResponse(nil, &resp)); err != nil || got.Status != 201 || !reflect.DeepEqual(got.Headers, resp.Headers) {
+		t.Errorf("response: %+v %v", got, err)
+	}
+	open := SocketOpen{Path: "/", Query: "q", Remote: "1.2.3.4:5"}
+	if got, err := DecodeSocketOpen(AppendSocketOpen(nil, &open)); err != nil || !reflect.DeepEqual(got, open) {
+		t.Errorf("open: %+v %v", got, err)
+	}
+	join := Join{Topic: "room:1", Payload: []byte(`{"a":1}`)}
+	if got, err := DecodeJoin(AppendJoin(nil, &join)); err != nil || !reflect.DeepEqual(got, join) {
+		t.Errorf("join: %+v %v", got, err)
+	}
+	for _, m := range []ChannelMessage{
+		{Topic: "t", Event: "e", Payload: []byte(`{}`)},
+		{Topic: "t", Event: "e", Binary: true, Payload: []byte{0, 1, 2}},
+	} {
+		if got, err := DecodeChannelMessage(AppendChannelMessage(nil, &m)); err != nil || !reflect.DeepEqual(got, m) {
+			t.Errorf("message: %+v %v", got, err)
+		}
+	}
+	leave := Leave{Topic: "t", Reason: LeaveClient}
+	if got, err := DecodeLeave(AppendLeave(nil, &leave)); err != nil || got != leave {
+		t.Errorf("leave: %+v %v", got, err)
+	}
+	p := Presence{Topic: "t", Key: "ada", Meta: []byte(`{"x":1}`)}
+	if got, err := DecodePresence(AppendPresence(nil, &p)); err != nil || !reflect.DeepEqual(got, p) {
+		t.Errorf("presence: %+v %v", got, err)
+	}
+	if got, err := DecodeTopic(AppendTopic(nil, "t")); err != nil || got != "t" {
+		t.Errorf("topic: %q %v", got, err)
+	}
+}
+
+func TestDecodersRejectDamage(t *testing.T) {
+	rec := AppendChannelMessage(nil, &ChannelMessage{Topic: "t", Event: "e", Payload: []byte("p")})
+	for n := range len(rec) {
+		if _, err := DecodeChannelMessage(rec[:n]); !errors.Is(err, ErrMalformed) {
+			t.Fatalf("truncated to %d: %v", n, err)
+		}
+	}
+	if _, err := DecodeChannelMessage(append(bytes.Clone(rec), 0)); !errors.Is(err, ErrMalformed) {
+		t.Fatal("trailing byte accepted")
+	}
+	bad := bytes.Clone(rec)
+	bad[4+1+4+1] = 7 // the binary flag
+	if _, err := DecodeChannelMessage(bad); !errors.Is(err, ErrMalformed) {
+		t.Fatal("flag 7 accepted")
+	}
+	// A header count that the input cannot hold is refused before
+	// allocating for it.
+	if _, err := DecodeRequest([]byte{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0, 0}); !errors.Is(err, ErrMalformed) {
+		t.Fatal("huge header count accepted")
+	}
+}
+
+func FuzzRecords(f *testing.F) {
+	f.Add(AppendRequest(nil, &Request{Method: "GET", Path: "/", Headers: []Header{{"a", "b"}}}))
+	f.Add(AppendChannelMessage(nil, &ChannelMessage{Topic: "t", Event: "e", Payload: []byte("{}")}))
+	f.Add(AppendPresence(nil, &Presence{Topic: "t", Key: "k", Meta: []byte("{}")}))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		// Whatever decodes re-encodes to the same bytes.
+		if r, err := DecodeRequest(b); err == nil && !bytes.Equal(AppendRequest(nil, &r), b) {
+			t.Fatal("request")
+		}
+		if r, err := DecodeResponse(b); err == nil && !bytes.Equal(AppendResponse(nil, &r), b) {
+			t.Fatal("response")
+		}
+		if r, err := DecodeSocketOpen(b); err == nil && !bytes.Equal(AppendSocketOpen(nil, &r), b) {
+			t.Fatal("open")
+		}
+		if r, err := DecodeChannelMessage(b); err == nil && !bytes.Equal(AppendChannelMessage(nil, &r), b) {
+			t.Fatal("channel message")
+		}
+		if r, err := DecodePresence(b); err == nil && !bytes.Equal(AppendPresence(nil, &r), b) {
+			t.Fatal("presence")
+		}
+		if r, err := DecodeJoin(b); err == nil && !bytes.Equal(AppendJoin(nil, &r), b) {
+			t.Fatal("join")
+		}
+	})
+}
