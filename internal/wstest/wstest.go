@@ -79,6 +79,12 @@ func (c *Client) Send(text string) {
 	}
 }
 
+// SendErr sends one text message and returns the error; for goroutines
+// that must not call t.Fatal.
+func (c *Client) SendErr(text string) error {
+	return wsutil.WriteClientText(c.conn, []byte(text))
+}
+
 // SendBinary sends one binary message.
 func (c *Client) SendBinary(data []byte) {
 	c.tb.Helper()
