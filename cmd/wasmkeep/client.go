@@ -78,33 +78,42 @@ func usage(c *cli.Context, line string) error {
 // do sends a request and decodes a JSON answer into out (if not nil). An
 // error answer becomes an error carrying the node's message.
 func (a *adminClient) do(method, path string, body []byte, out any) error {
-	req, err := http.NewRequest(method, a.base+path, bytes.NewReader(body))
+	data, err := a.raw(method, path, body, 64<<20)
 	if err != nil {
 		return err
+	}
+	if out != nil && len(data) > 0 {
+		return json.Unmarshal(data, out)
+	}
+	return nil
+}
+
+// raw sends a request and returns the answer's body, at most limit bytes.
+func (a *adminClient) raw(method, path string, body []byte, limit int64) ([]byte, error) {
+	req, err := http.NewRequest(method, a.base+path, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
 	}
 	if a.token != "" {
 		req.Header.Set("Authorization", "Bearer "+a.token)
 	}
 	resp, err := a.http.Do(req)
 	if err != nil {
-		return fmt.Errorf("cannot reach the node at %s (is `wasmkeep serve` running?): %w", a.base, err)
+		return nil, fmt.Errorf("cannot reach the node at %s (is `wasmkeep serve` running?): %w", a.base, err)
 	}
 	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	data, err := io.ReadAll(io.LimitReader(resp.Body, limit))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if resp.StatusCode >= 300 {
 		var e struct{ Error string }
 		if json.Unmarshal(data, &e) == nil && e.Error != "" {
-			return fmt.Errorf("%s (HTTP %d)", e.Error, resp.StatusCode)
+			return nil, fmt.Errorf("%s (HTTP %d)", e.Error, resp.StatusCode)
 		}
-		return fmt.Errorf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(data)))
+		return nil, fmt.Errorf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(data)))
 	}
-	if out != nil && len(data) > 0 {
-		return json.Unmarshal(data, out)
-	}
-	return nil
+	return data, nil
 }
 
 type classRecord struct {

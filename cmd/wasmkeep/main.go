@@ -1,7 +1,8 @@
 // Command wasmkeep runs a node of WebAssembly rooms and talks to running
-// nodes: `wasmkeep serve` starts one, `wasmkeep class` and `wasmkeep rooms`
-// manage it through its admin API, and `wasmkeep demo` starts a node with the
-// example classes built from source.
+// nodes: `wasmkeep serve` starts one, `wasmkeep class`, `wasmkeep rooms` and
+// `wasmkeep room` manage it through its admin API, `wasmkeep demo` starts a node with the
+// example classes built from source, and `wasmkeep bench` loads rooms with
+// WebSocket messages.
 package main
 
 import (
@@ -29,6 +30,8 @@ func newApp() *cli.App {
 			demoCommand(),
 			classCommand(),
 			roomsCommand(),
+			roomCommand(),
+			benchCommand(),
 		},
 		// Without it urfave/cli answers an unknown command with "No help
 		// topic for ..." and exit code 3.

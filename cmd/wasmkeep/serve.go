@@ -39,6 +39,16 @@ func serveFlags() []cli.Flag {
 		&cli.IntFlag{Name: "max-response", Value: 16 << 20, Usage: "largest HTTP response a room may give, in bytes", EnvVars: env("max-response")},
 		&cli.IntFlag{Name: "max-message", Value: 1 << 20, Usage: "largest WebSocket message (and frame), in bytes", EnvVars: env("max-message")},
 		&cli.IntFlag{Name: "max-sockets", Value: 50000, Usage: "open WebSockets per node", EnvVars: env("max-sockets")},
+		&cli.IntFlag{Name: "max-sockets-per-ip", Value: 0, Usage: "open WebSockets per client address (an IPv6 /64 counts as one); 0: no limit", EnvVars: env("max-sockets-per-ip")},
+		&cli.IntFlag{Name: "upgrade-rate-per-ip", Value: 0, Usage: "WebSocket upgrade attempts per second per client address, after the burst; 0: no limit", EnvVars: env("upgrade-rate-per-ip")},
+		&cli.IntFlag{Name: "upgrade-burst-per-ip", Value: socket.DefaultUpgradeBurst, Usage: "upgrade attempts a client address may make at once under --upgrade-rate-per-ip", EnvVars: env("upgrade-burst-per-ip")},
+		&cli.BoolFlag{Name: "trust-forwarded-for", Usage: "count the per-address limits under the last X-Forwarded-For address (only behind a proxy)", EnvVars: env("trust-forwarded-for")},
+		&cli.DurationFlag{Name: "handshake-timeout", Value: socket.DefaultHandshakeTimeout, Usage: "time a client has to send its request headers, and to take a WebSocket handshake's answer", EnvVars: env("handshake-timeout")},
+		&cli.IntFlag{Name: "socket-message-rate", Value: socket.DefaultMessageRate, Usage: "messages per second a WebSocket may send, after the burst; more are dropped (0: no limit)", EnvVars: env("socket-message-rate")},
+		&cli.IntFlag{Name: "socket-message-burst", Value: socket.DefaultMessageBurst, Usage: "messages a WebSocket may send at once under --socket-message-rate", EnvVars: env("socket-message-burst")},
+		&cli.IntFlag{Name: "socket-queue-frames", Value: socket.DefaultOutboundFrames, Usage: "frames waiting to be written to one WebSocket; past it the client is evicted as a slow reader", EnvVars: env("socket-queue-frames")},
+		&cli.IntFlag{Name: "socket-queue-bytes", Value: socket.DefaultOutboundBytes, Usage: "bytes waiting to be written to one WebSocket; past it the client is evicted as a slow reader", EnvVars: env("socket-queue-bytes")},
+		&cli.DurationFlag{Name: "socket-write-timeout", Value: socket.DefaultWriteTimeout, Usage: "time one write to a WebSocket client may take before the client is evicted as a slow reader", EnvVars: env("socket-write-timeout")},
 		&cli.IntFlag{Name: "mailbox-size", Value: 1024, Usage: "pending events per room", EnvVars: env("mailbox-size")},
 		&cli.IntFlag{Name: "pool-size", Value: 2, Usage: "blank instances kept ready per class to speed up wakes (0 disables)", EnvVars: env("pool-size")},
 		&cli.BoolFlag{Name: "interpreter", Usage: "run guests with wazero's interpreter instead of its compiler", EnvVars: env("interpreter")},
@@ -81,6 +91,10 @@ func nodeConfig(c *cli.Context) (node.Config, error) {
 	if pool == 0 {
 		pool = -1
 	}
+	messageRate := c.Int("socket-message-rate")
+	if messageRate == 0 {
+		messageRate = socket.Unlimited
+	}
 	return node.Config{
 		DataDir: c.String("data"),
 		Listen:  c.String("listen"),
@@ -97,8 +111,18 @@ func nodeConfig(c *cli.Context) (node.Config, error) {
 			MailboxSize: c.Int("mailbox-size"),
 		},
 		Sockets: socket.Config{
-			MaxMessage: c.Int("max-message"),
-			MaxSockets: c.Int("max-sockets"),
+			MaxMessage:        c.Int("max-message"),
+			MaxSockets:        c.Int("max-sockets"),
+			MaxSocketsPerIP:   c.Int("max-sockets-per-ip"),
+			UpgradeRatePerIP:  c.Int("upgrade-rate-per-ip"),
+			UpgradeBurstPerIP: c.Int("upgrade-burst-per-ip"),
+			TrustForwardedFor: c.Bool("trust-forwarded-for"),
+			HandshakeTimeout:  c.Duration("handshake-timeout"),
+			MessageRate:       messageRate,
+			MessageBurst:      c.Int("socket-message-burst"),
+			OutboundFrames:    c.Int("socket-queue-frames"),
+			OutboundBytes:     c.Int("socket-queue-bytes"),
+			WriteTimeout:      c.Duration("socket-write-timeout"),
 		},
 		Server: server.Config{
 			AdminToken:     c.String("admin-token"),
@@ -117,9 +141,20 @@ func checkLimits(c *cli.Context) error {
 	if mem := c.Int("max-room-memory"); mem < 1 || mem > 4096 {
 		return fmt.Errorf("--max-room-memory must be 1–4096 MiB, not %d", mem)
 	}
-	for _, name := range []string{"max-resident", "max-module-size", "max-response", "max-message", "max-sockets", "mailbox-size"} {
+	for _, name := range []string{"max-resident", "max-module-size", "max-response", "max-message", "max-sockets", "mailbox-size",
+		"upgrade-burst-per-ip", "socket-message-burst", "socket-queue-frames", "socket-queue-bytes"} {
 		if v := c.Int(name); v < 1 {
 			return fmt.Errorf("--%s must be at least 1, not %d", name, v)
+		}
+	}
+	for _, name := range []string{"max-sockets-per-ip", "upgrade-rate-per-ip", "socket-message-rate"} {
+		if v := c.Int(name); v < 0 {
+			return fmt.Errorf("--%s must be 0 (no limit) or more, not %d", name, v)
+		}
+	}
+	for _, name := range []string{"handshake-timeout", "socket-write-timeout"} {
+		if v := c.Duration(name); v <= 0 {
+			return fmt.Errorf("--%s must be more than 0, not %s", name, v)
 		}
 	}
 	if v := c.Int64("max-body"); v < 1 {

@@ -232,6 +232,38 @@ func (r *Registry) compile(ctx context.Context, hash string, load func() ([]byte
 	return c.class, c.err
 }
 
+// Module returns the bytes of a stored module version.
+func (r *Registry) Module(ctx context.Context, hash string) ([]byte, error) {
+	wasm, _, err := r.bucket.Get(ctx, moduleKey(hash))
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, fmt.Errorf("%w: no module %s in the store", ErrUnknownClass, hash)
+	}
+	return wasm, err
+}
+
+// StoreModule validates and stores a module version (an imported room's),
+// and creates the class name pointing at it if the name is new here. An
+// existing name is left alone: the room runs its own version regardless.
+func (r *Registry) StoreModule(ctx context.Context, name string, wasm []byte) error {
+	if !NamePattern.MatchString(name) {
+		return fmt.Errorf("%w %q", ErrBadName, name)
+	}
+	hash := engine.Hash(wasm)
+	if _, err := r.compile(ctx, hash, func() ([]byte, error) { return wasm, nil }); err != nil {
+		return err
+	}
+	if _, err := r.bucket.Put(ctx, moduleKey(hash), wasm, store.Cond{}); err != nil {
+		return fmt.Errorf("storing module: %w", err)
+	}
+	if _, err := r.Get(ctx, name); errors.Is(err, ErrUnknownClass) {
+		_, err = r.Put(ctx, name, wasm, Options{})
+		return err
+	} else if err != nil {
+		return err
+	}
+	return nil
+}
+
 // List returns every class record, sorted by name.
 func (r *Registry) List(ctx context.Context) ([]Record, error) {
 	keys, err := r.bucket.List(ctx, "classes/")

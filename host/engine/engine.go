@@ -525,6 +525,7 @@ func (c *Class) Close() {
 				break
 			}
 		}
+		c.releaseMemoryImage()
 	})
 }
 

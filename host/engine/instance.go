@@ -186,6 +186,9 @@ func (c *Class) Start(ctx context.Context, host Host) (*Instance, error) {
 			return nil, fmt.Errorf("initialize: %w", err)
 		}
 	}
+	// Initializing rewrote many pages with what they already held; give
+	// back those equal to the class image.
+	inst.trimMemory()
 	return inst, nil
 }
 

@@ -148,8 +148,10 @@ func TestCleanStopClosesSocketsAfterHibernating(t *testing.T) {
 // itself; its socket stays open and is pinged by the host without waking it.
 func TestIdleHibernationKeepsSocketsAndPings(t *testing.T) {
 	n := startNode(t, Config{
-		Rooms:   rooms.Config{IdleTimeout: 100 * time.Millisecond},
-		Sockets: socket.Config{PingInterval: 50 * time.Millisecond},
+		Rooms: rooms.Config{IdleTimeout: 100 * time.Millisecond},
+		// Pings every 200 ms: a client slower than twice that to answer is
+		// closed as dead, which a loaded test machine must not cause.
+		Sockets: socket.Config{PingInterval: 200 * time.Millisecond},
 	})
 	putClass(t, n, "echo", "./testdata/guests/echo")
 	c := wstest.Dial(t, n.URL()+"/actor/echo/idle?x=1")

@@ -17,6 +17,20 @@ import (
 	"github.com/wasmkeep/wasmkeep/internal/testwasm"
 )
 
+// sharedCacheDir is the test binary's wazero compilation cache.
+var sharedCacheDir string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "wasmkeep-node-test-cache-")
+	if err != nil {
+		panic(err)
+	}
+	sharedCacheDir = dir
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
 // testLogger keeps node logs out of passing tests' output unless -v.
 func testLogger(testing.TB) *slog.Logger {
 	if testing.Verbose() {
@@ -42,6 +56,11 @@ func startNode(t testing.TB, cfg Config) *Node {
 	}
 	if cfg.Rooms.IdleTimeout == 0 {
 		cfg.Rooms.IdleTimeout = time.Hour // tests hibernate rooms explicitly
+	}
+	if cfg.Engine.CacheDir == "" {
+		// One compilation cache for every node of the test binary: each
+		// class is compiled once, not once per node (minutes under -race).
+		cfg.Engine.CacheDir = sharedCacheDir
 	}
 	n, err := Start(context.Background(), cfg)
 	if err != nil {

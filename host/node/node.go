@@ -50,6 +50,10 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// idleTimeout is how long the HTTP server keeps an idle kept-alive
+// connection (net/http's default is forever).
+const idleTimeout = 2 * time.Minute
+
 // Node is a running node.
 type Node struct {
 	cfg     Config
@@ -132,8 +136,13 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	n.http = &http.Server{
-		Handler:           server.New(scfg, n.Classes, n.Rooms, n.Hub, n.Metrics),
-		ReadHeaderTimeout: 10 * time.Second,
+		Handler: server.New(scfg, n.Classes, n.Rooms, n.Hub, n.Metrics),
+		// A client has the handshake timeout to send its request line and
+		// headers (a slow one is cut then, before it reaches a room or takes
+		// a socket slot), and a kept-alive connection may idle for
+		// idleTimeout between requests.
+		ReadHeaderTimeout: n.Hub.Config().HandshakeTimeout,
+		IdleTimeout:       idleTimeout,
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
 	}

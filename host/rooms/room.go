@@ -64,10 +64,11 @@ const (
 	evSocketMessage
 	evSocketClose
 	evChannel
+	evCheckpoint // write the state now without hibernating (export)
 	evHibernate
 )
 
-var eventNames = [...]string{"request", "socket_open", "socket_message", "socket_close", "channel", ""}
+var eventNames = [...]string{"request", "socket_open", "socket_message", "socket_close", "channel", "", ""}
 
 type event struct {
 	kind    eventKind
@@ -136,6 +137,7 @@ type Room struct {
 	space   chan struct{} // closed when a full queue frees up
 
 	lastActive       atomic.Int64
+	memory           atomic.Uint32 // linear memory of the resident instance, bytes
 	socketCount      atomic.Int32
 	isResident       atomic.Bool
 	everStored       atomic.Bool
@@ -256,6 +258,14 @@ func (r *Room) requestHibernate(why string, done chan error) {
 }
 
 func (r *Room) handle(ev *event, more bool) {
+	if ev.kind == evCheckpoint {
+		var err error
+		if r.inst != nil && (r.changed || r.etag == "") {
+			err = r.checkpoint(context.Background())
+		}
+		ev.done <- err
+		return
+	}
 	if ev.kind == evHibernate {
 		var err error
 		// An idle or eviction request that finds work queued behind it is
@@ -418,6 +428,7 @@ func (r *Room) deliverThen(call func(*engine.Instance) error, first func()) erro
 		return err
 	}
 	r.changed = true
+	r.memory.Store(r.inst.MemorySize())
 	if r.inst.CheckpointRequested() || r.durable {
 		if err := r.checkpoint(context.Background()); err != nil {
 			r.effects = r.effects[:0]
@@ -523,6 +534,7 @@ func (r *Room) wake(ctx context.Context) error {
 		r.durable = false // a class removed meanwhile: its rooms still sleep as usual
 	}
 	r.inst, r.hold, r.held = inst, hold, true
+	r.memory.Store(inst.MemorySize())
 	r.changed = !restored
 	r.isResident.Store(true)
 	if restored {

@@ -16,7 +16,9 @@ func isUpgrade(r *http.Request) bool {
 }
 
 // upgrade accepts a WebSocket for a room. The class is checked before the
-// handshake, so a bad URL costs no socket; the open event is queued before
+// handshake, so a bad URL costs no socket. The hub's admission (the node's
+// cap and the per-address limits, HTTP 429) runs before anything is asked of
+// the room: a refused client never wakes it. The open event is queued before
 // the socket starts reading, so the room sees it before any message.
 func (s *Server) upgrade(w http.ResponseWriter, r *http.Request, key rooms.Key, below string, class *engine.Class) {
 	if !class.Handles(engine.EventSocketOpen) && !class.Handles(engine.EventSocketMessage) {

@@ -4,7 +4,8 @@ import "time"
 
 // Config holds the limits and timings of a [Hub]. The zero value of every
 // field (or a negative value) means the documented default, so Config{} is a
-// valid configuration.
+// valid configuration. The per-address limits are off by default; the
+// per-socket message rate is on, and [Unlimited] turns it off.
 type Config struct {
 	// MaxMessage is the largest frame payload and the largest reassembled
 	// message a client may send, in bytes. It is checked against each frame
@@ -39,17 +40,49 @@ type Config struct {
 	InboundBytes    int
 
 	// MaxSockets is the node-wide cap on open sockets (including those in
-	// their handshake). At the cap, Upgrade answers HTTP 503 with a
+	// their handshake). At the cap, Upgrade answers HTTP 429 with a
 	// Retry-After header before upgrading. Default 50,000.
 	MaxSockets int
 
+	// MaxSocketsPerIP caps the sockets open from one client address (an
+	// IPv4 address, or an IPv6 /64; see TrustForwardedFor). Over it,
+	// Upgrade answers HTTP 429. Default 0: no limit, because every client
+	// behind one NAT or proxy shares an address.
+	MaxSocketsPerIP int
+
+	// UpgradeRatePerIP and UpgradeBurstPerIP are a token bucket of upgrade
+	// attempts per client address: UpgradeBurstPerIP attempts at once, then
+	// UpgradeRatePerIP per second. Every attempt that reaches Upgrade
+	// counts, whether it is admitted or not. Over it, Upgrade answers HTTP
+	// 429 with Retry-After set to when the next attempt will pass. Default
+	// rate 0: no limit (as for MaxSocketsPerIP); default burst 20.
+	UpgradeRatePerIP  int
+	UpgradeBurstPerIP int
+
+	// TrustForwardedFor makes the per-address limits count a request under
+	// the last address of its last X-Forwarded-For header (the one added by
+	// the proxy in front of the node) instead of the TCP peer. Only for a
+	// node that every client reaches through such a proxy: a client that
+	// reaches the node directly chooses the address it is counted under.
+	TrustForwardedFor bool
+
+	// MessageRate and MessageBurst are each socket's token bucket of inbound
+	// data messages: MessageBurst messages at once, then MessageRate per
+	// second. A complete message read when the bucket is empty is dropped
+	// (not delivered to the Handler) and counted; the socket stays open.
+	// Defaults 1000 and 2000; MessageRate Unlimited turns the bucket off.
+	MessageRate  int
+	MessageBurst int
+
 	// RetryAfter is the Retry-After value sent with a refused upgrade,
-	// rounded up to whole seconds. Default 5 s.
+	// rounded up to whole seconds (a refusal for the attempt rate sends the
+	// time until the next attempt passes instead). Default 5 s.
 	RetryAfter time.Duration
 
 	// HandshakeTimeout bounds writing the handshake response. Default 10 s.
 	// (The request itself has been read by net/http before Upgrade runs:
-	// bound it with the http.Server's ReadHeaderTimeout.)
+	// bound it with the http.Server's ReadHeaderTimeout; a node sets that
+	// to this value too.)
 	HandshakeTimeout time.Duration
 
 	// CloseTimeout is how long a socket closed by the server waits for the
@@ -68,10 +101,16 @@ const (
 	DefaultInboundMessages  = 64
 	DefaultInboundBytes     = 1 << 20
 	DefaultMaxSockets       = 50000
+	DefaultUpgradeBurst     = 20
+	DefaultMessageRate      = 1000
+	DefaultMessageBurst     = 2000
 	DefaultRetryAfter       = 5 * time.Second
 	DefaultHandshakeTimeout = 10 * time.Second
 	DefaultCloseTimeout     = 2 * time.Second
 )
+
+// Unlimited, as Config.MessageRate, turns the per-socket message rate off.
+const Unlimited = -1
 
 // evictGrace is the write deadline of the close frame sent to a socket that
 // is being failed (slow reader, protocol error, too big): long enough for a
@@ -98,6 +137,15 @@ func (c Config) withDefaults() Config {
 	setInt(&c.InboundMessages, DefaultInboundMessages)
 	setInt(&c.InboundBytes, DefaultInboundBytes)
 	setInt(&c.MaxSockets, DefaultMaxSockets)
+	c.MaxSocketsPerIP = max(c.MaxSocketsPerIP, 0)
+	c.UpgradeRatePerIP = max(c.UpgradeRatePerIP, 0)
+	setInt(&c.UpgradeBurstPerIP, DefaultUpgradeBurst)
+	switch {
+	case c.MessageRate == Unlimited:
+	case c.MessageRate <= 0:
+		c.MessageRate = DefaultMessageRate
+	}
+	setInt(&c.MessageBurst, DefaultMessageBurst)
 	setDur(&c.RetryAfter, DefaultRetryAfter)
 	setDur(&c.HandshakeTimeout, DefaultHandshakeTimeout)
 	setDur(&c.CloseTimeout, DefaultCloseTimeout)

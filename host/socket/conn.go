@@ -41,16 +41,18 @@ type Conn struct {
 	conn     net.Conn
 	id       uint64
 	protocol string
+	ip       *ipEntry // the client address's admission entry, if counted
 	handler  Handler
 	started  atomic.Bool
 	lastSeen atomic.Int64 // hub clock of the last frame read
 
 	// Reader goroutine only (one at a time, see readLoop).
-	br    *bufio.Reader // pooled; held only while read bytes are buffered
-	carry []byte        // bytes read by net/http behind the handshake request
-	hb    [14]byte      // frame header
-	msg   []byte        // fragmented message being reassembled
-	msgOp byte          // its opcode; 0 when none is in progress
+	br     *bufio.Reader // pooled; held only while read bytes are buffered
+	carry  []byte        // bytes read by net/http behind the handshake request
+	hb     [14]byte      // frame header
+	msg    []byte        // fragmented message being reassembled
+	msgOp  byte          // its opcode; 0 when none is in progress
+	msgTAT int64         // inbound message bucket (gcra)
 
 	mu    sync.Mutex
 	space sync.Cond // on mu: the reader waits here for inbound room

@@ -1,5 +1,5 @@
 // Package socket is the host side of wasmkeep's WebSockets: the RFC 6455
-// handshake, framing, keepalive, outbound queues and admission. It is the only
+// handshake, framing, keepalive, outbound queues, admission and rates. It is the only
 // package of the project that speaks the wire protocol (and the only one that
 // imports gobwas/ws); it knows nothing about rooms or wasm. Its callers see
 // whole messages in and whole messages out.
@@ -55,6 +55,36 @@
 // else. A socket that sends nothing at all (not even a pong) for twice the
 // ping interval is closed as dead. Every eviction is counted by reason in
 // wasmkeep_socket_evictions_total.
+//
+// # Admission and rates
+//
+// [Hub.Upgrade] admits a socket before doing anything of the handshake, in
+// this order: the client address's attempt bucket
+// ([Config.UpgradeRatePerIP], [Config.UpgradeBurstPerIP]: every attempt
+// spends a token, admitted or not), the address's open sockets
+// ([Config.MaxSocketsPerIP]), then the node's cap ([Config.MaxSockets]).
+// A refusal is HTTP 429 with Retry-After, counted by reason in
+// wasmkeep_socket_upgrades_rejected_total; the caller has done nothing for
+// a room yet. The per-address limits are off by default: every client behind
+// one NAT or proxy shares an address.
+//
+// A client address is the TCP peer (or, with [Config.TrustForwardedFor],
+// the last X-Forwarded-For address): an IPv4 address, or an IPv6 /64, since
+// a host usually holds a whole /64 and could otherwise pass any limit by
+// changing address. The table of addresses is bounded: an address is
+// forgotten as soon as it has no socket open and a full bucket (it then
+// carries nothing a new entry would not), by a sweep that runs when the
+// table has doubled, and the table never holds more than MaxSockets +
+// 100,000 addresses (a new one is refused while it is full). Buckets are
+// kept as one number each (GCRA's theoretical arrival time), on the hub's
+// monotonic clock.
+//
+// Each socket also has a bucket of inbound data messages
+// ([Config.MessageRate], [Config.MessageBurst]): a complete message that
+// finds it empty is dropped, never delivered, and counted in
+// wasmkeep_socket_messages_dropped_total; the socket stays open. Control
+// frames are not counted: pings are answered by the host (a client that
+// pings without reading its pongs fills its outbound queue and is evicted).
 //
 // # Inbound order and the Handler
 //

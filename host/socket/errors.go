@@ -26,8 +26,17 @@ var (
 	ErrInvalidUTF8 = errors.New("socket: text message is not valid UTF-8")
 
 	// ErrAtCapacity is returned by Upgrade when the node-wide socket cap is
-	// reached; HTTP 503 has been written.
+	// reached; HTTP 429 has been written.
 	ErrAtCapacity = errors.New("socket: node socket cap reached")
+
+	// ErrRateLimited is returned by Upgrade when the client address's
+	// attempt rate is exceeded; HTTP 429 has been written.
+	ErrRateLimited = errors.New("socket: too many upgrade attempts from the address")
+
+	// ErrAddressLimit is returned by Upgrade when the client address has
+	// as many sockets open as it may (or the table of addresses is full);
+	// HTTP 429 has been written.
+	ErrAddressLimit = errors.New("socket: too many sockets from the address")
 
 	// ErrHubClosed is returned by Upgrade after Hub.Close; HTTP 503 has been
 	// written.

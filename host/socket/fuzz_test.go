@@ -70,7 +70,7 @@ func FuzzReader(f *testing.F) {
 		server, client := net.Pipe()
 		defer client.Close()
 		hub.count.Add(1)
-		c := hub.register(server, "")
+		c := hub.register(server, "", nil)
 		h := &fuzzHandler{t: t, max: maxMsg, done: make(chan struct{})}
 		c.Start(h)
 		go io.Copy(io.Discard, client) // what the server writes

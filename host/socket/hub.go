@@ -20,12 +20,14 @@ import (
 const shardCount = 16
 
 // Hub is the node-wide registry of open sockets: it admits upgrades under
-// the node's cap, runs the one ping loop for all sockets and holds the
-// metrics. A Hub is safe for concurrent use.
+// the node's cap and the per-address limits, runs the one ping loop for all
+// sockets and holds the metrics. A Hub is safe for concurrent use.
 type Hub struct {
 	cfg     Config
 	m       *hubMetrics
-	start   time.Time // origin of the monotonic clock returned by now
+	adm     *admission // nil without per-address limits
+	msgRate gcra       // each socket's inbound message bucket
+	start   time.Time  // origin of the monotonic clock returned by now
 	count   atomic.Int64
 	nextID  atomic.Uint64
 	closed  atomic.Bool
@@ -39,6 +41,16 @@ type Hub struct {
 
 	waitMu  sync.Mutex
 	waiters []chan struct{} // closed when count drops to zero
+	// closing is the cause of the CloseAll calls in progress (the latest
+	// one's): a socket registered meanwhile is closed with it at once.
+	closing    atomic.Pointer[closeCause]
+	closeMu    sync.Mutex
+	closeCalls int // under closeMu
+}
+
+type closeCause struct {
+	code   int
+	reason string
 }
 
 type shard struct {
@@ -62,7 +74,20 @@ func NewHub(cfg Config, set *metrics.Set) *Hub {
 		h.shards[i].m = make(map[uint64]*Conn)
 	}
 	h.upgrader = ws.HTTPUpgrader{Timeout: h.cfg.HandshakeTimeout}
-	h.m = newHubMetrics(set, func() float64 { return float64(h.count.Load()) })
+	h.adm = newAdmission(h.cfg)
+	if h.cfg.MessageRate != Unlimited {
+		h.msgRate = newGCRA(h.cfg.MessageRate, h.cfg.MessageBurst)
+	}
+	h.m = newHubMetrics(set, gauges{
+		open: func() float64 { return float64(h.count.Load()) },
+		addresses: func() float64 {
+			if h.adm == nil {
+				return 0
+			}
+			return float64(h.adm.size())
+		},
+		queued: h.queued,
+	})
 	h.loop.Add(1)
 	go h.pingLoop()
 	return h
@@ -95,21 +120,41 @@ type UpgradeOptions struct {
 // Upgrade returns must be started exactly once, even if the caller closes it
 // at once.
 //
-// At the node's cap (or after Close) Upgrade answers HTTP 503 with a
-// Retry-After header without upgrading and returns ErrAtCapacity (or
-// ErrHubClosed). A request that is not a valid WebSocket upgrade gets the
-// HTTP error the handshake calls for. In every error case the response has
-// already been written.
+// Admission comes first, before anything of the handshake: over a limit
+// (the client address's attempt rate or open sockets, or the node's cap)
+// Upgrade answers HTTP 429 with a Retry-After header and returns
+// ErrRateLimited, ErrAddressLimit or ErrAtCapacity; after Close it answers
+// HTTP 503 and returns ErrHubClosed. A request that is not a valid
+// WebSocket upgrade gets the HTTP error the handshake calls for. In every
+// error case the response has already been written, and each refusal is
+// counted by reason in wasmkeep_socket_upgrades_rejected_total.
 func (h *Hub) Upgrade(w http.ResponseWriter, r *http.Request, opts *UpgradeOptions) (*Conn, error) {
 	if h.closed.Load() {
-		h.m.rejectShutdown.Inc()
-		h.refuse(w)
+		h.m.rejected(rejectShutdown)
+		h.refuse(w, rejectShutdown, 0)
 		return nil, ErrHubClosed
 	}
+	var ip *ipEntry
+	if h.adm != nil {
+		// A request without an IP peer (a test's pipe, a unix socket) is not
+		// counted per address.
+		if key, ok := clientKey(r, h.cfg.TrustForwardedFor); ok {
+			e, reason, wait := h.adm.admit(key, h.now())
+			if e == nil {
+				h.m.rejected(reason)
+				h.refuse(w, reason, wait)
+				if reason == rejectIPRate {
+					return nil, ErrRateLimited
+				}
+				return nil, ErrAddressLimit
+			}
+			ip = e
+		}
+	}
 	if h.count.Add(1) > int64(h.cfg.MaxSockets) {
-		h.release()
-		h.m.rejectCap.Inc()
-		h.refuse(w)
+		h.release(ip)
+		h.m.rejected(rejectCap)
+		h.refuse(w, rejectCap, 0)
 		return nil, ErrAtCapacity
 	}
 	u := h.upgrader
@@ -122,11 +167,11 @@ func (h *Hub) Upgrade(w http.ResponseWriter, r *http.Request, opts *UpgradeOptio
 		if nc != nil {
 			nc.Close()
 		}
-		h.release()
-		h.m.rejectBad.Inc()
+		h.release(ip)
+		h.m.rejected(rejectBadRequest)
 		return nil, fmt.Errorf("socket: upgrade: %w", err)
 	}
-	c := h.register(nc, hs.Protocol)
+	c := h.register(nc, hs.Protocol, ip)
 	// A client may send frames right behind its request; net/http may have
 	// read them into its buffer. Keep those bytes, drop the buffer.
 	if n := rw.Reader.Buffered(); n > 0 {
@@ -138,12 +183,13 @@ func (h *Hub) Upgrade(w http.ResponseWriter, r *http.Request, opts *UpgradeOptio
 
 // register makes a Conn for an upgraded connection and adds it to the
 // registry. The caller has reserved its slot in count.
-func (h *Hub) register(nc net.Conn, protocol string) *Conn {
+func (h *Hub) register(nc net.Conn, protocol string, ip *ipEntry) *Conn {
 	c := &Conn{
 		hub:      h,
 		conn:     nc,
 		id:       h.nextID.Add(1),
 		protocol: protocol,
+		ip:       ip,
 	}
 	c.space.L = &c.mu
 	c.lastSeen.Store(h.now())
@@ -151,19 +197,44 @@ func (h *Hub) register(nc net.Conn, protocol string) *Conn {
 	s.mu.Lock()
 	s.m[c.id] = c
 	s.mu.Unlock()
+	// A CloseAll that started before c was in the registry may have missed
+	// it (the client has its 101 before register runs): close c here. It
+	// sets closing before it reads the registry, so one of the two sees c.
+	if cause := h.closing.Load(); cause != nil {
+		c.Close(cause.code, cause.reason)
+	}
 	return c
 }
 
-// refuse writes the 503 answer to an upgrade the hub will not take.
-func (h *Hub) refuse(w http.ResponseWriter) {
-	secs := int64((h.cfg.RetryAfter + time.Second - 1) / time.Second)
+// refuse answers an upgrade the hub will not take: HTTP 429 for a limit,
+// 503 when the hub is closed, with Retry-After (wait if set, else the
+// configured RetryAfter, rounded up to whole seconds).
+func (h *Hub) refuse(w http.ResponseWriter, reason string, wait time.Duration) {
+	status, msg := http.StatusTooManyRequests, "too many sockets on this node, retry later"
+	switch reason {
+	case rejectShutdown:
+		status, msg = http.StatusServiceUnavailable, "the node is stopping, retry later"
+	case rejectIPRate:
+		msg = "too many upgrade attempts from your address, retry later"
+	case rejectIPConcurrent:
+		msg = "too many sockets open from your address"
+	case rejectIPTableFull:
+		msg = "too many client addresses at once, retry later"
+	}
+	if wait <= 0 {
+		wait = h.cfg.RetryAfter
+	}
+	secs := max(int64((wait+time.Second-1)/time.Second), 1)
 	w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
-	http.Error(w, "too many sockets, retry later", http.StatusServiceUnavailable)
+	http.Error(w, msg, status)
 }
 
-// release gives back one slot of the cap and wakes CloseAll when the hub
-// is empty.
-func (h *Hub) release() {
+// release gives back one slot of the cap (and of its address, if counted)
+// and wakes CloseAll when the hub is empty.
+func (h *Hub) release(ip *ipEntry) {
+	if ip != nil {
+		h.adm.release(ip, h.now())
+	}
 	if h.count.Add(-1) != 0 {
 		return
 	}
@@ -182,7 +253,7 @@ func (h *Hub) remove(c *Conn) {
 	s.mu.Lock()
 	delete(s.m, c.id)
 	s.mu.Unlock()
-	h.release()
+	h.release(c.ip)
 }
 
 // snapshot appends the sockets of shard i to buf.
@@ -194,6 +265,30 @@ func (h *Hub) snapshot(i int, buf []*Conn) []*Conn {
 	}
 	s.mu.Unlock()
 	return buf
+}
+
+// queueTotals are queue occupancies summed over the open sockets.
+type queueTotals struct {
+	outFrames, outBytes, inMessages int
+}
+
+// queued sums the sockets' queues, one socket at a time (the totals are not
+// a snapshot of one instant).
+func (h *Hub) queued() queueTotals {
+	var t queueTotals
+	var buf []*Conn
+	for i := range h.shards {
+		buf = h.snapshot(i, buf[:0])
+		for _, c := range buf {
+			c.mu.Lock()
+			t.outFrames += c.outFrames
+			t.outBytes += c.outBytes
+			t.inMessages += len(c.in)
+			c.mu.Unlock()
+		}
+		clear(buf)
+	}
+	return t
 }
 
 // pingLoop is the one keepalive loop of the hub. Every PingInterval/16 it
@@ -229,8 +324,20 @@ func (h *Hub) pingLoop() {
 // the node stops) and waits until all of them are closed and their OnClose
 // has returned, or until ctx is done; then the sockets still open are cut
 // (TCP closed) and ctx's error is returned. Sockets are closed as described
-// at Conn.Close. CloseAll does not stop new upgrades; Close does.
+// at Conn.Close; so are sockets upgraded while CloseAll runs. CloseAll does
+// not stop new upgrades; Close does.
 func (h *Hub) CloseAll(ctx context.Context, code int, reason string) error {
+	h.closeMu.Lock()
+	h.closeCalls++
+	h.closing.Store(&closeCause{code, reason})
+	h.closeMu.Unlock()
+	defer func() {
+		h.closeMu.Lock()
+		if h.closeCalls--; h.closeCalls == 0 {
+			h.closing.Store(nil)
+		}
+		h.closeMu.Unlock()
+	}()
 	done := make(chan struct{})
 	h.waitMu.Lock()
 	if h.count.Load() == 0 {
@@ -261,7 +368,8 @@ func (h *Hub) CloseAll(ctx context.Context, code int, reason string) error {
 	return ctx.Err()
 }
 
-// Close stops the ping loop and makes further upgrades fail with HTTP 503.
+// Close stops the ping loop and makes further upgrades fail with HTTP 503
+// (the node is going away: not a limit, so not 429).
 // Open sockets are left as they are; close them with CloseAll.
 func (h *Hub) Close() {
 	h.closed.Store(true)

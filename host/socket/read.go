@@ -326,6 +326,11 @@ func (c *Conn) readFrame(have int) (perr *protocolError, clientClosed, deliver b
 			msg = []byte{}
 		}
 		h.m.messagesIn.Inc()
+		if ok, _ := h.msgRate.take(&c.msgTAT, h.now()); !ok {
+			// Over the socket's message rate: dropped, the socket stays.
+			h.m.messagesDropped.Inc()
+			return nil, false, false, nil
+		}
 		return nil, false, c.deliver(int(op), msg), nil
 
 	case opPing, opPong, opClose:

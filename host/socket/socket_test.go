@@ -497,7 +497,8 @@ func TestCloseBeforeStart(t *testing.T) {
 
 func TestSlowReaderEvicted(t *testing.T) {
 	rec := newRecorder(t, true)
-	s := newServer(t, Config{OutboundBytes: 256 << 10}, rec)
+	// The other socket echoes as fast as it can: no message rate.
+	s := newServer(t, Config{OutboundBytes: 256 << 10, MessageRate: Unlimited}, rec)
 
 	slow := dial(t, s.url) // never reads
 	slowConn := s.conn(t)
@@ -748,15 +749,15 @@ func TestMaxSocketsCap(t *testing.T) {
 	dial(t, s.url)
 	_, _, _, err := ws.Dial(context.Background(), s.url)
 	var se ws.StatusError
-	if !errors.As(err, &se) || int(se) != http.StatusServiceUnavailable {
-		t.Fatalf("third dial: %v, want HTTP 503", err)
+	if !errors.As(err, &se) || int(se) != http.StatusTooManyRequests {
+		t.Fatalf("third dial: %v, want HTTP 429", err)
 	}
 	resp, err := http.Get(s.srv.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "2" {
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "2" {
 		t.Fatalf("status %d, Retry-After %q", resp.StatusCode, resp.Header.Get("Retry-After"))
 	}
 	if got := s.hub.m.rejectCap.Get(); got != 2 {
@@ -894,7 +895,16 @@ func TestMetricNames(t *testing.T) {
 		`wasmkeep_socket_evictions_total{reason="too_big"}`,
 		`wasmkeep_socket_evictions_total{reason="protocol"}`,
 		`wasmkeep_socket_upgrades_rejected_total{reason="cap"}`,
+		`wasmkeep_socket_upgrades_rejected_total{reason="ip_rate"}`,
+		`wasmkeep_socket_upgrades_rejected_total{reason="ip_concurrent"}`,
+		`wasmkeep_socket_upgrades_rejected_total{reason="ip_table_full"}`,
 		`wasmkeep_socket_upgrades_rejected_total{reason="bad_request"}`,
+		`wasmkeep_socket_upgrades_rejected_total{reason="shutdown"}`,
+		`wasmkeep_socket_messages_dropped_total{reason="rate"}`,
+		"wasmkeep_socket_tracked_addresses 0",
+		"wasmkeep_socket_outbound_queued_frames 0",
+		"wasmkeep_socket_outbound_queued_bytes 0",
+		"wasmkeep_socket_inbound_queued_messages 0",
 	} {
 		if !strings.Contains(out, name) {
 			t.Errorf("metrics lack %s\n%s", name, out)

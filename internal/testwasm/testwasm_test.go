@@ -70,6 +70,13 @@ var (
 		abi.ImportCheckpoint:  "()->(i32)",
 		abi.ImportAlarmSet:    "(i64)->(i32)",
 		abi.ImportAlarmClear:  "()->(i32)",
+
+		abi.ImportChannelReply:     "(i32,i32,i32)->(i32)",
+		abi.ImportChannelPush:      "(i32,i32,i32)->(i32)",
+		abi.ImportChannelBroadcast: "(i32,i32,i32)->(i32)",
+		abi.ImportChannelClose:     "(i32,i32,i32)->(i32)",
+		abi.ImportPresenceTrack:    "(i32,i32,i32)->(i32)",
+		abi.ImportPresenceUntrack:  "(i32,i32,i32)->(i32)",
 	}
 )
 
@@ -115,7 +122,7 @@ func TestImportPathAndMemo(t *testing.T) {
 // fixture's raw declarations) import against abi.go's signatures.
 func TestSDKImports(t *testing.T) {
 	seen := map[string]bool{}
-	for _, pkg := range []string{"./testdata/guests/echo", "./testdata/guests/hostile", "./examples/chat"} {
+	for _, pkg := range []string{"./testdata/guests/echo", "./testdata/guests/hostile", "./examples/chat", "./testdata/guests/channels"} {
 		for _, f := range compile(t, Build(t, pkg)).ImportedFunctions() {
 			mod, name, _ := f.Import()
 			if mod != abi.ImportModule {

@@ -15,8 +15,20 @@
 // defined global as "__wk_g<N>" (N is the defined-global index, counted after
 // imported globals), exports memory 0 as "__wk_mem", and has no start section:
 // the former start function is exported as "__wk_start", for a cold start to
-// call explicitly (before "_initialize"). Every other section is copied
-// byte for byte; only the export section is re-encoded.
+// call explicitly (before "_initialize").
+//
+// Rewrite also lifts the active data segments out of the module when each
+// writes memory 0 at a constant offset inside its initial size (Info.Data):
+// the host writes them itself, which lets it share a class's initial memory
+// between its instances (copy-on-write) instead of having wazero copy the
+// segments into every instance, and spares wazero a slice entry per
+// segment in every instance (a Go module has tens of thousands). The data
+// section is left out if the module has no data count section (no
+// instruction can then name a segment), or else keeps every segment with
+// the active ones emptied, so that segment indices stay valid.
+//
+// Every other section is copied byte for byte; only the export and data
+// sections are re-encoded.
 //
 // Names starting with "__wk_" are reserved: a module that already exports
 // one is refused. Rewrite also refuses what cannot be snapshotted (imported,

@@ -44,6 +44,9 @@ func FuzzRewrite(f *testing.F) {
 	for _, tc := range refusalCases() {
 		f.Add(tc.in)
 	}
+	for _, tc := range liftCases() {
+		f.Add(tc.in)
+	}
 	f.Add(startModule())
 	f.Fuzz(func(t *testing.T, in []byte) {
 		orig := bytes.Clone(in)
@@ -75,10 +78,57 @@ func FuzzRewrite(f *testing.F) {
 			t.Fatal("Rewrite is not deterministic")
 		}
 		checkRewritten(t, in, out, info)
+		for _, s := range info.Data {
+			if uint64(s.Offset)+uint64(len(s.Init)) > uint64(info.Memory.Min)<<16 {
+				t.Fatalf("lifted segment at %d (%d bytes) is outside the initial memory", s.Offset, len(s.Init))
+			}
+		}
 		if ok, _ := compiles(in); ok {
 			if _, err := compiles(out); err != nil {
 				t.Fatalf("wazero compiles the input but not the output: %v", err)
 			}
+			if info.Data != nil {
+				sameMemoryIfInstantiable(t, in, out, info)
+			}
 		}
 	})
+}
+
+// smallRuntime instantiates fuzzer-made modules whose memory is small.
+var smallRuntime = sync.OnceValue(func() wazero.Runtime {
+	features := api.CoreFeaturesV2 | experimental.CoreFeaturesExtendedConst | experimental.CoreFeaturesExceptionHandling
+	return wazero.NewRuntimeWithConfig(context.Background(), wazero.NewRuntimeConfigInterpreter().
+		WithCoreFeatures(features).WithMemoryLimitPages(16))
+})
+
+// sameMemoryIfInstantiable checks, for a module that instantiates alone
+// (no imports, no start function, a small memory), that the rewritten
+// module with its lifted data written starts with the original's memory.
+func sameMemoryIfInstantiable(t *testing.T, in, out []byte, info *Info) {
+	if len(info.Imports) != 0 || info.HadStart || info.Memory.Min > 16 {
+		return
+	}
+	ctx := context.Background()
+	r := smallRuntime()
+	config := wazero.NewModuleConfig().WithName("").WithStartFunctions()
+	a, err := r.InstantiateWithConfig(ctx, in, config)
+	if err != nil {
+		return
+	}
+	defer a.Close(ctx)
+	cm, err := r.CompileModule(ctx, out)
+	if err != nil {
+		t.Fatalf("compiling the output: %v", err)
+	}
+	defer cm.Close(ctx)
+	b, err := instantiateLifted(ctx, r, cm, info, config)
+	if err != nil {
+		t.Fatalf("the input instantiates, the output does not: %v", err)
+	}
+	defer b.Close(ctx)
+	ma, _ := a.Memory().Read(0, a.Memory().Size())
+	mb, _ := b.Memory().Read(0, b.Memory().Size())
+	if !bytes.Equal(ma, mb) {
+		t.Fatal("the output with its lifted data starts with another memory than the input")
+	}
 }

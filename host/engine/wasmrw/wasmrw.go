@@ -126,6 +126,11 @@ type Info struct {
 	// Exports lists the exports in order; for Rewrite, those of the
 	// rewritten module (the original ones first, then the added ones).
 	Exports []Export
+	// Data lists, for Rewrite, the active data segments lifted out of the
+	// module, in order: whoever instantiates the rewritten module must
+	// write each at its offset in memory 0 (later ones over earlier ones)
+	// before anything runs. Nil when nothing was lifted, and for Parse.
+	Data []DataSegment
 }
 
 // Global describes a defined global.
@@ -641,6 +646,24 @@ func Rewrite(wasm []byte) (out []byte, info *Info, err error) {
 		return nil, nil, fmt.Errorf("%w: export section too large", ErrInvalid)
 	}
 
+	// Lift the active data segments out (see Info.Data).
+	var (
+		dataSec                 = -1
+		dataCount, dataReplaced bool
+		newData                 []byte
+	)
+	for i, s := range p.sections {
+		switch s.id {
+		case secData:
+			dataSec = i
+		case secDataCount:
+			dataCount = true
+		}
+	}
+	if dataSec >= 0 {
+		info.Data, newData, dataReplaced = liftData(wasm, p.sections[dataSec], dataCount, info.Memory.Min)
+	}
+
 	out = make([]byte, 0, len(wasm)+len(body)+6)
 	out = append(out, wasm[:8]...)
 	exportDone := false
@@ -655,6 +678,10 @@ func Rewrite(wasm []byte) (out []byte, info *Info, err error) {
 			emitExport()
 		}
 		if s.id == secExport || s.id == secStart {
+			continue
+		}
+		if s.id == secData && dataReplaced {
+			out = append(out, newData...)
 			continue
 		}
 		out = append(out, wasm[s.start:s.end]...)

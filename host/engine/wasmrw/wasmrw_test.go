@@ -252,7 +252,7 @@ func rewriteCases() []rewriteCase {
 				section(secElement, vec(cat(bs(0), i32c(0), bs(0x0B), vec(bs(0))))),
 				section(secDataCount, bs(1)),
 				codeSec(fn()),
-				section(secData, vec(cat(bs(0), i32c(16), bs(0x0B), str("hello")))),
+				section(secData, vec(cat(bs(0), i32c(16), bs(0x0B), str("")))),
 			),
 		},
 		{

@@ -151,7 +151,7 @@ func TestGoGuestSnapshotRestore(t *testing.T) {
 	config := wazero.NewModuleConfig().WithName("").WithStartFunctions()
 
 	// Instance A: cold start, then some events.
-	a, err := r.InstantiateModule(ctx, cm, config)
+	a, err := instantiateLifted(ctx, r, cm, info, config)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +184,7 @@ func TestGoGuestSnapshotRestore(t *testing.T) {
 	}
 
 	// Instance B: nothing runs; load the snapshot.
-	b, err := r.InstantiateModule(ctx, cm, config)
+	b, err := instantiateLifted(ctx, r, cm, info, config)
 	if err != nil {
 		t.Fatal(err)
 	}

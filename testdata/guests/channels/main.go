@@ -11,6 +11,7 @@
 //	event "shout" p        broadcasts "shout" p to the topic, no reply
 //	event "close"          closes the sender's join of the topic
 //	event "kick"           closes the sender's whole socket with 4000
+//	event "untrack"        untracks the sender's presence key on the topic
 //	GET /joins             the joins the room knows, one "socket topic" a line
 //	GET /leaves            the leaves it saw, one "socket topic reason" a line
 package main
@@ -60,6 +61,9 @@ func init() {
 		case "kick":
 			s.Close(4000, "kicked")
 			return nil
+		case "untrack":
+			s.Untrack(m.Topic, fmt.Sprintf("s%d", s))
+			return wk.OK(nil)
 		}
 		return wk.Err([]byte(`{"reason":"unknown event"}`))
 	})

@@ -12,16 +12,22 @@
 //	/double         answers "first" through a raw http_respond, then calls
 //	                http_respond again; the second status is logged and kept
 //	GET /double-status  the status the last /double got from its second call
+//	/sleep-forever  calls time.Sleep(time.Hour): the guest blocks in the
+//	                host's nanosleep, which the event time limit must cut short
 //	anything else   a counter like examples/counter: GET answers the count,
 //	                POST increments it and answers the new count
 //
 // Sockets: the text message "trap" panics, "loop" spins forever; any other
-// message is echoed back with the same kind.
+// message is echoed back with the same kind. The open event panics for a
+// socket opened at the path /trap-open; a socket opened with the query
+// parameter trap-close=1 is remembered, and its close event panics. Opens
+// and closes send nothing.
 package main
 
 import (
 	"strconv"
 	"strings"
+	"time"
 	"unsafe"
 
 	"github.com/wasmkeep/wasmkeep/abi"
@@ -57,10 +63,24 @@ var (
 	spin         uint64   // written by the busy loop so it has an effect
 	hoard        [][]byte // /grow keeps every block here
 	doubleStatus = "none"
+	trapOnClose  = map[wk.Socket]bool{} // sockets opened with trap-close=1
 )
 
 func init() {
 	wk.HandleRequest(serve)
+	wk.HandleSocketOpen(func(s wk.Socket, o *wk.SocketOpen) {
+		if o.Path == "/trap-open" {
+			panic("hostile: trap requested by a socket open")
+		}
+		if o.QueryValue("trap-close") == "1" {
+			trapOnClose[s] = true
+		}
+	})
+	wk.HandleSocketClose(func(s wk.Socket, code int, reason string) {
+		if trapOnClose[s] {
+			panic("hostile: trap requested by a socket close")
+		}
+	})
 	wk.HandleSocketMessage(func(s wk.Socket, m wk.Message) {
 		switch {
 		case m.IsText() && m.Text() == "trap":
@@ -96,6 +116,9 @@ func serve(r *wk.Request) *wk.Response {
 		return nil // the SDK's own answer is refused too (and logged)
 	case "/double-status":
 		return wk.Text(200, doubleStatus)
+	case "/sleep-forever":
+		time.Sleep(time.Hour)
+		return wk.Text(200, "woke up after an hour")
 	}
 	switch r.Method {
 	case "GET":

@@ -1,0 +1,293 @@
+//go:build linux && !race
+
+package engine
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/wasmkeep/wasmkeep/host/snapshot"
+	"github.com/wasmkeep/wasmkeep/internal/testwasm"
+)
+
+// memSample is the process's memory at one moment, after garbage
+// collection and with freed heap memory returned to the OS.
+type memSample struct {
+	pss, rss, private uint64 // from /proc/self/smaps_rollup
+	heap              uint64 // Go heap in use
+	available         uint64 // MemAvailable from /proc/meminfo
+}
+
+func takeMemSample(tb testing.TB) memSample {
+	tb.Helper()
+	runtime.GC()
+	runtime.GC()
+	debug.FreeOSMemory()
+	var s memSample
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	s.heap = ms.HeapInuse
+	fields := func(path string, f func(key string, kb uint64)) {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		sc := bufio.NewScanner(bytes.NewReader(b))
+		for sc.Scan() {
+			key, rest, ok := strings.Cut(sc.Text(), ":")
+			if !ok {
+				continue
+			}
+			v, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			if err == nil {
+				f(key, v<<10)
+			}
+		}
+	}
+	fields("/proc/self/smaps_rollup", func(key string, v uint64) {
+		switch key {
+		case "Pss":
+			s.pss = v
+		case "Rss":
+			s.rss = v
+		case "Private_Clean", "Private_Dirty":
+			s.private += v
+		}
+	})
+	fields("/proc/meminfo", func(key string, v uint64) {
+		if key == "MemAvailable" {
+			s.available = v
+		}
+	})
+	return s
+}
+
+// densityRooms is how many rooms TestDensity keeps resident per case
+// (WASMKEEP_DENSITY_ROOMS overrides it).
+func densityRooms(tb testing.TB) int {
+	if s := os.Getenv("WASMKEEP_DENSITY_ROOMS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n <= 0 {
+			tb.Fatalf("WASMKEEP_DENSITY_ROOMS=%q", s)
+		}
+		return n
+	}
+	return 1000
+}
+
+// TestDensity measures how much memory a resident counter room costs, for
+// each memory backend, in the states a resident room is found in:
+//
+//   - started: a cold start (start function and _initialize) and one POST;
+//   - started, trimmed: the same after trimMemory, which Start does not
+//     call yet;
+//   - restored: a wake from a snapshot of the first room, and one GET;
+//   - restored, snapshotted: the same after a snapshot (a checkpoint or a
+//     per-event durable class), which reads the whole memory;
+//   - restored, snapshotted, trimmed: the same after trimMemory, which
+//     Snapshot does not call yet.
+//
+// Each phase's rooms stay resident while the next phase is measured from a
+// new sample, except that restored rooms replace the started ones. The
+// cost of a room is the growth of the process's memory divided by the
+// number of rooms. The figure is the process's proportional set size (Pss,
+// from /proc/self/smaps_rollup) after two garbage collections and
+// debug.FreeOSMemory: it counts the Go heap, the memory mapped outside it
+// (guest memories, compiled code) and page-cache pages the process maps,
+// and it counts a page mapped several times (a class's copy-on-write
+// initial memory shared by its rooms) once in total, where RSS would count
+// it once per mapping. The cgroup's memory.current would be as honest but
+// is not available everywhere (the CI machine has cgroup v1 and the
+// process is not in a cgroup it can read), and MemAvailable moves with
+// everything else on the machine; its delta is logged as a cross-check.
+// Collecting garbage first flatters the heap backend: a process at
+// GOGC=100 may hold up to twice its live heap, and a fresh process's heap
+// has untouched pages that a long-running one has long dirtied.
+//
+// Run it with (WASMKEEP_DENSITY_ROOMS=n changes the 1,000 rooms):
+//
+//	go test -run TestDensity -count 1 -v ./host/engine/
+func TestDensity(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts thousands of rooms")
+	}
+	n := densityRooms(t)
+	wasm := testwasm.Build(t, "./examples/counter")
+	for b := range numMemoryBackends {
+		t.Run(b.String(), func(t *testing.T) {
+			setMemoryBackend(t, b)
+			ctx := context.Background()
+			// No pool: rooms instantiate on the test's goroutine and the
+			// pool's instances do not blur the before/after samples.
+			e := newEngine(t, Config{PoolSize: -1})
+			c, err := e.Compile(ctx, wasm)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rooms := make([]*Instance, n)
+			closeAll := func() {
+				for i, r := range rooms {
+					if r != nil {
+						r.Close()
+					}
+					rooms[i] = nil
+				}
+			}
+			defer closeAll()
+			// phase runs step on every room and reports what a room costs
+			// since the last phase that had no rooms before it.
+			var base memSample
+			phase := func(what string, step func(i int) *Instance) {
+				t.Helper()
+				if rooms[0] == nil {
+					base = takeMemSample(t)
+				}
+				ds := make([]time.Duration, n)
+				for i := range rooms {
+					t0 := time.Now()
+					rooms[i] = step(i)
+					ds[i] = time.Since(t0)
+				}
+				reportDensity(t, what, n, base, takeMemSample(t), ds)
+			}
+			trim := func(i int) *Instance {
+				rooms[i].trimMemory()
+				return rooms[i]
+			}
+
+			phase("started", func(i int) *Instance {
+				inst, err := c.Start(ctx, &fakeHost{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := request(t, inst, postRoot); got != "1" {
+					t.Fatalf("room %d answered %q", i, got)
+				}
+				return inst
+			})
+			phase("started, trimmed", trim)
+			man, segs := takeSnapshot(t, rooms[0], nil)
+			closeAll()
+			phase("restored", func(i int) *Instance {
+				inst, err := c.Restore(ctx, man, segs, &fakeHost{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := request(t, inst, getRoot); got != "1" {
+					t.Fatalf("restored room %d answered %q", i, got)
+				}
+				return inst
+			})
+			phase("restored, snapshotted", func(i int) *Instance {
+				if _, err := rooms[i].Snapshot(testEncoder, nil, nil, 1, "", false); err != nil {
+					t.Fatal(err)
+				}
+				return rooms[i]
+			})
+			phase("restored, snapshotted, trimmed", trim)
+		})
+	}
+}
+
+// reportDensity logs the memory one room added from before to after, and
+// the p50 and p99 of the step each room went through last.
+func reportDensity(t *testing.T, what string, n int, before, after memSample, ds []time.Duration) {
+	t.Helper()
+	per := func(a, b uint64) float64 { return (float64(a) - float64(b)) / float64(n) }
+	const mib = 1 << 20
+	pss := per(after.pss, before.pss)
+	slices.Sort(ds)
+	t.Logf("%s, %s: %d rooms: Pss %.3f MiB/room = %.0f rooms/GiB (RSS %.2f, private %.2f, Go heap %.2f, MemAvailable %.2f MiB/room); step p50 %v p99 %v",
+		memoryBackend(memoryBackendSetting.Load()), what, n, pss/mib, (1<<30)/pss, per(after.rss, before.rss)/mib,
+		per(after.private, before.private)/mib, per(after.heap, before.heap)/mib,
+		-per(after.available, before.available)/mib,
+		ds[len(ds)/2].Round(time.Microsecond), ds[len(ds)*99/100].Round(time.Microsecond))
+}
+
+// BenchmarkMemoryBackends compares the memory backends on the paths their
+// cost shows in: instantiating a blank instance (and closing it), a cold
+// start (instantiate, start and initialize, one POST), and an engine-level
+// wake as in BenchmarkRestore, with and without the blank-instance pool.
+//
+//	go test -run '^$' -bench MemoryBackends -benchtime 2000x ./host/engine/
+func BenchmarkMemoryBackends(b *testing.B) {
+	ctx := context.Background()
+	for be := range numMemoryBackends {
+		b.Run(be.String()+"/instantiate", func(b *testing.B) {
+			setMemoryBackend(b, be)
+			c := compile(b, newEngine(b, Config{PoolSize: -1}), "./examples/counter")
+			var ds []time.Duration
+			for b.Loop() {
+				t0 := time.Now()
+				inst, err := c.instantiate(ctx)
+				if err != nil {
+					b.Fatal(err)
+				}
+				ds = append(ds, time.Since(t0))
+				inst.Close()
+			}
+			percentiles(b, ds)
+		})
+		b.Run(be.String()+"/start", func(b *testing.B) {
+			setMemoryBackend(b, be)
+			c := compile(b, newEngine(b, Config{PoolSize: -1}), "./examples/counter")
+			var ds []time.Duration
+			for b.Loop() {
+				t0 := time.Now()
+				inst, err := c.Start(ctx, &fakeHost{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				request(b, inst, postRoot)
+				ds = append(ds, time.Since(t0))
+				inst.Close()
+			}
+			percentiles(b, ds)
+		})
+		for _, pool := range []int{-1, 2} {
+			b.Run(be.String()+"/restore/pool="+strconv.Itoa(max(pool, 0)), func(b *testing.B) {
+				setMemoryBackend(b, be)
+				c := compile(b, newEngine(b, Config{PoolSize: pool}), "./examples/counter")
+				a, _ := c.Start(ctx, &fakeHost{})
+				request(b, a, postRoot)
+				d, _ := a.Snapshot(testEncoder, nil, nil, 1, "", false)
+				man := d.Manifest.Encode()
+				var ds []time.Duration
+				for b.Loop() {
+					t0 := time.Now()
+					snap, err := snapshot.DecodeManifest(man)
+					if err != nil {
+						b.Fatal(err)
+					}
+					seg, err := snapshot.DecodeSegment(d.Segment)
+					if err != nil {
+						b.Fatal(err)
+					}
+					inst, err := c.Restore(ctx, snap, map[string]*snapshot.Segment{d.SegmentID: seg}, &fakeHost{})
+					if err != nil {
+						b.Fatal(err)
+					}
+					if _, err := inst.Request(getRoot); err != nil {
+						b.Fatal(err)
+					}
+					ds = append(ds, time.Since(t0))
+					inst.Close()
+					// Let the filler catch up, as it would between wakes.
+					for pool > 0 && len(c.pool) < cap(c.pool) {
+						time.Sleep(100 * time.Microsecond)
+					}
+				}
+				percentiles(b, ds)
+			})
+		}
+	}
+}

@@ -1,0 +1,19 @@
+//go:build !linux
+
+package engine
+
+import (
+	"github.com/tetratelabs/wazero/experimental"
+
+	"github.com/wasmkeep/wasmkeep/host/engine/wasmrw"
+)
+
+// Instances keep their memory on the Go heap: the mapped backends are
+// linux's.
+const defaultMemoryBackend = memoryHeap
+
+func newMappedMemory(uint64, []wasmrw.DataSegment) experimental.LinearMemory { return nil }
+
+func (c *Class) imageMemory(_, _ uint64) experimental.LinearMemory { return nil }
+
+func (c *Class) releaseMemoryImage() {}

@@ -1,0 +1,547 @@
+package node
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gobwas/ws"
+
+	"github.com/wasmkeep/wasmkeep/abi"
+	"github.com/wasmkeep/wasmkeep/host/socket"
+)
+
+// The admission, limit and hostile-input tests of the socket layer, end to
+// end: real TCP clients against a node whose rooms run the echo guest.
+// Clients bind distinct loopback addresses (127.0.0.x) where a test needs
+// several client addresses.
+
+// rawClient is a WebSocket client that can send crafted bytes.
+type rawClient struct {
+	t    *testing.T
+	conn net.Conn
+	r    io.Reader
+}
+
+type dialOpts struct {
+	local string // local loopback address to dial from; default 127.0.0.1
+}
+
+// dialResult is an upgrade's outcome: a client, or the refusal's status.
+type dialResult struct {
+	c          *rawClient
+	status     int
+	retryAfter string
+}
+
+func wsDial(t *testing.T, url string, o dialOpts) dialResult {
+	t.Helper()
+	if o.local == "" {
+		o.local = "127.0.0.1"
+	}
+	var res dialResult
+	d := ws.Dialer{
+		Timeout: 10 * time.Second,
+		NetDial: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			nd := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(o.local)}}
+			return nd.DialContext(ctx, network, addr)
+		},
+		OnStatusError: func(_ int, _ []byte, resp io.Reader) {
+			if r, err := http.ReadResponse(bufio.NewReader(resp), nil); err == nil {
+				res.retryAfter = r.Header.Get("Retry-After")
+			}
+		},
+	}
+	conn, br, _, err := d.Dial(context.Background(), strings.Replace(url, "http://", "ws://", 1))
+	var se ws.StatusError
+	if errors.As(err, &se) {
+		res.status = int(se)
+		return res
+	}
+	if err != nil {
+		t.Fatalf("dial %s from %s: %v", url, o.local, err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	res.status = http.StatusSwitchingProtocols
+	res.c = &rawClient{t: t, conn: conn, r: conn}
+	if br != nil {
+		res.c.r = io.MultiReader(br, conn)
+	}
+	return res
+}
+
+// openEcho dials and fails unless the upgrade is accepted; it reads the echo
+// guest's greeting.
+func openEcho(t *testing.T, url string, o dialOpts) *rawClient {
+	t.Helper()
+	res := wsDial(t, url, o)
+	if res.c == nil {
+		t.Fatalf("dial %s from %s: HTTP %d", url, o.local, res.status)
+	}
+	if got, err := res.c.next(10 * time.Second); err != nil || !strings.HasPrefix(got, "open ") {
+		t.Fatalf("greeting: %q %v", got, err)
+	}
+	return res.c
+}
+
+// dialRefused dials and fails unless the upgrade is refused with status.
+func dialRefused(t *testing.T, url string, o dialOpts, status int) dialResult {
+	t.Helper()
+	res := wsDial(t, url, o)
+	if res.status != status {
+		t.Fatalf("dial %s from %s: HTTP %d, want %d", url, o.local, res.status, status)
+	}
+	return res
+}
+
+func (c *rawClient) writeRaw(b []byte) {
+	c.t.Helper()
+	_ = c.conn.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.conn.Write(b); err != nil {
+		c.t.Fatalf("write: %v", err)
+	}
+}
+
+func (c *rawClient) send(text string) {
+	c.writeRaw(maskedFrame(0x80|0x1, uint64(len(text)), []byte(text)))
+}
+
+// frame reads one frame within d.
+func (c *rawClient) frame(d time.Duration) (ws.Header, []byte, error) {
+	_ = c.conn.SetReadDeadline(time.Now().Add(d))
+	h, err := ws.ReadHeader(c.r)
+	if err != nil {
+		return h, nil, err
+	}
+	p := make([]byte, h.Length)
+	_, err = io.ReadFull(c.r, p)
+	return h, p, err
+}
+
+// next returns the next text or binary message within d; a close frame is
+// an error.
+func (c *rawClient) next(d time.Duration) (string, error) {
+	for {
+		h, p, err := c.frame(d)
+		if err != nil {
+			return "", err
+		}
+		switch h.OpCode {
+		case ws.OpText, ws.OpBinary:
+			return string(p), nil
+		case ws.OpClose:
+			code, reason := ws.ParseCloseFrameData(p)
+			return "", fmt.Errorf("closed by the server: %d %q", code, reason)
+		}
+	}
+}
+
+// expectClose reads until the server's close frame, which must carry code,
+// and then until the server closes TCP.
+func (c *rawClient) expectClose(code int) {
+	c.t.Helper()
+	for {
+		h, p, err := c.frame(10 * time.Second)
+		if err != nil {
+			c.t.Fatalf("waiting for close %d: %v", code, err)
+		}
+		if h.OpCode != ws.OpClose {
+			continue
+		}
+		if got, reason := ws.ParseCloseFrameData(p); int(got) != code {
+			c.t.Fatalf("closed with %d %q, want %d", got, reason, code)
+		}
+		break
+	}
+	c.expectEOF()
+}
+
+// expectEOF reads (and drops) until the server closes the connection.
+func (c *rawClient) expectEOF() {
+	c.t.Helper()
+	_ = c.conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	buf := make([]byte, 64<<10)
+	total := 0
+	for {
+		k, err := c.r.Read(buf)
+		total += k
+		if err == nil {
+			continue
+		}
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			c.t.Fatalf("the server did not close the connection (%d bytes read)", total)
+		}
+		return
+	}
+}
+
+// maskedFrame builds a client frame by hand: b0 is FIN, RSV and opcode; the
+// length field says length, whatever the payload's size.
+func maskedFrame(b0 byte, length uint64, payload []byte) []byte {
+	b := []byte{b0}
+	switch {
+	case length <= 125:
+		b = append(b, 0x80|byte(length))
+	case length <= 0xffff:
+		b = append(b, 0x80|126)
+		b = binary.BigEndian.AppendUint16(b, uint16(length))
+	default:
+		b = append(b, 0x80|127)
+		b = binary.BigEndian.AppendUint64(b, length)
+	}
+	mask := [4]byte{7, 1, 9, 3}
+	b = append(b, mask[:]...)
+	p := append([]byte(nil), payload...)
+	ws.Cipher(p, mask, 0)
+	return append(b, p...)
+}
+
+// TestSocketLimits runs the admission, limit and hostile-input cases, each
+// on its own node with the echo guest; the nodes share a compilation cache
+// so that the guest is compiled once.
+func TestSocketLimits(t *testing.T) {
+	cache := t.TempDir()
+	for _, tc := range []struct {
+		name string
+		run  func(*testing.T, string)
+	}{
+		{"UpgradeAdmission", testUpgradeAdmission},
+		{"UpgradeAttemptRate", testUpgradeAttemptRate},
+		{"SlowlorisUpgrade", testSlowlorisUpgrade},
+		{"OversizeFrameHeader", testOversizeFrameHeader},
+		{"MalformedFrames", testMalformedFrames},
+		{"SlowReaderEvictedFromBroadcasts", testSlowReaderEvictedFromBroadcasts},
+		{"MessageFloodDropped", testMessageFloodDropped},
+	} {
+		t.Run(tc.name, func(t *testing.T) { tc.run(t, cache) })
+	}
+}
+
+// limitsNode starts a node with cfg, the shared compilation cache and the
+// echo guest as class "echo".
+func limitsNode(t *testing.T, cache string, cfg Config) *Node {
+	t.Helper()
+	cfg.Engine.CacheDir = cache
+	n := startNode(t, cfg)
+	putClass(t, n, "echo", "./testdata/guests/echo")
+	return n
+}
+
+// roomSockets returns the echo room's open socket ids as it lists them.
+func roomSockets(t *testing.T, n *Node, room string) string {
+	t.Helper()
+	return expect(t, 200, "GET", n.URL()+"/actor/echo/"+room+"/sockets", nil)
+}
+
+func hasRoom(t *testing.T, n *Node, class, name string) bool {
+	t.Helper()
+	_, ok := roomRowOf(t, n, class, name)
+	return ok
+}
+
+// testUpgradeAdmission: the per-address socket limit and the node's cap
+// answer 429 with Retry-After before the handshake and before any room
+// work, and a closed socket frees its slot.
+func testUpgradeAdmission(t *testing.T, cache string) {
+	n := limitsNode(t, cache, Config{Sockets: socket.Config{MaxSockets: 3, MaxSocketsPerIP: 2, CloseTimeout: 200 * time.Millisecond}})
+	url := n.URL() + "/actor/echo/a"
+	a := openEcho(t, url, dialOpts{})
+	openEcho(t, url, dialOpts{})
+	opens := metric(t, n, `wasmkeep_room_events_total{kind="socket_open"}`)
+
+	// A third socket from 127.0.0.1, to a room that does not exist yet.
+	res := dialRefused(t, n.URL()+"/actor/echo/never", dialOpts{}, http.StatusTooManyRequests)
+	if res.retryAfter != "5" {
+		t.Errorf("Retry-After %q, want 5", res.retryAfter)
+	}
+	if got := metric(t, n, `wasmkeep_socket_upgrades_rejected_total{reason="ip_concurrent"}`); got != 1 {
+		t.Errorf("ip_concurrent rejections %v", got)
+	}
+	// Another address still gets in, up to the node's cap.
+	openEcho(t, url, dialOpts{local: "127.0.0.2"})
+	dialRefused(t, n.URL()+"/actor/echo/never", dialOpts{local: "127.0.0.3"}, http.StatusTooManyRequests)
+	if got := metric(t, n, `wasmkeep_socket_upgrades_rejected_total{reason="cap"}`); got != 1 {
+		t.Errorf("cap rejections %v", got)
+	}
+	// No refused attempt did anything for a room.
+	if hasRoom(t, n, "echo", "never") {
+		t.Error("a refused upgrade created its room")
+	}
+	if got := metric(t, n, `wasmkeep_room_events_total{kind="socket_open"}`); got != opens+1 {
+		t.Errorf("socket_open events went from %v to %v, want one more (127.0.0.2's)", opens, got)
+	}
+	if got := metric(t, n, "wasmkeep_socket_tracked_addresses"); got != 2 {
+		t.Errorf("tracked addresses %v, want 2", got)
+	}
+
+	// A socket that closes frees its slot, for its address and the node.
+	a.writeRaw(maskedFrame(0x80|0x8, 2, binary.BigEndian.AppendUint16(nil, 1000)))
+	a.expectClose(1000)
+	waitFor(t, "the closed socket's slot", func() bool { return n.Hub.Count() == 2 })
+	openEcho(t, url, dialOpts{})
+	if got := metric(t, n, `wasmkeep_socket_upgrades_rejected_total{reason="ip_concurrent"}`); got != 1 {
+		t.Errorf("ip_concurrent rejections %v after the slot freed", got)
+	}
+}
+
+// testUpgradeAttemptRate: past its burst an address is refused with 429 and
+// a Retry-After that says when the next attempt passes; other addresses are
+// not affected.
+func testUpgradeAttemptRate(t *testing.T, cache string) {
+	n := limitsNode(t, cache, Config{Sockets: socket.Config{UpgradeRatePerIP: 1, UpgradeBurstPerIP: 3}})
+	url := n.URL() + "/actor/echo/r"
+	for range 3 {
+		c := openEcho(t, url, dialOpts{})
+		c.conn.Close()
+	}
+	res := dialRefused(t, url, dialOpts{}, http.StatusTooManyRequests)
+	if res.retryAfter != "1" {
+		t.Errorf("Retry-After %q, want 1", res.retryAfter)
+	}
+	dialRefused(t, url, dialOpts{}, http.StatusTooManyRequests)
+	if got := metric(t, n, `wasmkeep_socket_upgrades_rejected_total{reason="ip_rate"}`); got != 2 {
+		t.Errorf("ip_rate rejections %v, want 2", got)
+	}
+	openEcho(t, url, dialOpts{local: "127.0.0.2"})
+}
+
+// testSlowlorisUpgrade: a client that trickles its upgrade request, a byte
+// every 100 ms, is cut at the handshake timeout, and holds no socket slot
+// meanwhile (the node's only slot goes to a real client).
+func testSlowlorisUpgrade(t *testing.T, cache string) {
+	const timeout = 500 * time.Millisecond
+	n := limitsNode(t, cache, Config{Sockets: socket.Config{HandshakeTimeout: timeout, MaxSockets: 1}})
+
+	slow, err := net.Dial("tcp", n.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Close()
+	start := time.Now()
+	if _, err := io.WriteString(slow, "GET /actor/echo/slow HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	trickled := make(chan int)
+	go func() {
+		sent := 0
+		defer func() { trickled <- sent }()
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		header := "X-Slow: " + strings.Repeat("a", 1000)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			if _, err := slow.Write([]byte{header[sent%len(header)]}); err != nil {
+				return
+			}
+			sent++
+		}
+	}()
+
+	// Meanwhile a real client takes the node's only socket slot.
+	c := openEcho(t, n.URL()+"/actor/echo/real", dialOpts{})
+
+	// The node closes the trickling connection (without an answer).
+	_ = slow.SetReadDeadline(time.Now().Add(10 * time.Second))
+	got, err := io.ReadAll(slow)
+	cut := time.Since(start)
+	close(stop)
+	sent := <-trickled
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		t.Fatalf("the trickling client was not cut in 10 s (%d bytes trickled)", sent)
+	}
+	if cut < timeout-50*time.Millisecond || cut > timeout+5*time.Second {
+		t.Errorf("cut after %v, want about %v", cut, timeout)
+	}
+	if len(got) != 0 && !strings.HasPrefix(string(got), "HTTP/1.1 4") {
+		t.Errorf("answered %q", got)
+	}
+	t.Logf("slowloris cut after %v, %d header bytes trickled", cut.Round(time.Millisecond), sent)
+	if hasRoom(t, n, "echo", "slow") {
+		t.Error("the trickling request reached its room")
+	}
+	// The real client was not disturbed.
+	c.send("still here")
+	if msg, err := c.next(10 * time.Second); err != nil || msg != "still here" {
+		t.Fatalf("real client: %q %v", msg, err)
+	}
+	if n.Hub.Count() != 1 {
+		t.Errorf("%d sockets open, want 1", n.Hub.Count())
+	}
+}
+
+// testOversizeFrameHeader: a header claiming a 1 GiB frame is answered
+// with 1009 at once, without waiting for (or buffering) the payload.
+func testOversizeFrameHeader(t *testing.T, cache string) {
+	n := limitsNode(t, cache, Config{})
+	c := openEcho(t, n.URL()+"/actor/echo/big", dialOpts{})
+	start := time.Now()
+	c.writeRaw(maskedFrame(0x80|0x2, 1<<30, nil)) // the header alone
+	c.expectClose(abi.CloseTooBig)
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("closed after %v", d)
+	}
+	if got := metric(t, n, `wasmkeep_socket_evictions_total{reason="too_big"}`); got != 1 {
+		t.Errorf("too_big evictions %v", got)
+	}
+	waitFor(t, "the room to see the close", func() bool { return roomSockets(t, n, "big") == "" })
+}
+
+// testMalformedFrames: each protocol violation closes the socket with 1002
+// (1007 for invalid UTF-8), counted, and the room sees the socket go.
+func testMalformedFrames(t *testing.T, cache string) {
+	n := limitsNode(t, cache, Config{})
+	cases := []struct {
+		name  string
+		frame []byte
+		code  int
+	}{
+		{"unmasked", []byte{0x80 | 0x1, 2, 'h', 'i'}, abi.CloseProtocolError},
+		{"reserved opcode", maskedFrame(0x80|0x3, 2, []byte("hi")), abi.CloseProtocolError},
+		{"reserved bits", maskedFrame(0x80|0x40|0x1, 2, []byte("hi")), abi.CloseProtocolError},
+		{"fragmented control frame", maskedFrame(0x9, 1, []byte("x")), abi.CloseProtocolError},
+		{"control frame over 125 bytes", maskedFrame(0x80|0x9, 126, make([]byte, 126)), abi.CloseProtocolError},
+		{"length with the top bit set", append([]byte{0x80 | 0x2, 0x80 | 127, 0x80, 0, 0, 0, 0, 0, 0, 1}, 1, 2, 3, 4), abi.CloseProtocolError},
+		{"invalid UTF-8", maskedFrame(0x80|0x1, 3, []byte{'a', 0xff, 'b'}), 1007},
+	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			room := fmt.Sprintf("bad%d", i)
+			before := metric(t, n, `wasmkeep_socket_evictions_total{reason="protocol"}`)
+			c := openEcho(t, n.URL()+"/actor/echo/"+room, dialOpts{})
+			c.writeRaw(tc.frame)
+			c.expectClose(tc.code)
+			if got := metric(t, n, `wasmkeep_socket_evictions_total{reason="protocol"}`); got != before+1 {
+				t.Errorf("protocol evictions went from %v to %v", before, got)
+			}
+			waitFor(t, "the room to see the close", func() bool { return roomSockets(t, n, room) == "" })
+		})
+	}
+}
+
+// testSlowReaderEvictedFromBroadcasts: a client that never reads while its
+// room broadcasts is evicted with 4008 and counted, by its queue budget or
+// by the write timeout; another socket of the same room keeps receiving
+// every broadcast promptly throughout.
+func testSlowReaderEvictedFromBroadcasts(t *testing.T, cache string) {
+	cases := []struct {
+		name   string
+		cfg    socket.Config
+		reason string
+	}{
+		{"queue budget", socket.Config{OutboundBytes: 256 << 10}, "slow_reader"},
+		{"write timeout", socket.Config{WriteTimeout: 300 * time.Millisecond, OutboundBytes: 64 << 20, OutboundFrames: 1 << 20}, "write_timeout"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			n := limitsNode(t, cache, Config{Sockets: tc.cfg})
+			url := n.URL() + "/actor/echo/bc"
+			slow := wsDial(t, url, dialOpts{}).c // never reads
+			fast := openEcho(t, url, dialOpts{})
+			evictions := `wasmkeep_socket_evictions_total{reason="` + tc.reason + `"}`
+
+			body := []byte(strings.Repeat("x", 32<<10))
+			var slowest time.Duration
+			sent := 0
+			for metric(t, n, evictions) == 0 {
+				if sent == 5000 {
+					t.Fatalf("no eviction after %d broadcasts of %d bytes", sent, len(body))
+				}
+				t0 := time.Now()
+				expect(t, 200, "POST", url+"/broadcast", body)
+				msg, err := fast.next(10 * time.Second)
+				if err != nil || len(msg) != len(body) {
+					t.Fatalf("broadcast %d to the other socket: %d bytes, %v", sent, len(msg), err)
+				}
+				slowest = max(slowest, time.Since(t0))
+				sent++
+			}
+			t.Logf("evicted after %d broadcasts of %d bytes; slowest broadcast to the other socket %v", sent, len(body), slowest)
+			if slowest > time.Second {
+				t.Errorf("a broadcast took %v to reach the other socket", slowest)
+			}
+			if got := metric(t, n, evictions); got != 1 {
+				t.Errorf("%s evictions %v", tc.reason, got)
+			}
+			// The slow client's connection ends (its close frame may not
+			// fit in its full window); the room learns of it; the other
+			// socket goes on.
+			slow.expectEOF()
+			waitFor(t, "the room to drop the slow socket", func() bool { return !strings.Contains(roomSockets(t, n, "bc"), ",") })
+			if got := expect(t, 200, "POST", url+"/broadcast", []byte("after")); got != "1" {
+				t.Errorf("broadcast after the eviction reached %s sockets", got)
+			}
+			if msg, err := fast.next(10 * time.Second); err != nil || msg != "after" {
+				t.Fatalf("other socket after the eviction: %q %v", msg, err)
+			}
+		})
+	}
+}
+
+// testMessageFloodDropped: messages past a socket's rate are dropped and
+// counted, not delivered to the room; the socket stays open and delivery
+// resumes as the bucket refills.
+func testMessageFloodDropped(t *testing.T, cache string) {
+	n := limitsNode(t, cache, Config{Sockets: socket.Config{MessageRate: 50, MessageBurst: 10}})
+	c := openEcho(t, n.URL()+"/actor/echo/flood", dialOpts{})
+	in0 := metric(t, n, "wasmkeep_socket_messages_in_total")
+	drop0 := metric(t, n, `wasmkeep_socket_messages_dropped_total{reason="rate"}`)
+	const flood = 300
+	var b []byte
+	for i := range flood {
+		m := fmt.Sprint("m", i)
+		b = append(b, maskedFrame(0x80|0x1, uint64(len(m)), []byte(m))...)
+	}
+	c.writeRaw(b)
+	waitFor(t, "the flood read", func() bool { return metric(t, n, "wasmkeep_socket_messages_in_total") == in0+flood })
+	dropped := int(metric(t, n, `wasmkeep_socket_messages_dropped_total{reason="rate"}`) - drop0)
+	delivered := flood - dropped
+	if delivered < 10 || delivered > 30 {
+		t.Fatalf("%d of %d messages delivered, want the burst of 10 and a few", delivered, flood)
+	}
+	for i := range delivered {
+		msg, err := c.next(10 * time.Second)
+		if err != nil {
+			t.Fatalf("echo %d of %d: %v", i, delivered, err)
+		}
+		if want := fmt.Sprint("m", i); i < 10 && msg != want {
+			t.Fatalf("echo %d: %q, want %q", i, msg, want)
+		}
+	}
+	// Nothing else comes back, and delivery resumes: send until an echo
+	// arrives (a token every 20 ms).
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if time.Now().After(deadline) {
+			t.Fatal("no message delivered after the flood")
+		}
+		c.send("again")
+		msg, err := c.next(50 * time.Millisecond)
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			continue
+		}
+		if err != nil || msg != "again" {
+			t.Fatalf("after the flood: %q %v", msg, err)
+		}
+		break
+	}
+	if ids := roomSockets(t, n, "flood"); ids == "" {
+		t.Fatal("the room lost the socket")
+	}
+	t.Logf("%d of %d delivered, %d dropped", delivered, flood, dropped)
+}
