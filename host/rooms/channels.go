@@ -352,7 +352,7 @@ func (r *Room) channelBroadcast(except uint32, topic, event string, binary bool,
 			continue
 		}
 		if _, joined := s.joined(topic); joined {
-			_ = s.conn.SendFrame(fr)
+			r.send(s, fr)
 			n++
 		}
 	}

@@ -24,6 +24,10 @@ type Conn interface {
 	SendFrame(f Frame) error
 	// Close queues a close frame behind what is already queued.
 	Close(code int, reason string)
+	// Cork holds queued messages back until Uncork, so a burst of events'
+	// sends to one socket goes out in one write.
+	Cork()
+	Uncork()
 }
 
 // Frame is a message encoded once, for any number of sockets.
@@ -51,6 +55,9 @@ type Socket struct {
 	open []byte        // the encoded abi.SocketOpen, replayed if the guest forgets it
 	ch   *channelState // the Phoenix protocol state of a channel socket; nil for raw ones
 	id   uint32        // handed out when the open event runs; worker-owned
+	// corked is true while the worker holds the socket's writes for the
+	// rest of a burst of events; worker-owned.
+	corked bool
 }
 
 // ID is the socket's id within its room (0 until its open event ran).
@@ -158,6 +165,9 @@ type Room struct {
 	gone       map[uint32]closed
 	skipClose  map[uint32]bool
 	effects    []effect
+	corked     []*Socket // sockets corked in the current burst of events
+	kick       chan struct{}
+	linger     *time.Timer
 
 	// Channels (channels.go): joins the guest accepted, joins that ended
 	// while it could not hear of it, the join being handled, presence.
@@ -175,6 +185,7 @@ func newRoom(m *Manager, key Key) *Room {
 		sockets:      map[uint32]*Socket{},
 		gone:         map[uint32]closed{},
 		nextSocket:   1,
+		kick:         make(chan struct{}, 1),
 		joins:        map[joinKey]bool{},
 		goneJoins:    map[joinKey]string{},
 		joinPayloads: map[joinKey][]byte{},
@@ -220,6 +231,11 @@ func (r *Room) enqueue(ev *event, wait bool) error {
 	if !r.running {
 		r.running = true
 		go r.run()
+	} else {
+		select {
+		case r.kick <- struct{}{}: // wake a lingering worker
+		default:
+		}
 	}
 	r.mu.Unlock()
 	return nil
@@ -228,10 +244,26 @@ func (r *Room) enqueue(ev *event, wait bool) error {
 // run drains the mailbox, one event at a time, and exits when it is empty:
 // an idle room costs no goroutine.
 func (r *Room) run() {
+	burst := 0
 	for {
 		r.mu.Lock()
 		if r.head == len(r.queue) {
 			r.queue, r.head = r.queue[:0], 0
+			r.mu.Unlock()
+			r.uncorkAll()
+			burst = 0
+			// A room that is busy usually gets its next event within a
+			// client's round trip: wait a little for it rather than exit,
+			// so the goroutine (and the deep stack calls into wasm have
+			// grown) is reused instead of started and grown again.
+			if r.waitForWork() {
+				continue
+			}
+			r.mu.Lock()
+			if r.head < len(r.queue) {
+				r.mu.Unlock()
+				continue
+			}
 			r.running = false
 			r.mu.Unlock()
 			if !r.residentNow() && r.socketCount.Load() == 0 {
@@ -249,6 +281,35 @@ func (r *Room) run() {
 		more := r.head < len(r.queue)
 		r.mu.Unlock()
 		r.handle(ev, more)
+		// Corked sockets are let go at the end of a burst, or every
+		// maxBurst events, which bounds what a burst adds to latency.
+		if burst++; burst == maxBurst {
+			r.uncorkAll()
+			burst = 0
+		}
+	}
+}
+
+// maxBurst is how many events a room handles before it lets corked sockets
+// write; lingerFor is how long an idle worker waits for the next event.
+const (
+	maxBurst  = 64
+	lingerFor = 2 * time.Millisecond
+)
+
+// waitForWork waits up to lingerFor for enqueue to signal new work.
+func (r *Room) waitForWork() bool {
+	if r.linger == nil {
+		r.linger = time.NewTimer(lingerFor)
+	} else {
+		r.linger.Reset(lingerFor)
+	}
+	select {
+	case <-r.kick:
+		r.linger.Stop()
+		return true
+	case <-r.linger.C:
+		return false
 	}
 }
 
@@ -444,18 +505,39 @@ func (r *Room) deliverThen(call func(*engine.Instance) error, first func()) erro
 	return nil
 }
 
+// send queues a frame on a socket, corking it for the rest of the burst
+// of events the worker is in.
+func (r *Room) send(s *Socket, f Frame) {
+	if !s.corked {
+		s.corked = true
+		s.conn.Cork()
+		r.corked = append(r.corked, s)
+	}
+	_ = s.conn.SendFrame(f)
+}
+
+// uncorkAll lets the sockets corked during a burst write what they hold.
+func (r *Room) uncorkAll() {
+	for i, s := range r.corked {
+		s.corked = false
+		s.conn.Uncork()
+		r.corked[i] = nil
+	}
+	r.corked = r.corked[:0]
+}
+
 func (r *Room) applyEffects() {
 	for i := range r.effects {
 		e := &r.effects[i]
 		switch e.op {
 		case opSend:
-			_ = e.sock.conn.SendFrame(e.frame)
+			r.send(e.sock, e.frame)
 		case opClose:
 			e.sock.conn.Close(e.code, e.reason)
 		case opBroadcast:
 			for id, s := range r.sockets {
 				if id != e.except && s.ch == nil {
-					_ = s.conn.SendFrame(e.frame)
+					r.send(s, e.frame)
 				}
 			}
 		default:

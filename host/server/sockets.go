@@ -70,6 +70,8 @@ type socketConn struct{ c *socket.Conn }
 
 func (c socketConn) SendFrame(f rooms.Frame) error { return c.c.SendPrepared(f.(*socket.Prepared)) }
 func (c socketConn) Close(code int, reason string) { c.c.Close(code, reason) }
+func (c socketConn) Cork()                         { c.c.Cork() }
+func (c socketConn) Uncork()                       { c.c.Uncork() }
 
 // socketEvents forwards what happens on the wire to the room.
 type socketEvents struct{ s *rooms.Socket }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -62,6 +63,7 @@ type Conn struct {
 	outFrames int      // frames in out (the budget counts what waits)
 	outBytes  int      // bytes in out
 	writing   bool     // a writer goroutine runs
+	corked    bool     // data frames wait for Uncork before a writer starts
 
 	// Inbound queue (under mu).
 	in            []inMsg
@@ -157,20 +159,50 @@ func (c *Conn) enqueue(f []byte) error {
 		c.hub.m.evicted(evictSlowReader)
 		return ErrSlowReader
 	}
-	c.pushLocked(f)
+	c.out = append(c.out, f)
+	c.outFrames++
+	c.outBytes += len(f)
+	if !c.corked {
+		c.startWriterLocked()
+	}
 	c.mu.Unlock()
 	return nil
 }
 
-// pushLocked appends a frame to the queue and makes sure a writer runs.
+// pushLocked appends a control frame (pong, close) to the queue and makes
+// sure a writer runs, corked or not: control frames never wait for a room.
 func (c *Conn) pushLocked(f []byte) {
 	c.out = append(c.out, f)
 	c.outFrames++
 	c.outBytes += len(f)
-	if !c.writing && !c.tcpClosed {
+	c.startWriterLocked()
+}
+
+func (c *Conn) startWriterLocked() {
+	if !c.writing && !c.tcpClosed && len(c.out) > 0 {
 		c.writing = true
 		go c.writeLoop()
 	}
+}
+
+// Cork holds the socket's writer back: messages queued until Uncork go out
+// together, in one system call rather than one each. A room corks the
+// sockets it sends to while it works through a burst of events, so that a
+// client sending many messages gets its answers in batches, as a server
+// that writes only when it has nothing left to read would send them.
+// Control frames are not held.
+func (c *Conn) Cork() {
+	c.mu.Lock()
+	c.corked = true
+	c.mu.Unlock()
+}
+
+// Uncork lets the writer send what Cork held back.
+func (c *Conn) Uncork() {
+	c.mu.Lock()
+	c.corked = false
+	c.startWriterLocked()
+	c.mu.Unlock()
 }
 
 // Close closes the socket with code and reason: a close frame is queued
@@ -295,6 +327,10 @@ func (c *Conn) heartbeat(now int64) {
 func (c *Conn) writeLoop() {
 	h := c.hub
 	for {
+		// Let whatever is about to queue more frames (a room working
+		// through a burst, the reader answering pings) run first: one
+		// write of several frames costs little more than a write of one.
+		runtime.Gosched()
 		c.mu.Lock()
 		if c.tcpClosed {
 			c.writing = false
