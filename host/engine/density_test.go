@@ -188,7 +188,7 @@ func TestDensity(t *testing.T) {
 				return inst
 			})
 			phase("restored, snapshotted", func(i int) *Instance {
-				if _, err := rooms[i].Snapshot(testEncoder, nil, nil, 1, "", false); err != nil {
+				if _, err := rooms[i].Snapshot(testEncoder, nil, nil, nil, 1, "", false); err != nil {
 					t.Fatal(err)
 				}
 				return rooms[i]
@@ -259,7 +259,7 @@ func BenchmarkMemoryBackends(b *testing.B) {
 				c := compile(b, newEngine(b, Config{PoolSize: pool}), "./examples/counter")
 				a, _ := c.Start(ctx, &fakeHost{})
 				request(b, a, postRoot)
-				d, _ := a.Snapshot(testEncoder, nil, nil, 1, "", false)
+				d, _ := a.Snapshot(testEncoder, nil, nil, nil, 1, "", false)
 				man := d.Manifest.Encode()
 				var ds []time.Duration
 				for b.Loop() {

@@ -30,6 +30,7 @@ import (
 
 	"github.com/wasmkeep/wasmkeep/abi"
 	"github.com/wasmkeep/wasmkeep/host/engine/wasmrw"
+	"github.com/wasmkeep/wasmkeep/host/snapshot"
 )
 
 // Config holds the engine's settings. The zero value of each field means the
@@ -242,6 +243,7 @@ type Class struct {
 	// initial is a blank instance's memory: snapshots leave out the chunks
 	// that still equal it, since a restore starts from a blank instance.
 	initial   []byte
+	basePages []uint64 // the page hashes of initial
 	dirty     []bool // page i of initial holds non-zero bytes
 	dirtyOnce sync.Once
 
@@ -454,6 +456,7 @@ func (c *Class) markDirty(inst *Instance) {
 	c.dirtyOnce.Do(func() {
 		view, _ := inst.mem.Read(0, inst.mem.Size())
 		c.initial = bytes.Clone(view)
+		c.basePages = snapshot.HashPages(c.initial)
 		c.dirty = make([]bool, (len(view)+pageSize-1)/pageSize)
 		for i := range c.dirty {
 			end := min((i+1)*pageSize, len(view))

@@ -138,7 +138,7 @@ var testEncoder = func() *snapshot.Encoder {
 // manifest and segments as a wake would read them back.
 func takeSnapshot(tb testing.TB, inst *Instance, roomState []byte) (*snapshot.Manifest, map[string]*snapshot.Segment) {
 	tb.Helper()
-	d, err := inst.Snapshot(testEncoder, nil, roomState, 1, "", false)
+	d, err := inst.Snapshot(testEncoder, nil, nil, roomState, 1, "", false)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -225,7 +225,7 @@ func BenchmarkRestore(b *testing.B) {
 			c := compile(b, e, "./examples/counter")
 			a, _ := c.Start(context.Background(), &fakeHost{})
 			request(b, a, postRoot)
-			d, _ := a.Snapshot(testEncoder, nil, nil, 1, "", false)
+			d, _ := a.Snapshot(testEncoder, nil, nil, nil, 1, "", false)
 			man := d.Manifest.Encode()
 			var ds []time.Duration
 			for b.Loop() {
@@ -392,13 +392,13 @@ func BenchmarkSnapshot(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			first, err := inst.Snapshot(enc, nil, nil, 1, "", false)
+			first, err := inst.Snapshot(enc, nil, nil, nil, 1, "", false)
 			if err != nil {
 				b.Fatal(err)
 			}
 			b.Run(room.name+"/full/"+codec.String(), func(b *testing.B) {
 				for b.Loop() {
-					_, _ = inst.Snapshot(enc, nil, nil, 1, "", false)
+					_, _ = inst.Snapshot(enc, nil, nil, nil, 1, "", false)
 				}
 				b.ReportMetric(float64(len(first.Segment)), "segment-bytes")
 				b.ReportMetric(float64(inst.MemorySize()), "memory-bytes")
@@ -409,10 +409,10 @@ func BenchmarkSnapshot(b *testing.B) {
 			b.Run(room.name+"/delta-1-event/"+codec.String(), func(b *testing.B) {
 				var d *snapshot.Delta
 				for b.Loop() {
-					d, _ = inst.Snapshot(enc, first.Manifest, nil, 1, "", false)
+					d, _ = inst.Snapshot(enc, first.Manifest, first.PageHashes, nil, 1, "", false)
 				}
 				b.ReportMetric(float64(len(d.Segment)), "segment-bytes")
-				b.ReportMetric(float64(d.Changed), "chunks-changed")
+				b.ReportMetric(float64(d.Changed), "pages-changed")
 			})
 		}
 	}
@@ -435,7 +435,7 @@ func BenchmarkDeltaBytes(b *testing.B) {
 			for i := range 100 { // a room with some history
 				say(i)
 			}
-			prev, err := inst.Snapshot(testEncoder, nil, nil, 1, "", false)
+			prev, err := inst.Snapshot(testEncoder, nil, nil, nil, 1, "", false)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -444,14 +444,15 @@ func BenchmarkDeltaBytes(b *testing.B) {
 			}
 			var delta, full *snapshot.Delta
 			for b.Loop() {
-				delta, _ = inst.Snapshot(testEncoder, prev.Manifest, nil, 1, "", false)
+				delta, _ = inst.Snapshot(testEncoder, prev.Manifest, prev.PageHashes, nil, 1, "", false)
 			}
-			full, _ = inst.Snapshot(testEncoder, nil, nil, 1, "", false)
+			full, _ = inst.Snapshot(testEncoder, nil, nil, nil, 1, "", false)
 			size := func(d *snapshot.Delta) int { return len(d.Segment) + len(d.Manifest.Encode()) }
 			b.ReportMetric(float64(size(delta)), "delta-bytes")
 			b.ReportMetric(float64(size(full)), "full-bytes")
 			b.ReportMetric(100*float64(size(delta))/float64(size(full)), "delta-%")
-			b.ReportMetric(float64(delta.Changed), "chunks-changed")
+			b.ReportMetric(float64(delta.Changed), "pages-changed")
+			b.ReportMetric(float64(len(delta.Manifest.Encode())), "manifest-bytes")
 			b.ReportMetric(float64(len(delta.Manifest.Chunks)), "chunks")
 		})
 	}

@@ -90,6 +90,8 @@ type Instance struct {
 	// payload that fits until it asks for another.
 	inbox, inboxCap uint32
 
+	restoredPages []uint64 // page hashes as restored, for the first snapshot after
+
 	// checkpoint is set by the guest's checkpoint() during an event: the
 	// room makes its state durable before the event's output goes out.
 	checkpoint bool
@@ -234,9 +236,11 @@ func (i *Instance) load(man *snapshot.Manifest, segs map[string]*snapshot.Segmen
 	if !ok {
 		return errors.New("memory view out of range")
 	}
-	if err := man.Restore(view, segs, i.class.isDirty); err != nil {
+	pages, err := man.Restore(view, segs, i.class.isDirty, i.class.basePages)
+	if err != nil {
 		return err
 	}
+	i.restoredPages = pages
 	i.class.memoryHint.Store(uint64(want))
 	for n, g := range i.globals {
 		if !i.class.mutable[n] {
@@ -250,10 +254,16 @@ func (i *Instance) load(man *snapshot.Manifest, segs map[string]*snapshot.Segmen
 	return nil
 }
 
+// RestoredPages returns the page hashes of the memory as restored from its
+// snapshot (nil for an instance started fresh); pass them, with the
+// snapshot's manifest, to the first Snapshot after the restore.
+func (i *Instance) RestoredPages() []uint64 { return i.restoredPages }
+
 // Snapshot takes the instance's next snapshot after prev (nil for the
-// room's first): see snapshot.Encoder.Snapshot. The instance must not be
+// room's first), whose page hashes are prevPages (nil: changed chunks are
+// stored whole): see snapshot.Encoder.Snapshot. The instance must not be
 // running.
-func (i *Instance) Snapshot(enc *snapshot.Encoder, prev *snapshot.Manifest, roomState []byte, generation uint64, segmentID string, full bool) (*snapshot.Delta, error) {
+func (i *Instance) Snapshot(enc *snapshot.Encoder, prev *snapshot.Manifest, prevPages []uint64, roomState []byte, generation uint64, segmentID string, full bool) (*snapshot.Delta, error) {
 	if i.dead {
 		return nil, ErrClosed
 	}
@@ -275,6 +285,7 @@ func (i *Instance) Snapshot(enc *snapshot.Encoder, prev *snapshot.Manifest, room
 		Base:       i.class.initial,
 		Generation: generation,
 		SegmentID:  segmentID,
+		PrevPages:  prevPages,
 	}
 	for n, g := range i.globals {
 		c.Globals[n] = g.Get()

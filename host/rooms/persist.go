@@ -62,7 +62,7 @@ func (r *Room) load(ctx context.Context) (inst *engine.Instance, restored bool, 
 			r.crashedAtStart(err)
 			return nil, false, fmt.Errorf("%w: the room crashed while initializing: %v", ErrUnavailable, err)
 		}
-		r.man, r.etag = nil, ""
+		r.man, r.etag, r.pages = nil, "", nil
 		r.known = map[uint32]bool{}
 		r.joins = map[joinKey]bool{}
 		return inst, false, nil
@@ -86,7 +86,7 @@ func (r *Room) load(ctx context.Context) (inst *engine.Instance, restored bool, 
 		}
 		return nil, false, fmt.Errorf("%w: restoring: %v", ErrUnavailable, err)
 	}
-	r.man, r.etag = man, etag
+	r.man, r.etag, r.pages = man, etag, inst.RestoredPages()
 	r.everStored.Store(true)
 	r.known = make(map[uint32]bool, len(st.Sockets))
 	for _, id := range st.Sockets {
@@ -164,7 +164,7 @@ func (r *Room) writeSnapshot(ctx context.Context) error {
 	sortJoins(st.Joins)
 	r.segSeq++
 	segID := snapshot.SegmentID(r.hold.Generation, r.segSeq)
-	d, err := r.inst.Snapshot(m.enc, r.man, st.encode(), r.hold.Generation, segID, false)
+	d, err := r.inst.Snapshot(m.enc, r.man, r.pages, st.encode(), r.hold.Generation, segID, false)
 	if err != nil {
 		return err
 	}
@@ -190,7 +190,7 @@ func (r *Room) writeSnapshot(ctx context.Context) error {
 		return fmt.Errorf("writing manifest: %w", err)
 	}
 	written += len(body)
-	r.man, r.etag, r.changed = d.Manifest, etag, false
+	r.man, r.etag, r.changed, r.pages = d.Manifest, etag, false, d.PageHashes
 	if !r.everStored.Swap(true) {
 		m.snapshotCreated()
 	}

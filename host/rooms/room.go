@@ -155,6 +155,7 @@ type Room struct {
 	hold       Hold
 	held       bool
 	man        *snapshot.Manifest // the latest snapshot's manifest, while resident
+	pages      []uint64           // the page hashes of the memory as man has it
 	etag       string             // its version in the bucket
 	segSeq     uint64             // names this room's segments within a hold's generation
 	durable    bool               // the class asks for a checkpoint after every event
@@ -572,7 +573,7 @@ func (r *Room) crashed(err error) {
 		r.inst.Close()
 		r.inst = nil
 	}
-	r.known, r.man, r.joins = nil, nil, nil
+	r.known, r.man, r.joins, r.pages = nil, nil, nil, nil
 	r.endHold()
 	r.isResident.Store(false)
 	r.m.noLongerResident(r)
@@ -702,7 +703,7 @@ func (r *Room) hibernate(why string) error {
 		}
 	}
 	r.inst.Close()
-	r.inst, r.man = nil, nil
+	r.inst, r.man, r.pages = nil, nil, nil
 	r.endHold()
 	r.isResident.Store(false)
 	m.noLongerResident(r)

@@ -24,6 +24,10 @@ type Capture struct {
 	// SegmentID(Generation, the manifest's Seq)). Callers that may retry a
 	// failed write pass a name they never used before.
 	SegmentID string
+	// PrevPages are the page hashes of the memory as the previous manifest
+	// has it (Delta.PageHashes of that snapshot, or what Restore returned);
+	// nil stores every changed chunk whole.
+	PrevPages []uint64
 }
 
 // Delta is the outcome of a snapshot: the new manifest, and the segment to
@@ -36,15 +40,30 @@ type Delta struct {
 	// Compacted is true when the segment holds every stored page and the
 	// manifest references nothing older.
 	Compacted bool
-	// Changed counts the chunks whose content differed from prev.
+	// Changed counts the pages whose content differed from prev.
 	Changed int
 	// Garbage lists the segments prev referenced and the new manifest does
 	// not: once the manifest is written, they can be deleted.
 	Garbage []string
+	// PageHashes are the memory's page hashes: pass them as PrevPages to
+	// the next snapshot once this one is written.
+	PageHashes []uint64
 }
 
+// HashPages returns the hash of every 4 KiB page of mem.
+func HashPages(mem []byte) []uint64 {
+	h := make([]uint64, len(mem)/PageSize)
+	for i := range h {
+		h[i] = xxhash.Sum64(mem[i*PageSize : (i+1)*PageSize])
+	}
+	return h
+}
+
+// ZeroPageHash is the hash of a page of zeros.
+var ZeroPageHash = xxhash.Sum64(make([]byte, PageSize))
+
 // Snapshot makes the next manifest after prev (nil for a room's first) for
-// c. Only chunks whose hash differs from prev's go into the new segment,
+// c. Only the pages whose hash changed since prev go into the new segment,
 // unless the chain of segments would pass the encoder's bound, or carry more
 // dead bytes than live ones, or full is set: then it compacts, writing every
 // stored page into the new segment.
@@ -52,91 +71,103 @@ func (e *Encoder) Snapshot(prev *Manifest, c *Capture, full bool) (*Delta, error
 	if len(c.Memory)%ChunkSize != 0 || uint64(len(c.Memory)) > maxMemory {
 		return nil, fmt.Errorf("snapshot: memory of %d bytes is not a whole number of pages", len(c.Memory))
 	}
-	n := len(c.Memory) / ChunkSize
-	hashes := make([]uint64, n)
-	for i := range hashes {
-		hashes[i] = xxhash.Sum64(c.Memory[i*ChunkSize : (i+1)*ChunkSize])
-	}
+	pages := HashPages(c.Memory)
 	seq := uint64(1)
 	if prev != nil {
 		seq = prev.Seq + 1
 	}
-	usable := prev != nil && prev.ModuleHash == c.ModuleHash && prev.Codec == e.codec && len(prev.Chunks) <= n
+	usable := prev != nil && prev.ModuleHash == c.ModuleHash && prev.Codec == e.codec &&
+		len(prev.Chunks)*pagesPerChunk <= len(pages)
 	if usable && !full {
-		d := e.build(prev, c, hashes, seq, false)
+		d := e.build(prev, c, pages, seq, false)
 		live, total := d.Manifest.Bytes()
 		if len(d.Manifest.Segments) <= e.maxChain && total-live <= live {
 			return d, nil
 		}
 	}
-	if !usable {
-		prev0 := prev
-		prev = nil
-		d := e.build(nil, c, hashes, seq, true)
-		if prev0 != nil {
-			d.Garbage = prev0.SegmentIDs()
-		}
-		return d, nil
+	d := e.build(nil, c, pages, seq, true)
+	if prev != nil {
+		d.Garbage = prev.SegmentIDs()
 	}
-	return e.build(prev, c, hashes, seq, true), nil
+	return d, nil
 }
 
-// build writes the new segment and manifest. With full, every chunk is
-// written; otherwise only those whose hash changed, the rest keep their
-// place in prev's segments.
-func (e *Encoder) build(prev *Manifest, c *Capture, hashes []uint64, seq uint64, full bool) *Delta {
-	m := &Manifest{
-		Header:     c.Header,
-		Generation: c.Generation,
-		Seq:        seq,
-		Codec:      e.codec,
-		Chunks:     make([]ChunkRef, len(hashes)),
-	}
+// build writes the new segment and manifest. Without prev (a full
+// snapshot) every stored page goes into the new segment; with it, only the
+// pages that changed, the others keep their place in prev's segments.
+func (e *Encoder) build(prev *Manifest, c *Capture, pages []uint64, seq uint64, full bool) *Delta {
+	nchunks := len(c.Memory) / ChunkSize
+	m := &Manifest{Header: c.Header, Generation: c.Generation, Seq: seq, Codec: e.codec, Chunks: make([]ChunkRef, nchunks)}
 	id := c.SegmentID
 	if id == "" {
 		id = SegmentID(c.Generation, seq)
 	}
-	d := &Delta{Manifest: m, Compacted: full}
+	d := &Delta{Manifest: m, Compacted: full, PageHashes: pages}
 	seg := appendSegmentHeader(nil, e.codec, c.Generation)
-	// Segments of prev still referenced keep their place in the list, in
-	// prev's order; the new segment is appended last.
-	remap := map[int32]int32{}
-	var scratch []byte
-	for i, h := range hashes {
-		if !full && i < len(prev.Chunks) && prev.Chunks[i].Hash == h {
-			ref := prev.Chunks[i]
-			if ref.Seg >= 0 {
-				to, ok := remap[ref.Seg]
-				if !ok {
-					to = int32(len(m.Segments))
-					remap[ref.Seg] = to
-					m.Segments = append(m.Segments, prev.Segments[ref.Seg])
-				}
-				ref.Seg = to
-			}
-			m.Chunks[i] = ref
-			continue
+	remap := map[int32]int32{} // prev's segment index -> the new manifest's
+	keep := func(p Part) Part {
+		to, ok := remap[p.Seg]
+		if !ok {
+			to = int32(len(m.Segments))
+			remap[p.Seg] = to
+			m.Segments = append(m.Segments, prev.Segments[p.Seg])
 		}
-		d.Changed++
-		ref := ChunkRef{Hash: h, Seg: -1}
+		p.Seg = to
+		return p
+	}
+	var scratch []byte
+	for i := range nchunks {
+		var old *ChunkRef
+		if prev != nil && i < len(prev.Chunks) {
+			old = &prev.Chunks[i]
+		}
+		// Which pages changed: by page hash when the previous ones are
+		// known, else the whole chunk counts as changed.
+		var changed uint16
+		for p := range pagesPerChunk {
+			k := i*pagesPerChunk + p
+			if old == nil || c.PrevPages == nil || k >= len(c.PrevPages) || c.PrevPages[k] != pages[k] {
+				changed |= 1 << p
+			}
+		}
+		ref := ChunkRef{}
+		if old != nil {
+			ref.Base = old.Base &^ changed
+			for _, p := range old.Parts {
+				if p.Live &^= changed; p.Live != 0 {
+					ref.Parts = append(ref.Parts, p)
+				}
+			}
+		}
+		d.Changed += bits.OnesCount16(changed)
+		// A chunk spread over too many blobs is written whole again.
+		if len(ref.Parts) >= maxParts {
+			changed, ref = 0xFFFF, ChunkRef{}
+		}
+		var stored uint16
 		scratch = scratch[:0]
-		for p := 0; p < pagesPerChunk; p++ {
+		for p := range pagesPerChunk {
+			if changed&(1<<p) == 0 {
+				continue
+			}
 			off := i*ChunkSize + p*PageSize
 			page := c.Memory[off : off+PageSize]
 			switch {
 			case off+PageSize <= len(c.Base) && bytes.Equal(page, c.Base[off:off+PageSize]):
 				ref.Base |= 1 << p
-			case isZero(page):
+			case pages[i*pagesPerChunk+p] == ZeroPageHash && isZero(page):
 			default:
-				ref.Stored |= 1 << p
+				stored |= 1 << p
 				scratch = append(scratch, page...)
 			}
 		}
-		if ref.Stored != 0 {
+		for k := range ref.Parts {
+			ref.Parts[k] = keep(ref.Parts[k])
+		}
+		if stored != 0 {
 			before := len(seg)
 			seg = e.compress(seg, scratch)
-			ref.Seg = -2 // the new segment; its index is known at the end
-			ref.Off, ref.Len = uint32(before-segmentHeader), uint32(len(seg)-before)
+			ref.Parts = append(ref.Parts, Part{Seg: -2, Off: uint32(before - segmentHeader), Len: uint32(len(seg) - before), Blob: stored, Live: stored})
 		}
 		m.Chunks[i] = ref
 	}
@@ -144,8 +175,10 @@ func (e *Encoder) build(prev *Manifest, c *Capture, hashes []uint64, seq uint64,
 		idx := int32(len(m.Segments))
 		m.Segments = append(m.Segments, SegmentRef{ID: id, Size: uint32(len(seg) - segmentHeader)})
 		for i := range m.Chunks {
-			if m.Chunks[i].Seg == -2 {
-				m.Chunks[i].Seg = idx
+			for k := range m.Chunks[i].Parts {
+				if m.Chunks[i].Parts[k].Seg == -2 {
+					m.Chunks[i].Parts[k].Seg = idx
+				}
 			}
 		}
 		d.SegmentID, d.Segment = id, appendChecksum(seg, 0)
@@ -170,22 +203,26 @@ func (e *Encoder) build(prev *Manifest, c *Capture, hashes []uint64, seq uint64,
 // cleared only where dirty(page) says dst's page may hold non-zero bytes
 // (nil dirty: every zero page is cleared), so pages of a fresh instance that
 // are zero in both stay untouched. segs holds every segment the manifest
-// references, by id.
-func (m *Manifest) Restore(dst []byte, segs map[string]*Segment, dirty func(page int) bool) error {
+// references, by id. It returns the memory's page hashes, for the room's
+// next snapshot: stored pages are hashed as they are written, base pages
+// take basePages[page] (the base image's page hashes; nil: they are hashed
+// from dst).
+func (m *Manifest) Restore(dst []byte, segs map[string]*Segment, dirty func(page int) bool, basePages []uint64) ([]uint64, error) {
 	if uint64(len(dst)) != uint64(m.MemorySize()) {
-		return fmt.Errorf("%w: have %d bytes, snapshot has %d", ErrMemorySize, len(dst), m.MemorySize())
+		return nil, fmt.Errorf("%w: have %d bytes, snapshot has %d", ErrMemorySize, len(dst), m.MemorySize())
 	}
 	resolved := make([]*Segment, len(m.Segments))
 	for i, ref := range m.Segments {
 		s := segs[ref.ID]
 		if s == nil {
-			return fmt.Errorf("%w: %s", ErrMissingSegment, ref.ID)
+			return nil, fmt.Errorf("%w: %s", ErrMissingSegment, ref.ID)
 		}
 		if s.Size() != ref.Size || s.Codec != m.Codec {
-			return fmt.Errorf("%w: segment %s does not match its manifest", ErrCorrupt, ref.ID)
+			return nil, fmt.Errorf("%w: segment %s does not match its manifest", ErrCorrupt, ref.ID)
 		}
 		resolved[i] = s
 	}
+	hashes := make([]uint64, len(m.Chunks)*pagesPerChunk)
 	var scratch *[ChunkSize]byte
 	defer func() {
 		if scratch != nil {
@@ -194,37 +231,48 @@ func (m *Manifest) Restore(dst []byte, segs map[string]*Segment, dirty func(page
 	}()
 	for i, c := range m.Chunks {
 		out := dst[i*ChunkSize : (i+1)*ChunkSize : (i+1)*ChunkSize]
-		for p := 0; p < pagesPerChunk; p++ {
-			if (c.Stored|c.Base)&(1<<p) == 0 && (dirty == nil || dirty(i*pagesPerChunk+p)) {
-				clear(out[p*PageSize : (p+1)*PageSize])
+		stored := c.Stored()
+		for p := range pagesPerChunk {
+			k := i*pagesPerChunk + p
+			switch {
+			case stored&(1<<p) != 0:
+			case c.Base&(1<<p) != 0:
+				if k < len(basePages) {
+					hashes[k] = basePages[k]
+				} else {
+					hashes[k] = xxhash.Sum64(out[p*PageSize : (p+1)*PageSize])
+				}
+			default:
+				if dirty == nil || dirty(k) {
+					clear(out[p*PageSize : (p+1)*PageSize])
+				}
+				hashes[k] = ZeroPageHash
 			}
 		}
-		if c.Stored == 0 {
-			continue
-		}
-		blob := resolved[c.Seg].blobs[c.Off : c.Off+c.Len]
-		if c.Stored == 0xFFFF {
-			if err := inflate(m.Codec, out, blob); err != nil {
-				return fmt.Errorf("%w: chunk %d: %v", ErrCorrupt, i, err)
+		for _, part := range c.Parts {
+			if scratch == nil {
+				scratch = scratchPool.Get().(*[ChunkSize]byte)
 			}
-			continue
-		}
-		if scratch == nil {
-			scratch = scratchPool.Get().(*[ChunkSize]byte)
-		}
-		size := bits.OnesCount16(c.Stored) * PageSize
-		if err := inflate(m.Codec, scratch[:size:size], blob); err != nil {
-			return fmt.Errorf("%w: chunk %d: %v", ErrCorrupt, i, err)
-		}
-		src := scratch[:size]
-		for p := 0; p < pagesPerChunk; p++ {
-			if c.Stored&(1<<p) != 0 {
-				copy(out[p*PageSize:(p+1)*PageSize], src[:PageSize])
+			size := bits.OnesCount16(part.Blob) * PageSize
+			blob := resolved[part.Seg].blobs[part.Off : part.Off+part.Len]
+			if err := inflate(m.Codec, scratch[:size:size], blob); err != nil {
+				return nil, fmt.Errorf("%w: chunk %d: %v", ErrCorrupt, i, err)
+			}
+			src := scratch[:size]
+			for p := range pagesPerChunk {
+				if part.Blob&(1<<p) == 0 {
+					continue
+				}
+				if part.Live&(1<<p) != 0 {
+					page := out[p*PageSize : (p+1)*PageSize]
+					copy(page, src[:PageSize])
+					hashes[i*pagesPerChunk+p] = xxhash.Sum64(page)
+				}
 				src = src[PageSize:]
 			}
 		}
 	}
-	return nil
+	return hashes, nil
 }
 
 var scratchPool = sync.Pool{New: func() any { return new([ChunkSize]byte) }}

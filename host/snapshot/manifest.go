@@ -7,7 +7,7 @@ import (
 )
 
 var (
-	manifestMagic = [8]byte{'W', 'K', 'M', 'A', 'N', 0, 0, 1}
+	manifestMagic = [8]byte{'W', 'K', 'M', 'A', 'N', 0, 0, 2}
 	segmentMagic  = [8]byte{'W', 'K', 'S', 'E', 'G', 0, 0, 1}
 )
 
@@ -34,14 +34,32 @@ type SegmentRef struct {
 	Size uint32
 }
 
-// ChunkRef says what a chunk holds: Stored pages are in the blob at
-// [Off, Off+Len) of segment Seg (-1 when no page is stored); Base pages
-// equal the module's initial memory; the others are zero.
+// ChunkRef says what a chunk holds: Base pages equal the module's initial
+// memory, the pages of the parts' Live masks are stored, the others are
+// zero.
 type ChunkRef struct {
-	Hash         uint64
-	Seg          int32
-	Off, Len     uint32
-	Stored, Base uint16
+	Base  uint16
+	Parts []Part
+}
+
+// Part is a blob of stored pages: Blob says which pages of the chunk the
+// blob at [Off, Off+Len) of segment Seg holds, in page order; Live says
+// which of them are still the chunk's current content (a later snapshot
+// may have stored newer versions of the others elsewhere). The Live masks
+// of a chunk's parts are disjoint.
+type Part struct {
+	Seg        int32
+	Off, Len   uint32
+	Blob, Live uint16
+}
+
+// Stored is the mask of the chunk's stored pages.
+func (c *ChunkRef) Stored() uint16 {
+	var m uint16
+	for _, p := range c.Parts {
+		m |= p.Live
+	}
+	return m
 }
 
 // MemorySize is the memory's size in bytes.
@@ -50,19 +68,21 @@ func (m *Manifest) MemorySize() uint32 { return uint32(len(m.Chunks)) * ChunkSiz
 // Pages reports how many 4 KiB pages the memory has, how many are stored,
 // and how many equal the base image (the rest are zero).
 func (m *Manifest) Pages() (total, stored, base int) {
-	for _, c := range m.Chunks {
-		stored += bits.OnesCount16(c.Stored)
-		base += bits.OnesCount16(c.Base)
+	for i := range m.Chunks {
+		stored += bits.OnesCount16(m.Chunks[i].Stored())
+		base += bits.OnesCount16(m.Chunks[i].Base)
 	}
 	return len(m.Chunks) * pagesPerChunk, stored, base
 }
 
-// Bytes reports the blob bytes the manifest references (live) and the
-// blob bytes of the segments it references (total); total - live is dead
-// weight a compaction would drop.
+// Bytes reports the blob bytes the manifest uses (live: the share of each
+// blob its live pages make up) and the blob bytes of the segments it
+// references (total); total - live is dead weight a compaction would drop.
 func (m *Manifest) Bytes() (live, total uint64) {
-	for _, c := range m.Chunks {
-		live += uint64(c.Len)
+	for i := range m.Chunks {
+		for _, p := range m.Chunks[i].Parts {
+			live += uint64(p.Len) * uint64(bits.OnesCount16(p.Live)) / uint64(bits.OnesCount16(p.Blob))
+		}
 	}
 	for _, s := range m.Segments {
 		total += uint64(s.Size)
@@ -100,14 +120,20 @@ func (m *Manifest) Encode() []byte {
 		b = appendBytes(b, []byte(s.ID))
 		b = binary.LittleEndian.AppendUint32(b, s.Size)
 	}
+	// The chunk table is most of a manifest and is rewritten with every
+	// snapshot, so it is kept small: varints, and no part for a chunk with
+	// nothing stored.
 	b = binary.LittleEndian.AppendUint32(b, uint32(len(m.Chunks)))
 	for _, c := range m.Chunks {
-		b = binary.LittleEndian.AppendUint64(b, c.Hash)
-		b = binary.LittleEndian.AppendUint32(b, uint32(c.Seg))
-		b = binary.LittleEndian.AppendUint32(b, c.Off)
-		b = binary.LittleEndian.AppendUint32(b, c.Len)
-		b = binary.LittleEndian.AppendUint16(b, c.Stored)
 		b = binary.LittleEndian.AppendUint16(b, c.Base)
+		b = append(b, byte(len(c.Parts)))
+		for _, p := range c.Parts {
+			b = binary.AppendUvarint(b, uint64(p.Seg))
+			b = binary.AppendUvarint(b, uint64(p.Off))
+			b = binary.AppendUvarint(b, uint64(p.Len))
+			b = binary.LittleEndian.AppendUint16(b, p.Blob)
+			b = binary.LittleEndian.AppendUint16(b, p.Live)
+		}
 	}
 	return appendChecksum(b, 0)
 }
@@ -148,12 +174,27 @@ func DecodeManifest(b []byte) (*Manifest, error) {
 		}
 	}
 	n = d.u32()
-	if uint64(n)*ChunkSize > maxMemory || uint64(n)*24 > uint64(len(d.b)) {
+	if uint64(n)*ChunkSize > maxMemory || uint64(n)*3 > uint64(len(d.b)) {
 		return nil, fmt.Errorf("%w: %d chunks", ErrCorrupt, n)
 	}
 	m.Chunks = make([]ChunkRef, n)
 	for i := range m.Chunks {
-		m.Chunks[i] = ChunkRef{Hash: d.u64(), Seg: int32(d.u32()), Off: d.u32(), Len: d.u32(), Stored: d.u16(), Base: d.u16()}
+		c := &m.Chunks[i]
+		c.Base = d.u16()
+		parts := int(d.u8())
+		if parts > maxParts || d.bad {
+			return nil, fmt.Errorf("%w: chunk %d has %d parts", ErrCorrupt, i, parts)
+		}
+		if parts > 0 {
+			c.Parts = make([]Part, parts)
+		}
+		for k := range c.Parts {
+			seg, off, ln := d.uvarint(), d.uvarint(), d.uvarint()
+			if seg > maxSegments || off > maxMemory || ln > maxMemory {
+				d.bad = true
+			}
+			c.Parts[k] = Part{Seg: int32(seg), Off: uint32(off), Len: uint32(ln), Blob: d.u16(), Live: d.u16()}
+		}
 	}
 	if d.bad || len(d.b) != 0 {
 		return nil, fmt.Errorf("%w: manifest fields", ErrCorrupt)
@@ -166,16 +207,27 @@ func DecodeManifest(b []byte) (*Manifest, error) {
 	return m, nil
 }
 
+// maxParts bounds the blobs one chunk's pages may be spread over; a
+// snapshot that would pass it rewrites the chunk whole.
+const maxParts = 4
+
 func (m *Manifest) checkChunk(c ChunkRef) error {
-	switch {
-	case c.Stored&c.Base != 0:
+	var live uint16
+	for _, p := range c.Parts {
+		switch {
+		case p.Live == 0 || p.Live&^p.Blob != 0:
+			return fmt.Errorf("a part's live pages are not a non-empty subset of its blob's")
+		case p.Live&live != 0:
+			return fmt.Errorf("a page stored in two parts")
+		case p.Seg < 0 || int(p.Seg) >= len(m.Segments) || p.Len == 0:
+			return fmt.Errorf("a part without a blob")
+		case uint64(p.Off)+uint64(p.Len) > uint64(m.Segments[p.Seg].Size):
+			return fmt.Errorf("blob past the end of its segment")
+		}
+		live |= p.Live
+	}
+	if live&c.Base != 0 {
 		return fmt.Errorf("a page both stored and base")
-	case c.Stored == 0 && (c.Seg != -1 || c.Len != 0 || c.Off != 0):
-		return fmt.Errorf("no stored page but a blob")
-	case c.Stored != 0 && (c.Seg < 0 || int(c.Seg) >= len(m.Segments) || c.Len == 0):
-		return fmt.Errorf("stored pages without a blob")
-	case c.Stored != 0 && uint64(c.Off)+uint64(c.Len) > uint64(m.Segments[c.Seg].Size):
-		return fmt.Errorf("blob past the end of its segment")
 	}
 	return nil
 }

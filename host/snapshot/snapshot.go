@@ -278,6 +278,21 @@ func (d *decoder) u16() uint16 { return binary.LittleEndian.Uint16(d.take(2)) }
 func (d *decoder) u32() uint32 { return binary.LittleEndian.Uint32(d.take(4)) }
 func (d *decoder) u64() uint64 { return binary.LittleEndian.Uint64(d.take(8)) }
 
+func (d *decoder) uvarint() uint64 {
+	if d.bad {
+		return 0
+	}
+	v, n := binary.Uvarint(d.b)
+	// Only the shortest encoding is accepted, so that a manifest has one
+	// encoding (decode then encode gives back the same bytes).
+	if n <= 0 || n != len(binary.AppendUvarint(nil, v)) {
+		d.bad = true
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
 func (d *decoder) bytes(max uint32) []byte {
 	n := d.u32()
 	if d.bad || n > max || uint64(n) > uint64(len(d.b)) {

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"time"
 )
 
 // testMemory builds a memory image that looks like a guest heap: chunk
@@ -85,8 +86,12 @@ func (s *store) restore(m *Manifest, base []byte) []byte {
 	}
 	dst := make([]byte, m.MemorySize())
 	copy(dst, base) // a fresh instance holds the base image
-	if err := m.Restore(dst, segs, nil); err != nil {
+	hashes, err := m.Restore(dst, segs, nil, nil)
+	if err != nil {
 		s.t.Fatal(err)
+	}
+	if !slices.Equal(hashes, HashPages(dst)) {
+		s.t.Fatal("Restore's page hashes differ from the restored memory's")
 	}
 	return dst
 }
@@ -134,24 +139,43 @@ func TestDeltaWritesOnlyChangedChunks(t *testing.T) {
 		t.Fatalf("first snapshot stores %d pages, want 1", stored)
 	}
 
-	// Change one page of chunk 2 and grow by one chunk.
+	// Change one page of chunk 2 and grow by one chunk: 1 + 16 pages
+	// changed, of which 2 are stored (the grown chunk's others are zero).
 	mem = append(mem, make([]byte, ChunkSize)...)
 	mem[2*ChunkSize+PageSize] ^= 1
 	copy(mem[8*ChunkSize:], "new chunk")
-	d, _ = enc.Snapshot(m1, &Capture{Header: testHeader(), Memory: mem, Base: base, Generation: 1}, false)
-	if d.Changed != 2 || d.Compacted || len(d.Garbage) != 0 {
+	d, _ = enc.Snapshot(m1, &Capture{Header: testHeader(), Memory: mem, Base: base, Generation: 1, PrevPages: d.PageHashes}, false)
+	if d.Changed != 17 || d.Compacted || len(d.Garbage) != 0 {
 		t.Fatalf("delta: changed=%d compacted=%v garbage=%v", d.Changed, d.Compacted, d.Garbage)
 	}
+	seg, _ := DecodeSegment(d.Segment)
 	m2 := st.apply(d)
 	if len(m2.Segments) != 2 || m2.Seq != 2 {
 		t.Fatalf("manifest 2: %d segments, seq %d", len(m2.Segments), m2.Seq)
 	}
+	// The new segment holds just the 2 changed stored pages; chunk 5's
+	// page stayed where the first snapshot put it.
+	if seg.Size() > 2*PageSize || len(m2.Chunks[2].Parts) != 1 ||
+		len(m2.Chunks[5].Parts) != 1 || m2.Segments[m2.Chunks[5].Parts[0].Seg].ID != m1.Segments[0].ID {
+		t.Fatalf("delta segment %d bytes, chunk 2 parts %+v, chunk 5 parts %+v", seg.Size(), m2.Chunks[2].Parts, m2.Chunks[5].Parts)
+	}
 	if got := st.restore(m2, base); !bytes.Equal(got, mem) {
 		t.Fatal("memory differs after delta")
 	}
+	pages := d.PageHashes
+
+	// Without the previous page hashes (say, after a wake that did not
+	// keep them), changed pages are found per chunk: more is written, the
+	// result is the same.
+	mem[3*ChunkSize] ^= 1
+	dNoPages, _ := enc.Snapshot(m2, &Capture{Header: testHeader(), Memory: mem, Base: base, Generation: 1}, false)
+	if dNoPages.Changed < 16*9 {
+		t.Fatalf("without page hashes only %d pages counted as changed", dNoPages.Changed)
+	}
+	mem[3*ChunkSize] ^= 1
 
 	// Nothing changed: no segment, same references.
-	d, _ = enc.Snapshot(m2, &Capture{Header: testHeader(), Memory: mem, Base: base, Generation: 2}, false)
+	d, _ = enc.Snapshot(m2, &Capture{Header: testHeader(), Memory: mem, Base: base, Generation: 2, PrevPages: pages}, false)
 	if d.Segment != nil || d.Changed != 0 {
 		t.Fatalf("unchanged memory wrote a segment (changed=%d)", d.Changed)
 	}
@@ -166,6 +190,7 @@ func TestCompaction(t *testing.T) {
 	st := &store{t: t, segs: map[string][]byte{}}
 	mem := testMemory(4, 3)
 	var m *Manifest
+	var pages []uint64
 	compactions := 0
 	for round := range 12 {
 		// Rewrite chunk round%4 each time: old blobs go dead.
@@ -174,14 +199,14 @@ func TestCompaction(t *testing.T) {
 		for i := range 64 {
 			chunk[r.IntN(len(chunk))] = byte(i + 1)
 		}
-		d, err := enc.Snapshot(m, &Capture{Header: testHeader(), Memory: mem, Generation: uint64(round)}, false)
+		d, err := enc.Snapshot(m, &Capture{Header: testHeader(), Memory: mem, Generation: uint64(round), PrevPages: pages}, false)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if d.Compacted {
 			compactions++
 		}
-		m = st.apply(d)
+		m, pages = st.apply(d), d.PageHashes
 		if len(m.Segments) > 3 {
 			t.Fatalf("round %d: chain of %d segments past the bound", round, len(m.Segments))
 		}
@@ -194,6 +219,11 @@ func TestCompaction(t *testing.T) {
 		}
 		if got := st.restore(m, nil); !bytes.Equal(got, mem) {
 			t.Fatalf("round %d: memory differs", round)
+		}
+		for i := range m.Chunks {
+			if len(m.Chunks[i].Parts) > maxParts {
+				t.Fatalf("round %d: chunk %d in %d parts", round, i, len(m.Chunks[i].Parts))
+			}
 		}
 	}
 	if compactions < 2 {
@@ -221,7 +251,7 @@ func TestRestoreSkipsCleanZeroPages(t *testing.T) {
 	d, _ := enc.Snapshot(nil, &Capture{Header: testHeader(), Memory: mem}, false)
 	seg, _ := DecodeSegment(d.Segment)
 	dst := bytes.Repeat([]byte{0xAA}, len(mem))
-	err := d.Manifest.Restore(dst, map[string]*Segment{d.SegmentID: seg}, func(page int) bool { return page == 1 })
+	_, err := d.Manifest.Restore(dst, map[string]*Segment{d.SegmentID: seg}, func(page int) bool { return page == 1 }, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,10 +270,10 @@ func TestRestoreErrors(t *testing.T) {
 	mem := testMemory(4, 1)
 	d, _ := enc.Snapshot(nil, &Capture{Header: testHeader(), Memory: mem}, false)
 	seg, _ := DecodeSegment(d.Segment)
-	if err := d.Manifest.Restore(make([]byte, ChunkSize), map[string]*Segment{d.SegmentID: seg}, nil); !errors.Is(err, ErrMemorySize) {
+	if _, err := d.Manifest.Restore(make([]byte, ChunkSize), map[string]*Segment{d.SegmentID: seg}, nil, nil); !errors.Is(err, ErrMemorySize) {
 		t.Errorf("wrong size: %v", err)
 	}
-	if err := d.Manifest.Restore(make([]byte, len(mem)), nil, nil); !errors.Is(err, ErrMissingSegment) {
+	if _, err := d.Manifest.Restore(make([]byte, len(mem)), nil, nil, nil); !errors.Is(err, ErrMissingSegment) {
 		t.Errorf("missing segment: %v", err)
 	}
 }
@@ -316,7 +346,7 @@ func FuzzDecodeManifestFields(f *testing.F) {
 		if err != nil || m.MemorySize() > 64*ChunkSize {
 			return
 		}
-		_ = m.Restore(make([]byte, m.MemorySize()), map[string]*Segment{d.SegmentID: seg}, nil)
+		_, _ = m.Restore(make([]byte, m.MemorySize()), map[string]*Segment{d.SegmentID: seg}, nil, nil)
 	})
 }
 
@@ -331,7 +361,7 @@ func FuzzDecodeSegment(f *testing.F) {
 		}
 		// Restore the original manifest against the mutated segment:
 		// errors are fine, panics and overruns are not.
-		_ = d.Manifest.Restore(make([]byte, d.Manifest.MemorySize()), map[string]*Segment{d.SegmentID: seg}, nil)
+		_, _ = d.Manifest.Restore(make([]byte, d.Manifest.MemorySize()), map[string]*Segment{d.SegmentID: seg}, nil, nil)
 	})
 }
 
@@ -374,10 +404,61 @@ func BenchmarkRestore(b *testing.B) {
 		b.Run(codec.String(), func(b *testing.B) {
 			b.SetBytes(int64(len(mem)))
 			for b.Loop() {
-				if err := d.Manifest.Restore(dst, segs, nil); err != nil {
+				if _, err := d.Manifest.Restore(dst, segs, nil, nil); err != nil {
 					b.Fatal(err)
 				}
 			}
 		})
+	}
+}
+
+// TestRandomDeltas snapshots a memory through hundreds of random changes
+// (bytes written, pages zeroed, pages put back to the base, growth) and
+// checks after each that restoring gives the memory back exactly, that
+// chunks stay within their part bound, and that the store keeps only what
+// the manifest references.
+func TestRandomDeltas(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	r := rand.New(rand.NewPCG(seed, 3))
+	for _, codec := range []Codec{Zstd, S2} {
+		enc, _ := NewEncoder(codec, Options{MaxChain: 5})
+		st := &store{t: t, segs: map[string][]byte{}}
+		base := testMemory(6, 4)
+		mem := bytes.Clone(base)
+		var m *Manifest
+		var pages []uint64
+		for round := range 300 {
+			for range 1 + r.IntN(6) {
+				page := r.IntN(len(mem) / PageSize)
+				off := page * PageSize
+				switch r.IntN(5) {
+				case 0:
+					clear(mem[off : off+PageSize])
+				case 1:
+					if off+PageSize <= len(base) {
+						copy(mem[off:off+PageSize], base[off:off+PageSize])
+					}
+				default:
+					for range 1 + r.IntN(32) {
+						mem[off+r.IntN(PageSize)] = byte(r.Uint32())
+					}
+				}
+			}
+			if r.IntN(50) == 0 {
+				mem = append(mem, make([]byte, ChunkSize)...)
+			}
+			d, err := enc.Snapshot(m, &Capture{Header: testHeader(), Memory: mem, Base: base, Generation: uint64(round / 40), PrevPages: pages}, r.IntN(60) == 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, pages = st.apply(d), d.PageHashes
+			if got := st.restore(m, base); !bytes.Equal(got, mem) {
+				t.Fatalf("%s round %d (seed %d): memory differs", codec, round, seed)
+			}
+			if len(st.segs) != len(m.Segments) {
+				t.Fatalf("%s round %d: %d segments kept, %d referenced", codec, round, len(st.segs), len(m.Segments))
+			}
+		}
 	}
 }
