@@ -244,7 +244,7 @@ type Class struct {
 	// that still equal it, since a restore starts from a blank instance.
 	initial   []byte
 	basePages []uint64 // the page hashes of initial
-	dirty     []bool // page i of initial holds non-zero bytes
+	dirty     []bool   // page i of initial holds non-zero bytes
 	dirtyOnce sync.Once
 
 	// memoryHint is the memory size, in bytes, the class's rooms had at
