@@ -21,6 +21,8 @@ bench:
     go test -run '^$' -bench 'Restore|Event|Capture' -benchtime 3000x -count 3 ./host/engine/
     go test -run '^$' -bench 'Compile' -benchtime 5x ./host/engine/
     go test -run '^$' -bench 'Interpreter' -benchtime 2000x ./host/engine/
+    go test -run '^$' -bench 'ChatFootprint' -benchtime 3000x -count 3 ./host/engine/
+    go test -run 'TestChatDensity' -count 1 -v ./host/engine/
     go test -run 'TestIdleSocketMemory' -count 1 -v ./host/node/ ./host/socket/
     go test -run '^$' -bench Echo -count 2 ./host/socket/
     go test -run '^$' -bench . ./host/snapshot/ ./host/store/

@@ -2,7 +2,9 @@
 // it runs: the names a guest module exports and imports, the event kinds, the
 // status codes host functions return, and the byte encodings of the records
 // that cross the boundary. Both sides import it (the host natively, the Go
-// guest SDK under GOOS=wasip1), so every name and number lives here once.
+// guest SDK under GOOS=wasip1), so every name and number lives here once;
+// the AssemblyScript SDK restates them in its own language, and host/node's
+// tests check its names and status codes against this package.
 //
 // The rationale for each choice is in README.md beside this file.
 package abi

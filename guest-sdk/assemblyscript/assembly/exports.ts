@@ -1,0 +1,214 @@
+// The exports of wasmkeep ABI v1 (docs/abi.md, "Exports"). A room's entry
+// file re-exports them, since only an entry file's exports become the
+// module's:
+//
+//	export * from "wasmkeep-assemblyscript/exports";
+//
+// The SDK always exports every event entry point, like the Go SDK, so the
+// host accepts WebSockets and Phoenix sockets for every class built with
+// it; events without a registered handler are ignored (a request gets 404,
+// a join is refused).
+
+import * as host from "./host";
+import { Reader, out } from "./records";
+import * as state from "./state";
+import {
+  ChannelMessage, Join, Message, MessageKind, Request, Response, Socket, SocketOpen, Reply,
+  error, text, statusText,
+} from "./index";
+
+/** The version marker: the host reads its name and never calls it. */
+export function wasmkeep_abi_v1(): void {}
+
+// inbox is the one region wasmkeep_alloc hands out; the host writes every
+// event's payload into it and may reuse it for every later payload that
+// fits, until it calls wasmkeep_alloc again. It is a managed ArrayBuffer
+// held by this global, so the collector keeps it, and a message's data is
+// a view of it rather than a copy. It only grows.
+let inbox: ArrayBuffer | null = null;
+
+/** Returns a region of at least size bytes (see inbox). */
+export function wasmkeep_alloc(size: u32): usize {
+  let cur = inbox;
+  if (cur === null || <u32>cur.byteLength < size) {
+    let have = cur === null ? 0 : <u32>cur.byteLength;
+    let n = max(max(size, have << 1), <u32>1024);
+    cur = new ArrayBuffer(<i32>n);
+    inbox = cur;
+  }
+  return changetype<usize>(cur);
+}
+
+/** A view of the len payload bytes at ptr (in the inbox, as the ABI has it). */
+function view(ptr: usize, len: u32): Uint8Array {
+  let cur = inbox;
+  if (len == 0) return new Uint8Array(0);
+  if (cur !== null) {
+    let start = changetype<usize>(cur);
+    if (ptr >= start && ptr + <usize>len <= start + <usize>cur.byteLength) {
+      return Uint8Array.wrap(cur, <i32>(ptr - start), <i32>len);
+    }
+  }
+  // Not where the ABI says payloads are: copy rather than alias.
+  let b = new Uint8Array(<i32>len);
+  memory.copy(b.dataStart, ptr, len);
+  return b;
+}
+
+// With the minimal runtime, garbage is collected only when the program
+// asks, and only when nothing of the guest's is on the stack: between
+// events. The SDK collects at the end of every collectEvery-th event, and
+// at the end of any event during which the memory grew (the heap ran out of
+// free blocks: collecting now lets the next events reuse what is garbage
+// rather than grow the memory again). A collection marks every live
+// object, so collecting after every event would cost the most for the
+// rooms with the most state. The incremental runtime collects by itself as
+// it allocates.
+const collectEvery = 64;
+let eventsSinceCollect = 0;
+let pagesAtCollect: i32 = 0;
+
+function endEvent(): void {
+  if (ASC_RUNTIME != 1) return;
+  eventsSinceCollect++;
+  if (eventsSinceCollect < collectEvery && memory.size() == pagesAtCollect) return;
+  __collect();
+  eventsSinceCollect = 0;
+  pagesAtCollect = memory.size();
+}
+
+function respond(r: Response): void {
+  let status = r.status == 0 ? 200 : r.status;
+  out.reset();
+  out.putU32(<u32>status);
+  out.headers(r.headers);
+  let st = r.bodyStatic;
+  let t = r.bodyText;
+  let b = r.body;
+  if (st !== null) {
+    out.span(changetype<usize>(st), <usize>st.length);
+  } else if (t !== null) {
+    out.str(t);
+  } else if (b !== null) {
+    out.bytes(b);
+  } else {
+    out.putU32(0);
+  }
+  let res = host.http_respond(out.ptr(), out.len());
+  if (res < 0) error("wasmkeep: http_respond: " + statusText(res));
+}
+
+export function wasmkeep_on_request(ptr: usize, len: u32): void {
+  let rd = new Reader(ptr, len);
+  let req = new Request();
+  req.method = rd.str();
+  req.path = rd.str();
+  req.query = rd.str();
+  req.headers = rd.headers();
+  req.body = rd.bytes();
+  if (!rd.finish()) {
+    error("wasmkeep: malformed request record from the host");
+    respond(text(500, "malformed request record"));
+    endEvent();
+    return;
+  }
+  let h = state.onRequest;
+  let resp: Response | null;
+  if (h === null) {
+    resp = text(404, "no request handler");
+  } else {
+    resp = h(req);
+    if (resp === null) resp = text(500, "handler returned no response");
+  }
+  respond(resp);
+  endEvent();
+}
+
+export function wasmkeep_on_socket_open(socket: u32, ptr: usize, len: u32): void {
+  let rd = new Reader(ptr, len);
+  let o = new SocketOpen();
+  o.path = rd.str();
+  o.query = rd.str();
+  o.headers = rd.headers();
+  o.remote = rd.str();
+  if (!rd.finish()) {
+    error("wasmkeep: malformed socket open record from the host");
+  } else {
+    let h = state.onSocketOpen;
+    if (h !== null) h(new Socket(socket), o);
+  }
+  endEvent();
+}
+
+export function wasmkeep_on_socket_message(socket: u32, kind: i32, ptr: usize, len: u32): void {
+  let h = state.onSocketMessage;
+  if (h !== null) h(new Socket(socket), new Message(<MessageKind>kind, view(ptr, len)));
+  endEvent();
+}
+
+export function wasmkeep_on_socket_close(socket: u32, code: i32, ptr: usize, len: u32): void {
+  let h = state.onSocketClose;
+  if (h !== null) h(new Socket(socket), code, len == 0 ? "" : String.UTF8.decodeUnsafe(ptr, len));
+  endEvent();
+}
+
+function reply(r: Reply): void {
+  out.reset();
+  out.utf8(r.body);
+  let st = host.channel_reply(r.error ? 1 : 0, out.ptr(), out.len());
+  if (st < 0) error("wasmkeep: channel_reply: " + statusText(st));
+}
+
+export function wasmkeep_on_join(socket: u32, ptr: usize, len: u32): void {
+  let rd = new Reader(ptr, len);
+  let j = new Join();
+  j.topic = rd.str();
+  j.payload = rd.text();
+  if (!rd.finish()) {
+    error("wasmkeep: malformed join record from the host");
+    endEvent();
+    return;
+  }
+  let h = state.onJoin;
+  if (h === null) {
+    reply(new Reply(true, '{"reason":"this room serves no channels"}'));
+  } else {
+    let r = h(new Socket(socket), j);
+    if (r !== null) reply(r);
+  }
+  endEvent();
+}
+
+export function wasmkeep_on_channel_message(socket: u32, ptr: usize, len: u32): void {
+  let rd = new Reader(ptr, len);
+  let m = new ChannelMessage();
+  m.topic = rd.str();
+  m.event = rd.str();
+  let flag = rd.u8();
+  m.binary = flag == 1;
+  m.data = rd.bytes();
+  if (flag > 1 || !rd.finish()) {
+    error("wasmkeep: malformed channel message record from the host");
+    endEvent();
+    return;
+  }
+  let h = state.onChannelMessage;
+  if (h !== null) {
+    let r = h(new Socket(socket), m);
+    if (r !== null) reply(r);
+  }
+  endEvent();
+}
+
+export function wasmkeep_on_leave(socket: u32, ptr: usize, len: u32): void {
+  let rd = new Reader(ptr, len);
+  let topic = rd.str();
+  let reason = rd.str();
+  if (!rd.finish()) {
+    error("wasmkeep: malformed leave record from the host");
+  } else {
+    let h = state.onLeave;
+    if (h !== null) h(new Socket(socket), topic, reason);
+  }
+  endEvent();
+}

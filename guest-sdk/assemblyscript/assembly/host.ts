@@ -1,0 +1,80 @@
+// The host functions of wasmkeep ABI v1 (docs/abi.md), imported from the
+// "wasmkeep" module. Every pointer is an address in this module's linear
+// memory; every function answers a status: 0 or a count on success, a
+// negative Status on failure. Internal to the SDK: use the functions of
+// index.ts.
+
+// @ts-ignore: decorator
+@external("wasmkeep", "http_respond")
+export declare function http_respond(ptr: usize, len: usize): i32;
+
+// @ts-ignore: decorator
+@external("wasmkeep", "socket_send")
+export declare function socket_send(socket: u32, kind: i32, ptr: usize, len: usize): i32;
+
+// @ts-ignore: decorator
+@external("wasmkeep", "socket_close")
+export declare function socket_close(socket: u32, code: i32, ptr: usize, len: usize): i32;
+
+// @ts-ignore: decorator
+@external("wasmkeep", "socket_list")
+export declare function socket_list(ptr: usize, cap: u32): i32;
+
+// @ts-ignore: decorator
+@external("wasmkeep", "broadcast")
+export declare function broadcast(kind: i32, ptr: usize, len: usize, except: u32): i32;
+
+// @ts-ignore: decorator
+@external("wasmkeep", "room_info")
+export declare function room_info(ptr: usize, cap: u32): i32;
+
+// @ts-ignore: decorator
+@external("wasmkeep", "log")
+export declare function log(level: i32, ptr: usize, len: usize): i32;
+
+// @ts-ignore: decorator
+@external("wasmkeep", "checkpoint")
+export declare function checkpoint(): i32;
+
+// @ts-ignore: decorator
+@external("wasmkeep", "alarm_set")
+export declare function alarm_set(atMs: i64): i32;
+
+// @ts-ignore: decorator
+@external("wasmkeep", "alarm_clear")
+export declare function alarm_clear(): i32;
+
+// @ts-ignore: decorator
+@external("wasmkeep", "channel_reply")
+export declare function channel_reply(status: i32, ptr: usize, len: usize): i32;
+
+// @ts-ignore: decorator
+@external("wasmkeep", "channel_push")
+export declare function channel_push(socket: u32, ptr: usize, len: usize): i32;
+
+// @ts-ignore: decorator
+@external("wasmkeep", "channel_broadcast")
+export declare function channel_broadcast(except: u32, ptr: usize, len: usize): i32;
+
+// @ts-ignore: decorator
+@external("wasmkeep", "channel_close")
+export declare function channel_close(socket: u32, ptr: usize, len: usize): i32;
+
+// @ts-ignore: decorator
+@external("wasmkeep", "presence_track")
+export declare function presence_track(socket: u32, ptr: usize, len: usize): i32;
+
+// @ts-ignore: decorator
+@external("wasmkeep", "presence_untrack")
+export declare function presence_untrack(socket: u32, ptr: usize, len: usize): i32;
+
+// WASI preview 1, which every wasmkeep host provides: real clocks and
+// randomness (docs/abi.md). Imported only by programs that use them.
+
+// @ts-ignore: decorator
+@external("wasi_snapshot_preview1", "clock_time_get")
+export declare function clock_time_get(id: u32, precision: u64, out: usize): u16;
+
+// @ts-ignore: decorator
+@external("wasi_snapshot_preview1", "random_get")
+export declare function random_get(buf: usize, len: usize): u16;

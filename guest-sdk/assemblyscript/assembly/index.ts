@@ -1,0 +1,686 @@
+// wasmkeep's AssemblyScript SDK: the guest side of ABI v1 (docs/abi.md) as
+// typed handlers and calls, mirroring the Go SDK (guest-sdk/go).
+//
+// A room's entry file imports this module for the API and re-exports the
+// ABI's entry points from exports.ts, which the host calls:
+//
+//	import * as wk from "wasmkeep-assemblyscript";
+//	export * from "wasmkeep-assemblyscript/exports";
+//
+//	let hits = 0; // a plain global: it survives hibernation
+//
+//	wk.handleRequest((r: wk.Request): wk.Response | null => {
+//	  hits++;
+//	  return wk.text(200, wk.room().name + ": " + hits.toString());
+//	});
+//
+// Build it with the SDK's asconfig.json (README.md), which picks the
+// runtime and routes abort() through the host's log.
+//
+// Host functions answer a status: the SDK returns it as an i32, a count or
+// Status.OK on success and a negative Status on failure (statusText names
+// it). Nothing here throws: AssemblyScript's throw and abort trap, and a
+// trap rolls the room back to its last snapshot (README.md, "Crashes").
+
+import * as host from "./host";
+import { Header, Reader, out } from "./records";
+import * as state from "./state";
+
+export { Header } from "./records";
+
+// ---------------------------------------------------------------------------
+// Status codes
+
+/** What a host function answered (abi.Status). Negative values are errors. */
+export enum Status {
+  OK = 0,
+  /** A pointer or length outside memory, a bad kind or code, invalid UTF-8, a malformed record. */
+  Invalid = -1,
+  /** Not an open socket of this room. */
+  NoSocket = -2,
+  /** Over a limit (message size, close reason, response size). */
+  TooLarge = -3,
+  /** A reserved function this host does not implement yet. */
+  Unsupported = -4,
+  /** Not valid now (e.g. a second response). */
+  State = -5,
+  /** An outbound queue is full; the socket is being closed. */
+  Overloaded = -6,
+}
+
+/** Names a status for log lines, as the Go SDK's errors do. */
+export function statusText(st: i32): string {
+  if (st >= 0) return "ok";
+  switch (st) {
+    case Status.Invalid: return "invalid argument";
+    case Status.NoSocket: return "no such socket";
+    case Status.TooLarge: return "too large";
+    case Status.Unsupported: return "unsupported by this host";
+    case Status.State: return "not valid in this state";
+    case Status.Overloaded: return "overloaded";
+  }
+  return "unknown status";
+}
+
+// ---------------------------------------------------------------------------
+// Headers and queries
+
+/** Tells whether two strings are equal ignoring ASCII case. */
+function equalFold(a: string, b: string): bool {
+  if (a.length != b.length) return false;
+  for (let i = 0; i < a.length; i++) {
+    let x = a.charCodeAt(i);
+    let y = b.charCodeAt(i);
+    if (x == y) continue;
+    if (x >= 65 && x <= 90) x += 32;
+    if (y >= 65 && y <= 90) y += 32;
+    if (x != y) return false;
+  }
+  return true;
+}
+
+/** The value of the first header in hs named name (ignoring case), or null. */
+export function lookupHeader(hs: Header[], name: string): string | null {
+  for (let i = 0; i < hs.length; i++) {
+    let h = unchecked(hs[i]);
+    if (equalFold(h.name, name)) return h.value;
+  }
+  return null;
+}
+
+function unhex(c: i32): i32 {
+  if (c >= 48 && c <= 57) return c - 48;
+  if (c >= 97 && c <= 102) return c - 87;
+  if (c >= 65 && c <= 70) return c - 55;
+  return -1;
+}
+
+/** Decodes a query component ("+" is a space, %XX a byte), or null if malformed. */
+function unescape(s: string): string | null {
+  if (s.indexOf("%") < 0 && s.indexOf("+") < 0) return s;
+  // Work on the UTF-8 bytes so that %XX sequences of one character join up.
+  let src = String.UTF8.encode(s);
+  let n = src.byteLength;
+  let b = new Uint8Array(n);
+  let inp = Uint8Array.wrap(src);
+  let j = 0;
+  for (let i = 0; i < n; i++) {
+    let c = <i32>inp[i];
+    if (c == 43) {
+      c = 32;
+    } else if (c == 37) {
+      if (i + 2 >= n) return null;
+      let hi = unhex(inp[i + 1]);
+      let lo = unhex(inp[i + 2]);
+      if (hi < 0 || lo < 0) return null;
+      c = (hi << 4) | lo;
+      i += 2;
+    }
+    b[j++] = <u8>c;
+  }
+  return String.UTF8.decodeUnsafe(b.dataStart, j);
+}
+
+/**
+ * The first value of parameter key in a raw query string ("a=1&b=x%20y"),
+ * decoded, or null if it is absent. A parameter without "=" has the value
+ * "". Parameters that do not decode are skipped.
+ */
+export function queryValue(query: string, key: string): string | null {
+  let start = 0;
+  while (start <= query.length && query.length > 0) {
+    let amp = query.indexOf("&", start);
+    let end = amp < 0 ? query.length : amp;
+    let part = query.substring(start, end);
+    let eq = part.indexOf("=");
+    let k = unescape(eq < 0 ? part : part.substring(0, eq));
+    if (k !== null && k == key) {
+      let v = unescape(eq < 0 ? "" : part.substring(eq + 1));
+      if (v !== null) return v;
+    }
+    if (amp < 0) break;
+    start = amp + 1;
+  }
+  return null;
+}
+
+// ---------------------------------------------------------------------------
+// Requests
+
+/** An HTTP request delivered to the room. */
+export class Request {
+  /** The HTTP method, e.g. "GET". */
+  method: string = "";
+  /**
+   * The URL path below the room, beginning with "/" ("/" for the room
+   * itself; for /actor/chat/lobby/history it is "/history"), as the client
+   * escaped it.
+   */
+  path: string = "";
+  /** The raw query string without "?"; see queryValue. */
+  query: string = "";
+  /** The header lines in arrival order. */
+  headers: Header[] = [];
+  /** The body. It belongs to the handler, which may keep it. */
+  body: Uint8Array = new Uint8Array(0);
+
+  /** The first header named name (ignoring case), or "". */
+  header(name: string): string {
+    let v = lookupHeader(this.headers, name);
+    return v === null ? "" : v;
+  }
+
+  /** The first value of query parameter key, decoded, or "". */
+  queryValue(key: string): string {
+    let v = queryValue(this.query, key);
+    return v === null ? "" : v;
+  }
+
+  /** The body decoded as UTF-8. */
+  text(): string {
+    return String.UTF8.decodeUnsafe(this.body.dataStart, this.body.byteLength);
+  }
+}
+
+/** The room's answer to a Request. */
+export class Response {
+  /** The HTTP status code, 200–599. */
+  status: i32 = 200;
+  /** Sent as given, after the host's own. */
+  headers: Header[] = [];
+  /** The body as bytes; bodyText or bodyStatic, when set, is sent instead. */
+  body: Uint8Array | null = null;
+  /** The body as text, sent as UTF-8 without an intermediate copy. */
+  bodyText: string | null = null;
+  /** The body as static bytes (see staticData); sent before the others. */
+  bodyStatic: StaticArray<u8> | null = null;
+
+  /** The first header of this response named name (ignoring case), or "". */
+  header(name: string): string {
+    let v = lookupHeader(this.headers, name);
+    return v === null ? "" : v;
+  }
+
+  /** Replaces every header named name (ignoring case) with one line; returns this. */
+  setHeader(name: string, value: string): Response {
+    let hs = new Array<Header>();
+    for (let i = 0; i < this.headers.length; i++) {
+      let h = unchecked(this.headers[i]);
+      if (!equalFold(h.name, name)) hs.push(h);
+    }
+    hs.push(new Header(name, value));
+    this.headers = hs;
+    return this;
+  }
+
+  /** Appends the header line name: value; returns this. */
+  addHeader(name: string, value: string): Response {
+    this.headers.push(new Header(name, value));
+    return this;
+  }
+}
+
+/** A response with a text/plain UTF-8 body. */
+export function text(status: i32, body: string): Response {
+  return textAs(status, "text/plain; charset=utf-8", body);
+}
+
+/** A response with a text/html UTF-8 body. */
+export function html(status: i32, body: string): Response {
+  return textAs(status, "text/html; charset=utf-8", body);
+}
+
+/** A response with an application/json body. */
+export function json(status: i32, body: string): Response {
+  return textAs(status, "application/json", body);
+}
+
+/** A response with the given content type and text body (sent as UTF-8). */
+export function textAs(status: i32, contentType: string, body: string): Response {
+  let r = new Response();
+  r.status = status;
+  r.headers = [new Header("Content-Type", contentType)];
+  r.bodyText = body;
+  return r;
+}
+
+/** A response with the given content type and body. */
+export function data(status: i32, contentType: string, body: Uint8Array): Response {
+  let r = new Response();
+  r.status = status;
+  r.headers = [new Header("Content-Type", contentType)];
+  r.body = body;
+  return r;
+}
+
+/**
+ * A response whose body is a StaticArray<u8>, such as a constant compiled
+ * into the module's data segment (`const page: StaticArray<u8> = [...]`):
+ * it is sent as it is, neither copied into the heap nor converted from
+ * UTF-16 first, which matters for large constant bodies (a page of HTML).
+ */
+export function staticData(status: i32, contentType: string, body: StaticArray<u8>): Response {
+  let r = new Response();
+  r.status = status;
+  r.headers = [new Header("Content-Type", contentType)];
+  r.bodyStatic = body;
+  return r;
+}
+
+/**
+ * Registers the room's HTTP handler, replacing any earlier one. Its answer
+ * is sent when it returns; null is sent as 500 "handler returned no
+ * response". Without a handler every request is answered 404.
+ */
+export function handleRequest(h: (r: Request) => Response | null): void {
+  state.setOnRequest(h);
+}
+
+// ---------------------------------------------------------------------------
+// Sockets
+
+/** Message kinds (the WebSocket opcodes). */
+export enum MessageKind {
+  Text = 1,
+  Binary = 2,
+}
+
+/** A WebSocket the host accepted for the room. */
+export class SocketOpen {
+  /** The URL path below the room, as in Request. */
+  path: string = "";
+  /** The raw query string of the upgrade request, without "?". */
+  query: string = "";
+  /** The upgrade request's header lines. */
+  headers: Header[] = [];
+  /** The client's address as the host saw it. */
+  remote: string = "";
+
+  /** The first upgrade header named name (ignoring case), or "". */
+  header(name: string): string {
+    let v = lookupHeader(this.headers, name);
+    return v === null ? "" : v;
+  }
+
+  /** The first value of the upgrade request's query parameter key, or "". */
+  queryValue(key: string): string {
+    let v = queryValue(this.query, key);
+    return v === null ? "" : v;
+  }
+}
+
+/** One complete WebSocket message. */
+export class Message {
+  constructor(
+    /** MessageKind.Text or MessageKind.Binary. */
+    public kind: MessageKind,
+    /**
+     * The payload. It is a view of the buffer the SDK receives every event
+     * in, valid only until the handler returns: copy it (slice()) or take
+     * text() to keep it.
+     */
+    public data: Uint8Array,
+  ) {}
+
+  isText(): bool {
+    return this.kind == MessageKind.Text;
+  }
+
+  /** The payload decoded as UTF-8: a string the handler may keep. */
+  text(): string {
+    return String.UTF8.decodeUnsafe(this.data.dataStart, this.data.byteLength);
+  }
+}
+
+/**
+ * One of the room's WebSockets. Its id is never 0 and never reused, so a
+ * socket kept in the room's state stays right across hibernation.
+ */
+export class Socket {
+  constructor(public readonly id: u32) {}
+
+  /** Queues a text message to this socket. */
+  send(text: string): i32 {
+    out.reset();
+    out.utf8(text);
+    return host.socket_send(this.id, MessageKind.Text, out.ptr(), out.len());
+  }
+
+  /**
+   * Queues a text message given as its UTF-8 bytes (a text Message's data,
+   * say), with no conversion from or to AssemblyScript's UTF-16 strings.
+   * The host refuses invalid UTF-8 (Status.Invalid).
+   */
+  sendUTF8(utf8: Uint8Array): i32 {
+    return host.socket_send(this.id, MessageKind.Text, utf8.dataStart, utf8.byteLength);
+  }
+
+  /** Queues a binary message to this socket. */
+  sendBinary(data: Uint8Array): i32 {
+    return host.socket_send(this.id, MessageKind.Binary, data.dataStart, data.byteLength);
+  }
+
+  /**
+   * Closes this socket with a close code (1000 or 3000–4999) and a reason
+   * of at most 123 bytes. The room still receives the socket's close event.
+   */
+  close(code: i32, reason: string): i32 {
+    out.reset();
+    out.utf8(reason);
+    return host.socket_close(this.id, code, out.ptr(), out.len());
+  }
+
+  /** Sends an event with a JSON payload on a topic this socket joined (or is joining). */
+  push(topic: string, event: string, payload: string): i32 {
+    channelOut(topic, event, false, payload, null);
+    return host.channel_push(this.id, out.ptr(), out.len());
+  }
+
+  /** push with a raw binary payload (a Phoenix binary frame). */
+  pushBinary(topic: string, event: string, payload: Uint8Array): i32 {
+    channelOut(topic, event, true, null, payload);
+    return host.channel_push(this.id, out.ptr(), out.len());
+  }
+
+  /** Ends this socket's join of topic: the client gets phx_close, the room a leave. */
+  closeTopic(topic: string): i32 {
+    out.reset();
+    out.str(topic);
+    return host.channel_close(this.id, out.ptr(), out.len());
+  }
+
+  /**
+   * Tracks (or updates) presence for key on topic with a JSON object of
+   * metadata. Every socket on the topic gets a presence_diff; the entry
+   * ends with the join.
+   */
+  track(topic: string, key: string, meta: string): i32 {
+    presence(topic, key, meta);
+    return host.presence_track(this.id, out.ptr(), out.len());
+  }
+
+  /** Removes this socket's presence entry for key on topic. */
+  untrack(topic: string, key: string): i32 {
+    presence(topic, key, "");
+    return host.presence_untrack(this.id, out.ptr(), out.len());
+  }
+}
+
+/** The id of a socket to leave out of a broadcast, 0 for none. */
+function exceptId(s: Socket | null): u32 {
+  return s === null ? 0 : s.id;
+}
+
+/** The ids of the room's open sockets (empty if the host refuses). */
+export function sockets(): Socket[] {
+  let capacity: u32 = 16;
+  let n: i32;
+  let p: usize;
+  do {
+    out.reset();
+    p = out.reserve(<usize>capacity * 4);
+    n = host.socket_list(p, capacity);
+    if (n < 0) return [];
+    if (<u32>n <= capacity) break;
+    capacity = <u32>n;
+  } while (true);
+  // Copy the ids out first: the output buffer is the SDK's scratch space.
+  let ids = new StaticArray<u32>(n);
+  memory.copy(changetype<usize>(ids), p, <usize>n * 4);
+  let ss = new Array<Socket>(n);
+  for (let i = 0; i < n; i++) ss[i] = new Socket(ids[i]);
+  return ss;
+}
+
+/**
+ * Queues a text message to every open socket of the room except except
+ * (null: none) and returns how many sockets it was queued to.
+ */
+export function broadcast(text: string, except: Socket | null = null): i32 {
+  out.reset();
+  out.utf8(text);
+  return host.broadcast(MessageKind.Text, out.ptr(), out.len(), exceptId(except));
+}
+
+/** broadcast for a text message given as its UTF-8 bytes (see Socket.sendUTF8). */
+export function broadcastUTF8(utf8: Uint8Array, except: Socket | null = null): i32 {
+  return host.broadcast(MessageKind.Text, utf8.dataStart, utf8.byteLength, exceptId(except));
+}
+
+/** broadcast for a binary message. */
+export function broadcastBinary(data: Uint8Array, except: Socket | null = null): i32 {
+  return host.broadcast(MessageKind.Binary, data.dataStart, data.byteLength, exceptId(except));
+}
+
+/** Registers the handler for accepted WebSockets. Without one, opens are ignored. */
+export function handleSocketOpen(h: (s: Socket, o: SocketOpen) => void): void {
+  state.setOnSocketOpen(h);
+}
+
+/** Registers the handler for every complete message. Without one, messages are ignored. */
+export function handleSocketMessage(h: (s: Socket, m: Message) => void): void {
+  state.setOnSocketMessage(h);
+}
+
+/**
+ * Registers the handler told that a socket is gone, with its close code
+ * and reason; the socket can no longer be sent to.
+ */
+export function handleSocketClose(h: (s: Socket, code: i32, reason: string) => void): void {
+  state.setOnSocketClose(h);
+}
+
+// ---------------------------------------------------------------------------
+// Phoenix channels
+//
+// A room whose class handles joins serves the Phoenix Channels protocol on
+// its /socket/websocket path (phoenix.js: new Socket("/actor/<class>/<name>/socket")).
+// The host speaks the protocol; the room sees joins, messages and leaves.
+// Payloads are JSON text.
+
+/** A client's request to join a topic. */
+export class Join {
+  topic: string = "";
+  /** The join's parameters (JSON). */
+  payload: string = "";
+}
+
+/** An event a client sent on a topic it joined. */
+export class ChannelMessage {
+  topic: string = "";
+  event: string = "";
+  /** The payload is raw bytes (a Phoenix binary push), not JSON. */
+  binary: bool = false;
+  /** The payload: JSON, or raw bytes when binary. A copy the handler may keep. */
+  data: Uint8Array = new Uint8Array(0);
+
+  /** The payload as text (JSON). */
+  text(): string {
+    return String.UTF8.decodeUnsafe(this.data.dataStart, this.data.byteLength);
+  }
+}
+
+/** An answer to a join (ok accepts it) or to a channel message. */
+export class Reply {
+  constructor(
+    /** An error reply (for a join: rejected). */
+    public error: bool,
+    /** The reply's JSON body; "" means {}. */
+    public body: string,
+  ) {}
+}
+
+/** A successful reply (for a join: accepted) with a JSON body. */
+export function ok(body: string = ""): Reply {
+  return new Reply(false, body);
+}
+
+/** An error reply (for a join: rejected) with a JSON body, e.g. {"reason":"unauthorized"}. */
+export function err(body: string = ""): Reply {
+  return new Reply(true, body);
+}
+
+function channelOut(topic: string, event: string, binary: bool, payload: string | null, raw: Uint8Array | null): void {
+  out.reset();
+  out.str(topic);
+  out.str(event);
+  out.putU8(binary ? 1 : 0);
+  if (raw !== null) {
+    out.bytes(raw);
+  } else {
+    out.str(payload === null ? "" : payload);
+  }
+}
+
+function presence(topic: string, key: string, meta: string): void {
+  out.reset();
+  out.str(topic);
+  out.str(key);
+  out.str(meta);
+}
+
+/**
+ * Sends an event with a JSON payload to every socket of the room that
+ * joined topic, except except (null: none), and returns how many.
+ */
+export function broadcastTopic(topic: string, event: string, payload: string, except: Socket | null = null): i32 {
+  channelOut(topic, event, false, payload, null);
+  return host.channel_broadcast(exceptId(except), out.ptr(), out.len());
+}
+
+/** broadcastTopic with a raw binary payload. */
+export function broadcastTopicBinary(topic: string, event: string, payload: Uint8Array, except: Socket | null = null): i32 {
+  channelOut(topic, event, true, null, payload);
+  return host.channel_broadcast(exceptId(except), out.ptr(), out.len());
+}
+
+/**
+ * Registers the join handler: ok(...) accepts the join, err(...) or null
+ * rejects it. Without a handler every join is refused.
+ */
+export function handleJoin(h: (s: Socket, j: Join) => Reply | null): void {
+  state.setOnJoin(h);
+}
+
+/**
+ * Registers the handler for events on joined topics. A Reply answers the
+ * client's push (phoenix.js's receive("ok") or receive("error")); null
+ * sends none.
+ */
+export function handleChannelMessage(h: (s: Socket, m: ChannelMessage) => Reply | null): void {
+  state.setOnChannelMessage(h);
+}
+
+/**
+ * Registers the handler told when an accepted join ends: reason is
+ * "client" (the client left), "rejoin" (it joined again) or "closed" (the
+ * socket went away, or the room closed the topic).
+ */
+export function handleLeave(h: (s: Socket, topic: string, reason: string) => void): void {
+  state.setOnLeave(h);
+}
+
+// ---------------------------------------------------------------------------
+// The room, logs, durability, time
+
+/** Names the room this instance runs as. */
+export class RoomInfo {
+  constructor(
+    /** The actor class ("class" is a keyword). */
+    public className: string,
+    /** The room's name within its class. */
+    public name: string,
+  ) {}
+}
+
+let roomCache: RoomInfo | null = null;
+
+/**
+ * The room this instance runs as. Asked of the host once and cached (the
+ * cache survives hibernation with the rest of memory); an empty RoomInfo,
+ * not cached, if the host fails.
+ */
+export function room(): RoomInfo {
+  let cached = roomCache;
+  if (cached !== null) return cached;
+  let capacity: u32 = 128;
+  let n: i32;
+  let p: usize;
+  do {
+    out.reset();
+    p = out.reserve(capacity);
+    n = host.room_info(p, capacity);
+    if (n < 0) return new RoomInfo("", "");
+    if (<u32>n <= capacity) break;
+    capacity = <u32>n;
+  } while (true);
+  let r = new Reader(p, n);
+  let className = r.str();
+  let name = r.str();
+  if (!r.finish()) return new RoomInfo("", "");
+  let info = new RoomInfo(className, name);
+  roomCache = info;
+  return info;
+}
+
+/** Log levels. */
+export enum Level {
+  Debug = 0,
+  Info = 1,
+  Warn = 2,
+  Error = 3,
+}
+
+/** Writes a log line attributed to the room (cut at 4096 bytes by the host). */
+export function log(level: Level, msg: string): void {
+  out.reset();
+  out.utf8(msg);
+  host.log(level, out.ptr(), out.len());
+}
+
+export function debug(msg: string): void { log(Level.Debug, msg); }
+export function info(msg: string): void { log(Level.Info, msg); }
+export function warn(msg: string): void { log(Level.Warn, msg); }
+export function error(msg: string): void { log(Level.Error, msg); }
+
+/**
+ * Makes the room's state as of the end of this event durable before any of
+ * the event's output (response, sends) leaves the host.
+ */
+export function checkpoint(): i32 {
+  return host.checkpoint();
+}
+
+/** Reserved: v1 hosts answer Status.Unsupported. */
+export function setAlarm(atMs: i64): i32 {
+  return host.alarm_set(atMs);
+}
+
+/** Reserved like setAlarm. */
+export function clearAlarm(): i32 {
+  return host.alarm_clear();
+}
+
+/**
+ * The wall clock in milliseconds since the Unix epoch (WASI's realtime
+ * clock; Date.now() would import a JavaScript function the host does not
+ * provide).
+ */
+export function now(): i64 {
+  return clock(0) / 1000000;
+}
+
+/**
+ * The monotonic clock in nanoseconds. It continues across hibernation and
+ * restarts, from where it was when the room went to sleep.
+ */
+export function nanotime(): i64 {
+  return clock(1);
+}
+
+function clock(id: u32): i64 {
+  out.reset();
+  let p = out.reserve(8);
+  if (host.clock_time_get(id, 1, p) != 0) return 0;
+  return load<i64>(p);
+}
