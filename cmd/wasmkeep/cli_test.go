@@ -110,7 +110,7 @@ func TestRoomsCommands(t *testing.T) {
 	n.ok("class", "put", "counter", counter)
 	n.ok("class", "put", "chat", chat)
 
-	header := []string{"CLASS", "NAME", "STATE", "SOCKETS"}
+	header := []string{"CLASS", "NAME", "STATE", "SOCKETS", "AWAKE", "MEMORY", "LAST-EVENT", "SNAPSHOT"}
 	if rows := table(t, n.ok("rooms"), header...); len(rows) != 0 {
 		t.Fatalf("rooms of a fresh node: %q", rows)
 	}
@@ -139,11 +139,29 @@ func TestRoomsCommands(t *testing.T) {
 	}
 	expectState("counter/x", "resident 0")
 	expectState("chat/lobby", "resident 1")
+	// The other columns: why it is awake, its memory, the time since its
+	// last event, its snapshot's size.
+	facts := func(room string) string {
+		t.Helper()
+		for _, r := range table(t, n.ok("rooms"), header...) {
+			if r[0]+"/"+r[1] == room {
+				return strings.Join(r[4:], " ")
+			}
+		}
+		t.Fatalf("rooms does not list %s", room)
+		return ""
+	}
+	if got := facts("counter/x"); !regexp.MustCompile(`^recent [0-9.]+MiB [0-9]+s -$`).MatchString(got) {
+		t.Fatalf("counter/x, resident without a snapshot: %q", got)
+	}
 
 	if got := n.ok("rooms", "hibernate", "counter", "x"); got != "room counter/x hibernated\n" {
 		t.Fatalf("rooms hibernate printed %q", got)
 	}
 	expectState("counter/x", "hibernated 0")
+	if got := facts("counter/x"); !regexp.MustCompile(`^- [0-9.]+MiB [0-9]+s [0-9.]+KiB$`).MatchString(got) {
+		t.Fatalf("counter/x, hibernated: %q", got)
+	}
 	n.ok("rooms", "hibernate", "chat", "lobby")
 	expectState("chat/lobby", "hibernated 1") // its socket stays open
 
@@ -313,7 +331,7 @@ func TestFlagsFromEnvironment(t *testing.T) {
 	}
 	expectHTTP(t, 200, "POST", n.url+"/actor/counter/x")
 	r := wk(t, env, "rooms")
-	if rows := table(t, r.stdout, "CLASS", "NAME", "STATE", "SOCKETS"); r.code != 0 || len(rows) != 1 || rows[0][2] != "resident" {
+	if rows := table(t, r.stdout, "CLASS", "NAME", "STATE", "SOCKETS", "AWAKE", "MEMORY", "LAST-EVENT", "SNAPSHOT"); r.code != 0 || len(rows) != 1 || rows[0][2] != "resident" {
 		t.Fatalf("rooms with WASMKEEP_SERVER: %v", r)
 	}
 }

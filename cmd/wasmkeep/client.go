@@ -8,7 +8,10 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"os/signal"
+	"strconv"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -126,10 +129,14 @@ type classRecord struct {
 }
 
 type roomRecord struct {
-	Class   string `json:"class"`
-	Name    string `json:"name"`
-	State   string `json:"state"`
-	Sockets int    `json:"sockets"`
+	Class         string   `json:"class"`
+	Name          string   `json:"name"`
+	State         string   `json:"state"`
+	Sockets       int      `json:"sockets"`
+	Memory        uint64   `json:"memory_bytes"`
+	IdleSeconds   *float64 `json:"idle_seconds"`
+	SnapshotBytes uint64   `json:"snapshot_bytes"`
+	Awake         string   `json:"awake"`
 }
 
 func classCommand() *cli.Command {
@@ -217,22 +224,29 @@ func shortHash(h string) string {
 func roomsCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "rooms",
-		Usage: "list rooms with their state and sockets",
-		Flags: clientFlags(),
+		Usage: "list rooms: state, sockets, why awake, memory, last event, snapshot size",
+		Flags: append(clientFlags(),
+			&cli.BoolFlag{Name: "watch", Aliases: []string{"w"}, Usage: "refresh the list every --interval until interrupted", EnvVars: env("watch")},
+			&cli.DurationFlag{Name: "interval", Value: 2 * time.Second, Usage: "time between two refreshes of --watch", EnvVars: env("interval")},
+		),
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 0 {
-				return usage(c, "rooms [--server URL]\n       wasmkeep rooms hibernate [--server URL] CLASS NAME")
+				return usage(c, "rooms [--server URL] [--watch [--interval D]]\n       wasmkeep rooms hibernate [--server URL] CLASS NAME")
 			}
-			var list []roomRecord
-			if err := newAdminClient(c).do(http.MethodGet, "/admin/rooms", nil, &list); err != nil {
+			interval := c.Duration("interval")
+			if interval <= 0 {
+				return cli.Exit(fmt.Sprintf("wasmkeep rooms: --interval must be more than 0, not %v", interval), 2)
+			}
+			client := newAdminClient(c)
+			if !c.Bool("watch") {
+				var buf bytes.Buffer
+				if err := writeRooms(&buf, client); err != nil {
+					return err
+				}
+				_, err := c.App.Writer.Write(buf.Bytes())
 				return err
 			}
-			tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "CLASS\tNAME\tSTATE\tSOCKETS")
-			for _, r := range list {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\n", r.Class, r.Name, r.State, r.Sockets)
-			}
-			return tw.Flush()
+			return watchRooms(c, client, interval)
 		},
 		Subcommands: []*cli.Command{
 			{
@@ -254,4 +268,108 @@ func roomsCommand() *cli.Command {
 			},
 		},
 	}
+}
+
+// writeRooms fetches the node's rooms and writes them as a table.
+func writeRooms(w io.Writer, client *adminClient) error {
+	var list []roomRecord
+	if err := client.do(http.MethodGet, "/admin/rooms", nil, &list); err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "CLASS\tNAME\tSTATE\tSOCKETS\tAWAKE\tMEMORY\tLAST-EVENT\tSNAPSHOT")
+	for _, r := range list {
+		awake, last := dash(r.Awake), "-"
+		if r.IdleSeconds != nil {
+			last = shortDuration(time.Duration(*r.IdleSeconds * float64(time.Second)))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", r.Class, r.Name, r.State, r.Sockets, awake, size(r.Memory), last, size(r.SnapshotBytes))
+	}
+	return tw.Flush()
+}
+
+// watchRooms writes the table every interval until SIGINT or SIGTERM:
+// over the previous one on a terminal, one after the other otherwise. A
+// node that does not answer is reported in the table's place, and
+// watching goes on.
+func watchRooms(c *cli.Context, client *adminClient, interval time.Duration) error {
+	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	client.http.Timeout = max(interval, 10*time.Second)
+	tty := isTerminal(c.App.Writer)
+	if tty {
+		fmt.Fprint(c.App.Writer, "\x1b[H\x1b[2J") // clear the screen once
+	}
+	for {
+		var frame bytes.Buffer
+		fmt.Fprintf(&frame, "Every %v: wasmkeep rooms --server %s    %s\n\n", interval, client.base, time.Now().Format(time.DateTime))
+		if err := writeRooms(&frame, client); err != nil {
+			fmt.Fprintf(&frame, "wasmkeep: %v\n", err)
+		}
+		out := frame.Bytes()
+		if tty {
+			// Home, each line cleared to its end, then the rest of the
+			// screen: the new table replaces the old without flicker.
+			out = append(append([]byte("\x1b[H"), bytes.ReplaceAll(out, []byte("\n"), []byte("\x1b[K\n"))...), "\x1b[J"...)
+		} else {
+			out = append(out, '\n')
+		}
+		if _, err := c.App.Writer.Write(out); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(interval):
+		}
+	}
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// size writes a byte count in one word: 512B, 13.7KiB, 2.5MiB; "-" for 0.
+func size(n uint64) string {
+	if n == 0 {
+		return "-"
+	}
+	if n < 1024 {
+		return strconv.FormatUint(n, 10) + "B"
+	}
+	v, unit := float64(n)/1024, "KiB"
+	for _, u := range []string{"MiB", "GiB", "TiB"} {
+		if v < 1024 {
+			break
+		}
+		v, unit = v/1024, u
+	}
+	return strconv.FormatFloat(v, 'f', 1, 64) + unit
+}
+
+// shortDuration writes a duration in one word, to its two largest units:
+// 850ms is 0s, then 12s, 3m12s, 2h5m, 3d4h.
+func shortDuration(d time.Duration) string {
+	s := int64(d / time.Second)
+	switch {
+	case s < 60:
+		return fmt.Sprintf("%ds", s)
+	case s < 3600:
+		return fmt.Sprintf("%dm%ds", s/60, s%60)
+	case s < 86400:
+		return fmt.Sprintf("%dh%dm", s/3600, s%3600/60)
+	}
+	return fmt.Sprintf("%dd%dh", s/86400, s%86400/3600)
 }

@@ -135,8 +135,10 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err != nil {
 		return nil, err
 	}
+	srv := server.New(scfg, n.Classes, n.Rooms, n.Hub, n.Metrics)
+	n.closers = append(n.closers, func() error { srv.Close(); return nil })
 	n.http = &http.Server{
-		Handler: server.New(scfg, n.Classes, n.Rooms, n.Hub, n.Metrics),
+		Handler: srv,
 		// A client has the handshake timeout to send its request line and
 		// headers (a slow one is cut then, before it reaches a room or takes
 		// a socket slot), and a kept-alive connection may idle for

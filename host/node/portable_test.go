@@ -24,6 +24,7 @@ func TestExportImport(t *testing.T) {
 
 	var detail struct {
 		State, Awake string
+		AwakeDetail  string `json:"awake_detail"`
 		Sockets      int
 		Snapshot     *struct {
 			Seq      uint64
@@ -34,7 +35,7 @@ func TestExportImport(t *testing.T) {
 		t.Fatal(err)
 	}
 	if detail.State != "resident" || detail.Sockets != 1 || detail.Snapshot == nil || len(detail.Snapshot.Segments) == 0 ||
-		!strings.Contains(detail.Awake, "idle") {
+		detail.Awake != "recent" || !strings.Contains(detail.AwakeDetail, "idle") {
 		t.Fatalf("inspect: %+v", detail)
 	}
 

@@ -27,9 +27,11 @@ func (e *CrashError) Unwrap() error { return e.Cause }
 // class that does not exist.
 func (m *Manager) Request(ctx context.Context, key Key, payload []byte) (*abi.Response, error) {
 	ev := &event{kind: evRequest, ctx: ctx, data: payload, reply: make(chan result, 1)}
-	if err := m.enqueueNew(key, ev, false); err != nil {
+	r, err := m.enqueueNewRoom(key, ev, false)
+	if err != nil {
 		return nil, err
 	}
+	defer r.openRequests.Add(-1)
 	select {
 	case res := <-ev.reply:
 		return res.resp, res.err
@@ -54,10 +56,18 @@ func (m *Manager) OpenSocket(key Key, conn Conn, open *abi.SocketOpen) (*Socket,
 // enqueueNew finds or creates the room and queues ev while holding the
 // manager's lock, so the room cannot be forgotten in between.
 func (m *Manager) enqueueNew(key Key, ev *event, wait bool) error {
+	_, err := m.enqueueNewRoom(key, ev, wait)
+	return err
+}
+
+// enqueueNewRoom is enqueueNew that also returns the room. A request is
+// counted as open at the room from here until the caller drops the count
+// (listings show it as the reason the room is awake).
+func (m *Manager) enqueueNewRoom(key Key, ev *event, wait bool) (*Room, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.stopping {
-		return ErrStopping
+		return nil, ErrStopping
 	}
 	r := m.rooms[key]
 	if r == nil {
@@ -67,7 +77,16 @@ func (m *Manager) enqueueNew(key Key, ev *event, wait bool) error {
 	if ev.sock != nil {
 		ev.sock.room = r
 	}
-	return r.enqueue(ev, wait)
+	if ev.kind == evRequest {
+		r.openRequests.Add(1)
+	}
+	if err := r.enqueue(ev, wait); err != nil {
+		if ev.kind == evRequest {
+			r.openRequests.Add(-1)
+		}
+		return nil, err
+	}
+	return r, nil
 }
 
 // Message delivers a message that arrived on the socket. It waits while the

@@ -139,6 +139,8 @@ type Manager struct {
 	stopping bool
 	reported map[Key]bool // rooms whose unreadable snapshot was logged
 
+	snaps snapFacts // what listings know of rooms' snapshots (facts.go)
+
 	stop    chan struct{}
 	stopped chan struct{}
 }
@@ -194,6 +196,7 @@ func (m *Manager) forget(r *Room) {
 	}
 	if m.rooms[r.key] == r {
 		delete(m.rooms, r.key)
+		m.snaps.forgotten(r.key, r.lastActive.Load())
 	}
 }
 
@@ -355,35 +358,69 @@ type RoomInfo struct {
 	Name    string    `json:"name"`
 	State   RoomState `json:"state"`
 	Sockets int       `json:"sockets"`
+	// Memory is the room's linear memory in bytes: the resident instance's,
+	// else the size its snapshot restores (0 if it has none).
+	Memory uint32 `json:"memory_bytes"`
+	// LastEvent is when the room last handled an event, if this node has
+	// run it since it started; IdleSeconds is the time since, by the
+	// node's clock.
+	LastEvent   *time.Time `json:"last_event,omitempty"`
+	IdleSeconds *float64   `json:"idle_seconds,omitempty"`
+	// SnapshotBytes is what the room's snapshot takes in the store (its
+	// manifest and the segments it references), 0 if it has none;
+	// SnapshotAt is when it was written.
+	SnapshotBytes uint64     `json:"snapshot_bytes"`
+	SnapshotAt    *time.Time `json:"snapshot_at,omitempty"`
+	// Awake says why a resident room is in memory (empty for others).
+	Awake AwakeReason `json:"awake,omitempty"`
+	// Pending counts the events in its mailbox; OpenRequests the HTTP
+	// requests waiting for its answer.
+	Pending      int `json:"pending_events"`
+	OpenRequests int `json:"open_requests"`
 }
 
 // List returns every room the node knows: resident, hibernated with sockets
-// here, and hibernated in the bucket; sorted by class and name.
+// here, and hibernated in the bucket; sorted by class and name. Snapshot
+// sizes come from the rooms' manifests, read again only for rooms that may
+// have written one since the last listing.
 func (m *Manager) List(ctx context.Context) ([]RoomInfo, error) {
 	keys, err := m.bucket.List(ctx, "rooms/")
 	if err != nil {
 		return nil, err
 	}
+	stored := map[Key]bool{}
+	for _, s := range keys {
+		if k, rest, ok := parseRoomKey(s); ok && rest == "manifest" {
+			stored[k] = true
+		}
+	}
 	seen := map[Key]bool{}
+	live := map[Key]liveFacts{}
 	var out []RoomInfo
 	m.mu.Lock()
 	for k, r := range m.rooms {
 		seen[k] = true
+		f := m.liveFactsOf(r)
 		st := StateHibernated
-		if r.residentNow() {
+		if f.resident {
 			st = StateResident
-		} else if !r.everStored.Load() && r.socketCount.Load() == 0 {
+		} else if !r.everStored.Load() && f.sockets == 0 && !stored[k] {
 			continue // created for an event that has not run yet
 		}
-		out = append(out, RoomInfo{Class: k.Class, Name: k.Name, State: st, Sockets: int(r.socketCount.Load())})
+		live[k] = f
+		out = append(out, RoomInfo{
+			Class: k.Class, Name: k.Name, State: st, Sockets: f.sockets, Memory: f.memory,
+			LastEvent: lastEventAt(f.last), Awake: f.awake, Pending: f.pending, OpenRequests: f.open,
+		})
 	}
 	m.mu.Unlock()
-	for _, s := range keys {
-		k, rest, ok := parseRoomKey(s)
-		if !ok || rest != "manifest" || seen[k] {
-			continue
+	for k := range stored {
+		if !seen[k] {
+			out = append(out, RoomInfo{Class: k.Class, Name: k.Name, State: StateHibernated})
 		}
-		out = append(out, RoomInfo{Class: k.Class, Name: k.Name, State: StateHibernated})
+	}
+	if err := m.snapshotFacts(ctx, out, live, stored); err != nil {
+		return nil, err
 	}
 	sortRooms(out)
 	return out, nil

@@ -73,6 +73,7 @@ func (m *Manager) Export(ctx context.Context, key Key, mods Modules) ([]byte, er
 			if err != nil {
 				return nil, fmt.Errorf("writing the room's state before export: %w", err)
 			}
+			m.snaps.invalidate(key)
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
@@ -243,6 +244,7 @@ func (m *Manager) Import(ctx context.Context, bd *Bundle, mods Modules, opts Imp
 	if _, err := m.bucket.Put(ctx, key.manifestKey(), man.Encode(), cond); err != nil {
 		return key, fmt.Errorf("writing the manifest: %w", err)
 	}
+	m.snaps.invalidate(key)
 	if old == nil {
 		m.snapshotCreated()
 	} else if prev, err := snapshot.DecodeManifest(old); err == nil {
@@ -253,17 +255,16 @@ func (m *Manager) Import(ctx context.Context, bd *Bundle, mods Modules, opts Imp
 	return key, nil
 }
 
-// RoomDetail is what inspect shows about a room.
+// RoomDetail is what inspect shows about a room: what a listing shows,
+// and more.
 type RoomDetail struct {
 	RoomInfo
-	// Awake says why a resident room is in memory.
-	Awake    string    `json:"awake,omitempty"`
-	Pending  int       `json:"pending_events"`
-	Idle     string    `json:"idle,omitempty"`
-	Memory   uint32    `json:"memory_bytes"`
-	Module   string    `json:"module,omitempty"`
-	Snapshot *SnapInfo `json:"snapshot,omitempty"`
-	Alarm    string    `json:"alarm"`
+	// AwakeDetail says in words why a resident room is in memory.
+	AwakeDetail string    `json:"awake_detail,omitempty"`
+	Idle        string    `json:"idle,omitempty"`
+	Module      string    `json:"module,omitempty"`
+	Snapshot    *SnapInfo `json:"snapshot,omitempty"`
+	Alarm       string    `json:"alarm"`
 }
 
 // SnapInfo describes a room's stored snapshot.
@@ -292,24 +293,13 @@ func (m *Manager) Inspect(ctx context.Context, key Key) (*RoomDetail, error) {
 	m.mu.Lock()
 	r := m.rooms[key]
 	if r != nil {
-		r.mu.Lock()
-		d.Pending = len(r.queue) - r.head
-		running := r.running
-		r.mu.Unlock()
-		d.Sockets = int(r.socketCount.Load())
-		if r.residentNow() {
-			d.State = StateResident
-			idle := time.Duration(monoNow() - r.lastActive.Load())
-			d.Idle = idle.Round(time.Millisecond).String()
-			d.Memory = r.memory.Load()
-			switch {
-			case running:
-				d.Awake = "an event is running"
-			case d.Pending > 0:
-				d.Awake = fmt.Sprintf("%d events are waiting", d.Pending)
-			default:
-				d.Awake = fmt.Sprintf("recent activity: idle for %s of the %s idle timeout", d.Idle, m.cfg.IdleTimeout)
-			}
+		f := m.liveFactsOf(r)
+		now := monoNow()
+		d.Sockets, d.Pending, d.OpenRequests = f.sockets, f.pending, f.open
+		d.LastEvent, d.IdleSeconds = lastEventAt(f.last), idleSeconds(now, f.last)
+		if f.resident {
+			d.State, d.Memory, d.Awake, d.AwakeDetail = StateResident, f.memory, f.awake, f.detail
+			d.Idle = time.Duration(now - f.last).Round(time.Millisecond).String()
 		}
 	}
 	m.mu.Unlock()
@@ -334,6 +324,8 @@ func (m *Manager) Inspect(ctx context.Context, key Key) (*RoomDetail, error) {
 		si.Taken = time.Unix(0, man.WallUnixNano).UTC()
 		si.Pages[0], si.Pages[1], si.Pages[2] = man.Pages()
 		si.LiveBytes, si.TotalBytes = man.Bytes()
+		d.SnapshotBytes = si.TotalBytes + uint64(len(body))
+		d.SnapshotAt = &si.Taken
 		for _, s := range man.Segments {
 			si.Segments = append(si.Segments, SegRefJS{s.ID, s.Size})
 		}

@@ -149,6 +149,7 @@ type Room struct {
 	isResident       atomic.Bool
 	everStored       atomic.Bool
 	hibernatePending atomic.Bool
+	openRequests     atomic.Int32 // HTTP requests waiting for the room's answer (facts.go)
 
 	// worker-owned
 	inst       *engine.Instance

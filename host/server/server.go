@@ -18,6 +18,8 @@ import (
 	"net/http/pprof"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 	"unicode/utf8"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -67,6 +69,11 @@ type Server struct {
 	log     *slog.Logger
 
 	requests map[string]*metrics.Counter
+
+	// The dashboard (dashboard.go).
+	started   time.Time
+	series    *series
+	closeOnce sync.Once
 }
 
 // New builds the handler. set holds the node's metrics; /metrics writes it
@@ -74,7 +81,7 @@ type Server struct {
 func New(cfg Config, reg *classes.Registry, mgr *rooms.Manager, hub *socket.Hub, set *metrics.Set) *Server {
 	cfg = cfg.withDefaults()
 	s := &Server{cfg: cfg, classes: reg, rooms: mgr, hub: hub, metrics: set, mux: http.NewServeMux(), log: cfg.Logger,
-		requests: map[string]*metrics.Counter{}}
+		requests: map[string]*metrics.Counter{}, started: time.Now(), series: newSeries(int(seriesWindow / seriesInterval))}
 	for _, code := range []string{"2xx", "3xx", "4xx", "5xx"} {
 		s.requests[code] = set.NewCounter(`wasmkeep_http_requests_total{code="` + code + `"}`)
 	}
@@ -94,12 +101,15 @@ func New(cfg Config, reg *classes.Registry, mgr *rooms.Manager, hub *socket.Hub,
 	s.mux.Handle("GET /admin/rooms/{class}/{name}", s.admin(http.HandlerFunc(s.inspectRoom)))
 	s.mux.Handle("GET /admin/rooms/{class}/{name}/export", s.admin(http.HandlerFunc(s.exportRoom)))
 	s.mux.Handle("POST /admin/rooms/import", s.admin(http.HandlerFunc(s.importRoom)))
+	s.dashboardRoutes()
 	s.mux.Handle("/debug/pprof/", s.admin(http.HandlerFunc(pprof.Index)))
 	s.mux.Handle("/debug/pprof/profile", s.admin(http.HandlerFunc(pprof.Profile)))
 	s.mux.Handle("/debug/pprof/trace", s.admin(http.HandlerFunc(pprof.Trace)))
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		textError(w, http.StatusNotFound, "not found: rooms live at /actor/<class>/<name>")
 	})
+	s.series.stop, s.series.done = make(chan struct{}), make(chan struct{})
+	go s.sampler()
 	return s
 }
 
@@ -135,17 +145,23 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// admin guards the admin API: loopback clients pass; others need the token.
+// admin guards the admin API: loopback clients pass; others need the
+// token, as a bearer token, or on GET and HEAD requests also as the
+// password of HTTP Basic authentication (what a browser can send).
 func (s *Server) admin(h http.Handler) http.Handler {
+	return s.guard(h, `Bearer realm="wasmkeep admin"`)
+}
+
+// adminPage guards a page of the admin API for browsers: a client off
+// loopback without the token is asked for it with a Basic challenge,
+// which makes a browser prompt for it.
+func (s *Server) adminPage(h http.Handler) http.Handler {
+	return s.guard(h, `Basic realm="wasmkeep admin", charset="UTF-8"`)
+}
+
+func (s *Server) guard(h http.Handler, challenge string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if s.cfg.AdminToken != "" {
-			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-			if ok && subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.AdminToken)) == 1 {
-				h.ServeHTTP(w, r)
-				return
-			}
-		}
-		if isLoopback(r.RemoteAddr) {
+		if s.hasToken(r) || isLoopback(r.RemoteAddr) {
 			h.ServeHTTP(w, r)
 			return
 		}
@@ -153,9 +169,29 @@ func (s *Server) admin(h http.Handler) http.Handler {
 			jsonError(w, http.StatusForbidden, "the admin API answers loopback clients only; start the node with --admin-token to use it remotely")
 			return
 		}
-		w.Header().Set("WWW-Authenticate", `Bearer realm="wasmkeep admin"`)
+		w.Header().Set("WWW-Authenticate", challenge)
 		jsonError(w, http.StatusUnauthorized, "missing or wrong admin token")
 	})
+}
+
+// hasToken reports whether the request carries the admin token: as a
+// bearer token, or on GET and HEAD as a Basic password. Basic credentials
+// are not taken for other methods because a browser that has them sends
+// them with requests any site makes it send.
+func (s *Server) hasToken(r *http.Request) bool {
+	if s.cfg.AdminToken == "" {
+		return false
+	}
+	want := []byte(s.cfg.AdminToken)
+	if got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
+		return subtle.ConstantTimeCompare([]byte(got), want) == 1
+	}
+	if r.Method == http.MethodGet || r.Method == http.MethodHead {
+		if _, pw, ok := r.BasicAuth(); ok {
+			return subtle.ConstantTimeCompare([]byte(pw), want) == 1
+		}
+	}
+	return false
 }
 
 func isLoopback(remote string) bool {

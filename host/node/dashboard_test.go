@@ -1,0 +1,329 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/wasmkeep/wasmkeep/host/engine"
+	"github.com/wasmkeep/wasmkeep/host/rooms"
+	"github.com/wasmkeep/wasmkeep/host/server"
+	"github.com/wasmkeep/wasmkeep/internal/wasmbuild"
+	"github.com/wasmkeep/wasmkeep/internal/wstest"
+)
+
+// slowEvent bounds the hostile guest's /sleep-forever in TestDashboard: the
+// request stays open at its room that long, which the dashboard shows.
+const slowEvent = 20 * time.Second
+
+// TestDashboard starts a node with rooms in several states (resident,
+// hibernated, hibernated with sockets held, one with an HTTP request in
+// flight), checks the admin endpoints the dashboard reads, then loads the
+// dashboard in headless Chromium (test/dashboard/check.mjs) and checks
+// what it shows. Screenshots go to $WASMKEEP_ARTIFACTS, or
+// .build/artifacts/ at the module's root.
+func TestDashboard(t *testing.T) {
+	n := startNode(t, Config{Engine: engine.Config{EventTimeout: slowEvent}})
+	putClass(t, n, "counter", "./examples/counter")
+	putClass(t, n, "chat", "./examples/chat")
+	putClass(t, n, "hostile", "./testdata/guests/hostile")
+	base := n.URL()
+
+	for _, name := range []string{"alpha", "beta", "gamma", "delta"} {
+		expect(t, 200, "POST", base+"/actor/counter/"+name, nil)
+	}
+	hibernate(t, n, "counter", "gamma")
+	hibernate(t, n, "counter", "delta")
+	lobby := wstest.Dial(t, base+"/actor/chat/lobby")
+	for range 2 {
+		c := wstest.Dial(t, base+"/actor/chat/support")
+		c.Send("hello")
+		if got := c.ReadText(); got != "hello" {
+			t.Fatalf("chat echo: %q", got)
+		}
+	}
+	lobby.Send("hi")
+	lobby.ReadText()
+	hibernate(t, n, "chat", "support") // its two sockets stay open
+
+	// A request held in the guest until the event time limit cuts it.
+	slow := make(chan int, 1)
+	go func() {
+		resp, err := http.Post(base+"/actor/hostile/slow/sleep-forever", "text/plain", nil)
+		if err != nil {
+			slow <- -1
+			return
+		}
+		resp.Body.Close()
+		slow <- resp.StatusCode
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-slow:
+		case <-time.After(slowEvent + 30*time.Second):
+			t.Errorf("the slow request did not end")
+		}
+	})
+	waitFor(t, "the slow request to be open at its room", func() bool {
+		r, ok := dashRoom(t, n, "hostile/slow")
+		return ok && r.Awake == rooms.AwakeRequest
+	})
+
+	t.Run("api", func(t *testing.T) { checkDashboardAPI(t, n) })
+	t.Run("browser", func(t *testing.T) { checkDashboardBrowser(t, n) })
+}
+
+func dashRooms(t *testing.T, n *Node) map[string]rooms.RoomInfo {
+	t.Helper()
+	var list []rooms.RoomInfo
+	if err := json.Unmarshal([]byte(expect(t, 200, "GET", n.URL()+"/admin/rooms", nil)), &list); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]rooms.RoomInfo{}
+	for _, r := range list {
+		out[r.Class+"/"+r.Name] = r
+	}
+	return out
+}
+
+func dashRoom(t *testing.T, n *Node, key string) (rooms.RoomInfo, bool) {
+	t.Helper()
+	r, ok := dashRooms(t, n)[key]
+	return r, ok
+}
+
+func checkDashboardAPI(t *testing.T, n *Node) {
+	base := n.URL()
+	list := dashRooms(t, n)
+	row := func(key string) rooms.RoomInfo {
+		t.Helper()
+		r, ok := list[key]
+		if !ok {
+			t.Fatalf("/admin/rooms does not list %s: %v", key, list)
+		}
+		return r
+	}
+
+	alpha := row("counter/alpha")
+	if alpha.State != rooms.StateResident || alpha.Awake != rooms.AwakeRecent || alpha.Memory == 0 ||
+		alpha.LastEvent == nil || alpha.IdleSeconds == nil || *alpha.IdleSeconds > 600 || alpha.SnapshotBytes != 0 || alpha.SnapshotAt != nil {
+		t.Errorf("a resident room without a snapshot: %+v", alpha)
+	}
+	gamma := row("counter/gamma")
+	if gamma.State != rooms.StateHibernated || gamma.Awake != "" || gamma.Memory == 0 || gamma.SnapshotBytes == 0 ||
+		gamma.SnapshotAt == nil || gamma.LastEvent == nil {
+		t.Errorf("a hibernated room: %+v", gamma)
+	}
+	if s := row("chat/support"); s.State != rooms.StateHibernated || s.Sockets != 2 || s.SnapshotBytes == 0 {
+		t.Errorf("a hibernated room with two sockets: %+v", s)
+	}
+	if s := row("chat/lobby"); s.State != rooms.StateResident || s.Sockets != 1 || s.Awake != rooms.AwakeRecent {
+		t.Errorf("a resident room with a socket: %+v", s)
+	}
+	if s := row("hostile/slow"); s.State != rooms.StateResident || s.Awake != rooms.AwakeRequest || s.OpenRequests != 1 {
+		t.Errorf("a room with a request in flight: %+v", s)
+	}
+
+	// A new snapshot shows, though the listing keeps what it read.
+	expect(t, 200, "POST", base+"/actor/counter/gamma", nil)
+	hibernate(t, n, "counter", "gamma")
+	waitFor(t, "the listing to show gamma's new snapshot", func() bool {
+		g := row2(t, n, "counter/gamma")
+		return g.SnapshotAt != nil && g.SnapshotAt.After(*gamma.SnapshotAt) && g.LastEvent.After(*gamma.LastEvent)
+	})
+
+	var detail rooms.RoomDetail
+	if err := json.Unmarshal([]byte(expect(t, 200, "GET", base+"/admin/rooms/hostile/slow", nil)), &detail); err != nil {
+		t.Fatal(err)
+	}
+	if detail.Awake != rooms.AwakeRequest || !strings.Contains(detail.AwakeDetail, "request") {
+		t.Errorf("inspect of the slow room: %+v", detail)
+	}
+
+	var ov server.Overview
+	if err := json.Unmarshal([]byte(expect(t, 200, "GET", base+"/admin/overview", nil)), &ov); err != nil {
+		t.Fatal(err)
+	}
+	if ov.Version == "" || ov.Uptime <= 0 || ov.Rooms.Resident != 4 || ov.Rooms.Hibernated != 3 || ov.Rooms.HibernatedWithSockets != 1 ||
+		ov.Sockets != 3 || len(ov.Classes) != 3 || ov.Totals.Events == 0 || ov.Totals.Hibernations < 4 || ov.IdleTimeout != time.Hour.Seconds() {
+		t.Errorf("overview: %+v", ov)
+	}
+
+	var sr server.Series
+	after := time.Now().UnixMilli()
+	waitFor(t, "a sample of the series", func() bool {
+		if err := json.Unmarshal([]byte(expect(t, 200, "GET", base+"/admin/series", nil)), &sr); err != nil {
+			t.Fatal(err)
+		}
+		return len(sr.Samples) > 0 && sr.Samples[len(sr.Samples)-1].T > after
+	})
+	last := sr.Samples[len(sr.Samples)-1]
+	if sr.IntervalMS != 1000 || sr.WindowSeconds != 600 || last.Sockets != 3 || last.Resident != 4 || last.T <= 0 {
+		t.Errorf("series: %+v, last sample %+v", sr, last)
+	}
+	if err := json.Unmarshal([]byte(expect(t, 200, "GET", fmt.Sprintf("%s/admin/series?since=%d", base, last.T), nil)), &sr); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range sr.Samples {
+		if s.T <= last.T {
+			t.Errorf("series?since=%d has the sample of %d", last.T, s.T)
+		}
+	}
+	expect(t, 400, "GET", base+"/admin/series?since=yesterday", nil)
+
+	// The page: HTML, its own script and style only.
+	page := do(t, "GET", base+"/admin/", nil)
+	if page.Status != 200 || !strings.HasPrefix(page.Header.Get("Content-Type"), "text/html") ||
+		!strings.Contains(page.Header.Get("Content-Security-Policy"), "default-src 'none'") || !strings.Contains(page.Body, "<table id=\"rooms\"") {
+		t.Errorf("GET /admin/: %d %v", page.Status, page.Header)
+	}
+	for _, bad := range []string{`src="http`, `href="http`, `url(http`, "@import"} {
+		if strings.Contains(page.Body, bad) {
+			t.Errorf("the dashboard loads something from elsewhere: %s", bad)
+		}
+	}
+	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	for _, path := range []string{"/admin", "/admin/dashboard"} {
+		resp, err := noFollow.Get(base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusFound || resp.Header.Get("Location") != "/admin/" {
+			t.Errorf("GET %s: %d to %q, want a redirect to /admin/", path, resp.StatusCode, resp.Header.Get("Location"))
+		}
+	}
+}
+
+func row2(t *testing.T, n *Node, key string) rooms.RoomInfo {
+	t.Helper()
+	r, ok := dashRoom(t, n, key)
+	if !ok {
+		t.Fatalf("/admin/rooms does not list %s", key)
+	}
+	return r
+}
+
+// dashboardExpect is what check.mjs checks of one room.
+type dashboardExpect struct {
+	Key      string `json:"key"`
+	State    string `json:"state"`
+	Awake    string `json:"awake"`
+	Sockets  int    `json:"sockets"`
+	Snapshot bool   `json:"snapshot,omitempty"`
+	Label    string `json:"label,omitempty"`
+}
+
+func checkDashboardBrowser(t *testing.T, n *Node) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		missing(t, "node is not installed")
+	}
+	browser := os.Getenv("CHROMIUM")
+	if browser == "" {
+		browser = "/usr/bin/chromium"
+	}
+	if _, err := os.Stat(browser); err != nil {
+		missing(t, "chromium is not installed (apt-get install chromium)")
+	}
+	root, err := wasmbuild.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(root, "test", "dashboard")
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "playwright-core")); err != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "npm", "ci", "--no-audit", "--no-fund")
+		cmd.Dir = dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("npm ci in test/dashboard: %v\n%s", err, out)
+		}
+	}
+	artifacts := os.Getenv("WASMKEEP_ARTIFACTS")
+	if artifacts == "" {
+		artifacts = filepath.Join(root, ".build", "artifacts")
+	}
+	if err := os.MkdirAll(artifacts, 0o755); err != nil {
+		t.Fatal(err)
+	}
+
+	// Traffic on other rooms while the page is open, so that the charts
+	// have something to draw: requests, and a hibernation a second.
+	ctx, cancel := context.WithCancel(context.Background())
+	churned := make(chan struct{})
+	go func() {
+		defer close(churned)
+		for i := 0; ctx.Err() == nil; i++ {
+			room := fmt.Sprintf("busy-%d", i%3)
+			post(ctx, n.URL()+"/actor/counter/"+room)
+			if i%10 == 9 {
+				post(ctx, n.URL()+"/admin/rooms/counter/"+room+"/hibernate")
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
+	defer func() { cancel(); <-churned }()
+
+	want, err := json.Marshal(map[string]any{
+		"rooms": []dashboardExpect{
+			{Key: "counter/alpha", State: "resident", Awake: "recent"},
+			{Key: "counter/gamma", State: "hibernated", Snapshot: true},
+			{Key: "chat/lobby", State: "resident", Awake: "recent", Sockets: 1},
+			{Key: "chat/support", State: "hibernated", Sockets: 2, Snapshot: true, Label: "2 held"},
+			{Key: "hostile/slow", State: "resident", Awake: "request", Label: "open request"},
+		},
+		"classes": []string{"chat", "counter", "hostile"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, rcancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer rcancel()
+	cmd := exec.CommandContext(rctx, node, "check.mjs", n.URL()+"/admin/", artifacts, string(want))
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "CHROMIUM="+browser)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err = cmd.Run()
+	for _, line := range strings.Split(out.String(), "\n") {
+		if f, ok := strings.CutPrefix(line, "screenshot "); ok {
+			t.Logf("dashboard screenshot: %s", f)
+		}
+	}
+	if err != nil || !strings.Contains(out.String(), "ok dashboard") {
+		t.Fatalf("check.mjs: %v\n%s", err, out.String())
+	}
+}
+
+// missing skips a test whose tool is not installed, except in CI, which
+// installs it (.ci/run).
+func missing(t *testing.T, why string) {
+	t.Helper()
+	if os.Getenv("CI") != "" {
+		t.Fatal(why + "; .ci/run installs it")
+	}
+	t.Skip(why + "; CI installs it")
+}
+
+// post sends an empty POST and ignores the answer.
+func post(ctx context.Context, url string) {
+	req, err := http.NewRequestWithContext(ctx, "POST", url, nil)
+	if err != nil {
+		return
+	}
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		resp.Body.Close()
+	}
+}

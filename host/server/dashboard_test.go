@@ -1,0 +1,125 @@
+package server
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/base64"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestSeriesRing(t *testing.T) {
+	sr := newSeries(3)
+	if got := sr.since(0); len(got) != 0 {
+		t.Fatalf("empty ring: %v", got)
+	}
+	for i := int64(1); i <= 5; i++ {
+		sr.add(Sample{T: i, Events: uint64(10 * i)})
+	}
+	ts := func(s []Sample) []int64 {
+		var out []int64
+		for _, x := range s {
+			out = append(out, x.T)
+		}
+		return out
+	}
+	if got := ts(sr.since(0)); !slices.Equal(got, []int64{3, 4, 5}) {
+		t.Fatalf("since(0) = %v, want the last 3, oldest first", got)
+	}
+	if got := ts(sr.since(4)); !slices.Equal(got, []int64{5}) {
+		t.Fatalf("since(4) = %v", got)
+	}
+	if got := sr.since(3); got[0].Events != 40 {
+		t.Fatalf("since(3) = %v", got)
+	}
+}
+
+// TestAdminAuth: the token rules of the admin API, with the Basic
+// password browsers send, on GET only.
+func TestAdminAuth(t *testing.T) {
+	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	basic := func(pw string) string { return "Basic " + base64.StdEncoding.EncodeToString([]byte("admin:"+pw)) }
+	for _, c := range []struct {
+		name      string
+		token     string
+		remote    string
+		method    string
+		auth      string
+		page      bool
+		want      int
+		challenge string
+	}{
+		{"loopback needs no token", "tok", "127.0.0.1:5000", "POST", "", false, 204, ""},
+		{"loopback v6", "", "[::1]:5000", "GET", "", false, 204, ""},
+		{"remote without a node token", "", "192.0.2.1:5000", "GET", "Bearer tok", false, 403, ""},
+		{"remote bearer", "tok", "192.0.2.1:5000", "POST", "Bearer tok", false, 204, ""},
+		{"remote wrong bearer", "tok", "192.0.2.1:5000", "GET", "Bearer nope", false, 401, "Bearer"},
+		{"remote basic on GET", "tok", "192.0.2.1:5000", "GET", basic("tok"), false, 204, ""},
+		{"remote basic on HEAD", "tok", "192.0.2.1:5000", "HEAD", basic("tok"), false, 204, ""},
+		{"remote basic on POST", "tok", "192.0.2.1:5000", "POST", basic("tok"), false, 401, "Bearer"},
+		{"remote basic on DELETE", "tok", "192.0.2.1:5000", "DELETE", basic("tok"), false, 401, "Bearer"},
+		{"remote wrong basic", "tok", "192.0.2.1:5000", "GET", basic("nope"), false, 401, "Bearer"},
+		{"page asks browsers for Basic", "tok", "192.0.2.1:5000", "GET", "", true, 401, "Basic"},
+		{"page with basic", "tok", "192.0.2.1:5000", "GET", basic("tok"), true, 204, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := &Server{cfg: Config{AdminToken: c.token}}
+			h := s.admin(ok)
+			if c.page {
+				h = s.adminPage(ok)
+			}
+			req := httptest.NewRequest(c.method, "/admin/rooms", nil)
+			req.RemoteAddr = c.remote
+			if c.auth != "" {
+				req.Header.Set("Authorization", c.auth)
+			}
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			if rec.Code != c.want {
+				t.Fatalf("status %d, want %d", rec.Code, c.want)
+			}
+			if got := rec.Header().Get("WWW-Authenticate"); !strings.HasPrefix(got, c.challenge) || (c.challenge == "") != (got == "") {
+				t.Fatalf("challenge %q, want %q", got, c.challenge)
+			}
+		})
+	}
+}
+
+// TestDashboardPage: the page is self-contained, and its policy lets its
+// own script and style run and nothing else.
+func TestDashboardPage(t *testing.T) {
+	page := string(dashboardHTML)
+	for _, tag := range []string{"<script", "<style"} {
+		if n := strings.Count(page, tag); n != 1 {
+			t.Fatalf("%d %s elements, want 1 (the policy hashes one)", n, tag)
+		}
+	}
+	for _, re := range []string{`(?i)\b(src|href)\s*=\s*["']?(https?:)?//`, `(?i)url\(\s*["']?(https?:)?//`, `@import`, `(?i)\sstyle\s*=\s*"`, `(?i)\son[a-z]+\s*=\s*"`} {
+		if m := regexp.MustCompile(re).FindString(page); m != "" {
+			t.Errorf("the page has %q: it must load nothing from elsewhere, and the policy blocks inline attributes", m)
+		}
+	}
+	hashOf := func(open, close string) string {
+		_, rest, _ := strings.Cut(page, open)
+		body, _, _ := strings.Cut(rest, close)
+		sum := sha256.Sum256([]byte(body))
+		return "'sha256-" + base64.StdEncoding.EncodeToString(sum[:]) + "'"
+	}
+	for _, want := range []string{"default-src 'none'", "script-src " + hashOf("<script>", "</script>"), "style-src " + hashOf("<style>", "</style>"), "connect-src 'self'"} {
+		if !strings.Contains(dashboardCSP, want) {
+			t.Errorf("policy %q lacks %q", dashboardCSP, want)
+		}
+	}
+
+	s := &Server{}
+	rec := httptest.NewRecorder()
+	s.dashboard(rec, httptest.NewRequest("GET", "/admin/", nil))
+	if rec.Code != 200 || rec.Header().Get("Content-Security-Policy") != dashboardCSP ||
+		!strings.HasPrefix(rec.Header().Get("Content-Type"), "text/html") || !bytes.Equal(rec.Body.Bytes(), dashboardHTML) {
+		t.Fatalf("GET /admin/: %d %v", rec.Code, rec.Header())
+	}
+}

@@ -1,0 +1,164 @@
+// Loads a node's dashboard in headless Chromium and checks what it shows.
+// host/node's Go tests start a node with rooms in several states and run:
+//
+//   node check.mjs <dashboard URL> <artifact dir> <expectations JSON>
+//
+// The expectations are {"rooms": [{"key": "class/name", "state": ...,
+// "awake": ..., "sockets": N}], "classes": [...]}. The script checks the
+// rooms table (states, why awake, sockets), the classes, sorting and
+// filtering, that the charts get new points without a reload, that the
+// page loads nothing from elsewhere and logs no error; it saves a
+// screenshot per viewport into the artifact dir, prints "ok dashboard" and
+// exits 0, or prints why it failed and exits 1. Every wait has a deadline.
+//
+// Chromium is Debian's (/usr/bin/chromium, or $CHROMIUM), driven with
+// playwright-core over the DevTools protocol; nothing is downloaded.
+import { chromium } from "playwright-core";
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+
+const [url, outDir, expectJSON] = process.argv.slice(2);
+if (!url || !outDir || !expectJSON) {
+  console.error("usage: node check.mjs <dashboard URL> <artifact dir> <expectations JSON>");
+  process.exit(2);
+}
+const want = JSON.parse(expectJSON);
+const origin = new URL(url).origin;
+
+function check(cond, what) {
+  if (!cond) throw new Error("check failed: " + what);
+}
+
+const views = [
+  { name: "1440x900", width: 1440, height: 900, scheme: "light", full: true },
+  { name: "1280x800", width: 1280, height: 800, scheme: "light" },
+  { name: "1440x900-dark", width: 1440, height: 900, scheme: "dark" },
+];
+
+const profile = await mkdtemp(join(tmpdir(), "wasmkeep-chromium-"));
+let context;
+try {
+  context = await chromium.launchPersistentContext(profile, {
+    executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
+    headless: true,
+    args: [
+      "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+      "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    ],
+    viewport: { width: 1440, height: 900 },
+    timeout: 60000,
+  });
+  for (const view of views) {
+    await checkView(view);
+  }
+  console.log("ok dashboard");
+} catch (err) {
+  console.error(err.stack || String(err));
+  process.exitCode = 1;
+} finally {
+  if (context) await context.close().catch(() => {});
+  await rm(profile, { recursive: true, force: true }).catch(() => {});
+}
+
+async function checkView(view) {
+  const page = await context.newPage();
+  const problems = [];
+  page.on("console", (m) => { if (m.type() === "error" || m.type() === "warning") problems.push(m.type() + ": " + m.text()); });
+  page.on("pageerror", (e) => problems.push("page error: " + e.message));
+  const foreign = [];
+  page.on("request", (r) => { if (!r.url().startsWith(origin + "/")) foreign.push(r.url()); });
+  try {
+    await page.setViewportSize({ width: view.width, height: view.height });
+    await page.emulateMedia({ colorScheme: view.scheme });
+    const resp = await page.goto(url, { waitUntil: "load", timeout: 30000 });
+    check(resp && resp.status() === 200, "the dashboard answers 200, not " + (resp && resp.status()));
+    await page.waitForSelector("body[data-ready=true]", { timeout: 30000 });
+    await page.evaluate(() => { window.__loadedOnce = true; });
+
+    // The header and key figures.
+    const facts = await page.evaluate(() => Object.fromEntries(
+      ["f-host", "f-version", "f-uptime", "f-idle", "k-resident", "k-hibernated", "k-sockets", "k-wakes", "k-memory"]
+        .map((id) => [id, document.getElementById(id).textContent.trim()])));
+    check(facts["f-host"] === new URL(url).host, "the header shows the node's address, not " + JSON.stringify(facts["f-host"]));
+    for (const id of ["f-version", "f-uptime", "f-idle", "k-memory"]) check(facts[id] && facts[id] !== "—", id + " is shown");
+    for (const id of ["k-resident", "k-hibernated", "k-sockets", "k-wakes"]) check(/^[0-9,]+$/.test(facts[id]), id + " is a number, not " + JSON.stringify(facts[id]));
+    const sockets = want.rooms.reduce((a, r) => a + r.sockets, 0);
+    check(Number(facts["k-sockets"].replace(/,/g, "")) >= sockets, `sockets open (${facts["k-sockets"]}) counts the ${sockets} sockets of the rooms`);
+
+    // The rooms table: every expected room, with its state, why it is
+    // awake and its sockets.
+    await page.waitForFunction((n) => document.querySelectorAll("#rooms tbody tr[data-key]").length >= n, want.rooms.length, { timeout: 10000 });
+    const rows = await page.evaluate(() => Object.fromEntries([...document.querySelectorAll("#rooms tbody tr[data-key]")].map((tr) => [tr.dataset.key, {
+      state: tr.dataset.state, awake: tr.dataset.awake, sockets: Number(tr.dataset.sockets),
+      cells: [...tr.cells].map((td) => td.textContent.trim()),
+    }])));
+    for (const r of want.rooms) {
+      const row = rows[r.key];
+      check(row, "the rooms table lists " + r.key);
+      check(row.state === r.state, `${r.key} is ${r.state}, the table says ${row.state}`);
+      check(row.awake === (r.awake || ""), `${r.key} is awake for ${JSON.stringify(r.awake || "")}, the table says ${JSON.stringify(row.awake)}`);
+      check(row.sockets === r.sockets, `${r.key} has ${r.sockets} sockets, the table says ${row.sockets}`);
+      check(/(B|KiB|MiB|GiB)$/.test(row.cells[4]), `${r.key} shows its memory, not ${JSON.stringify(row.cells[4])}`);
+      if (r.snapshot) check(/(B|KiB|MiB)$/.test(row.cells[6]), `${r.key} shows its snapshot size, not ${JSON.stringify(row.cells[6])}`);
+      if (r.label) check(row.cells.some((c) => c.includes(r.label)), `${r.key} shows "${r.label}" (cells ${JSON.stringify(row.cells)})`);
+    }
+
+    // Classes, with their rooms.
+    for (const c of want.classes) {
+      const shown = await page.locator(`#classes [data-class="${c}"]`).count();
+      check(shown === 1, "the classes list shows " + c);
+    }
+
+    if (view.full) {
+      // Filtering by text, by state, by class; sorting.
+      const keys = () => page.evaluate(() => [...document.querySelectorAll("#rooms tbody tr[data-key]")].map((tr) => tr.dataset.key));
+      const cls = want.rooms[0].key.split("/")[0];
+      await page.fill("#search", cls + "/");
+      let got = await keys();
+      check(got.length > 0 && got.every((k) => k.startsWith(cls + "/")), `filtering by "${cls}/" shows only its rooms: ${got}`);
+      await page.fill("#search", "");
+      await page.click('#state-filter button[data-state="held"]');
+      got = await keys();
+      const held = want.rooms.filter((r) => r.state === "hibernated" && r.sockets > 0).map((r) => r.key);
+      check(held.every((k) => got.includes(k)) && got.every((k) => !want.rooms.some((r) => r.key === k && !(r.state === "hibernated" && r.sockets > 0))),
+        `"Sockets held" shows the hibernated rooms with sockets (${held}), got ${got}`);
+      await page.click('#state-filter button[data-state=""]');
+      await page.click(`#classes [data-class="${cls}"]`);
+      got = await keys();
+      check(got.length > 0 && got.every((k) => k.startsWith(cls + "/")), `clicking class ${cls} shows only its rooms: ${got}`);
+      await page.click("#class-chip-clear");
+      await page.click('#rooms th[data-key="sockets"] button');
+      const sort = await page.getAttribute('#rooms th[data-key="sockets"]', "aria-sort");
+      check(sort === "descending", "clicking Sockets sorts by it, most first (aria-sort " + sort + ")");
+      const counts = await page.evaluate(() => [...document.querySelectorAll("#rooms tbody tr[data-key]")].map((tr) => Number(tr.dataset.sockets)));
+      check(counts.every((n, i) => i === 0 || counts[i - 1] >= n), "rooms sorted by sockets, most first: " + counts);
+      await page.click('#rooms th[data-key="state"] button');
+      // The last minute, second by second.
+      await page.click('#window button[data-min="1"]');
+      const label = await page.textContent("#window-label");
+      check(label.startsWith("last minute"), "the window control shows the last minute: " + label);
+    }
+
+    // The charts get a new point without a reload.
+    const before = await page.evaluate(() => Object.fromEntries([...document.querySelectorAll("svg[data-series]")]
+      .map((s) => [s.dataset.series, { points: Number(s.dataset.points), last: s.dataset.last }])));
+    for (const id of ["wakes", "hibernations", "events", "sockets"]) check(before[id], "a chart of " + id);
+    await page.waitForFunction((last) => {
+      const s = document.querySelector('svg[data-series="events"]');
+      return s.dataset.last && s.dataset.last !== last && s.querySelectorAll("path").length > 0;
+    }, before.events.last, { timeout: 15000 });
+    const still = await page.evaluate(() => window.__loadedOnce === true && performance.getEntriesByType("navigation").length === 1);
+    check(still, "the charts updated without a reload");
+
+    await page.waitForTimeout(300); // let the last redraw settle for the screenshot
+    const file = join(outDir, `dashboard-${view.name}.png`);
+    await page.screenshot({ path: file });
+    console.log("screenshot " + file);
+
+    check(foreign.length === 0, "the page loads nothing from elsewhere: " + foreign.join(", "));
+    check(problems.length === 0, "no console errors or warnings: " + problems.join("; "));
+  } finally {
+    await page.close();
+  }
+}
