@@ -322,6 +322,7 @@ func TestFlagsFromEnvironment(t *testing.T) {
 		env:       []string{"WASMKEEP_IDLE_TIMEOUT=1h", "WASMKEEP_LOG_FORMAT=json", "WASMKEEP_INTERPRETER=true"},
 		listenEnv: true,
 	})
+	n.waitOutput("node serving", healthDeadline) // the log pipe may lag /healthz
 	if log := n.stderr.String(); !strings.HasPrefix(log, "{") {
 		t.Fatalf("WASMKEEP_LOG_FORMAT=json: the log is not JSON:\n%s", log)
 	}

@@ -242,13 +242,13 @@ func (p *proc) waitHealthy(deadline time.Duration) error {
 	}
 }
 
-// waitOutput waits until the process's stdout contains want.
+// waitOutput waits until the process has printed want, on stdout or stderr.
 func (p *proc) waitOutput(want string, deadline time.Duration) {
 	p.t.Helper()
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	timeout := time.After(deadline)
-	for !strings.Contains(p.stdout.String(), want) {
+	for !strings.Contains(p.stdout.String(), want) && !strings.Contains(p.stderr.String(), want) {
 		select {
 		case <-p.exited:
 			p.t.Fatalf("wasmkeep exited with code %d before printing %q", p.cmd.ProcessState.ExitCode(), want)

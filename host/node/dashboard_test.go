@@ -43,11 +43,21 @@ func TestDashboard(t *testing.T) {
 	hibernate(t, n, "counter", "gamma")
 	hibernate(t, n, "counter", "delta")
 	lobby := wstest.Dial(t, base+"/actor/chat/lobby")
-	for range 2 {
+	for i := range 2 {
+		// The second socket gets the first's message as history first:
+		// read up to its own echo, so that the room has handled every
+		// message before it is hibernated.
 		c := wstest.Dial(t, base+"/actor/chat/support")
-		c.Send("hello")
-		if got := c.ReadText(); got != "hello" {
-			t.Fatalf("chat echo: %q", got)
+		msg := fmt.Sprintf("hello %d", i)
+		c.Send(msg)
+		for j := 0; ; j++ {
+			got := c.ReadText()
+			if got == msg {
+				break
+			}
+			if j >= i {
+				t.Fatalf("chat: %q, want the history then %q", got, msg)
+			}
 		}
 	}
 	lobby.Send("hi")
