@@ -24,7 +24,8 @@ bench:
     go test -run '^$' -bench 'ChatFootprint' -benchtime 3000x -count 3 ./host/engine/
     go test -run 'TestChatDensity' -count 1 -v ./host/engine/
     go test -run 'TestIdleSocketMemory' -count 1 -v ./host/node/ ./host/socket/
-    go test -run '^$' -bench Echo -count 2 ./host/socket/
+    WASMKEEP_IDLE_SOCKETS=50000 go test -run 'TestIdleSocketMemory' -count 1 -v ./host/node/ ./host/socket/
+    go test -run '^$' -bench Echo -count 3 ./host/socket/
     go test -run '^$' -bench . ./host/snapshot/ ./host/store/
 
 # Build the example classes to ./build/*.wasm.

@@ -352,6 +352,7 @@ func TestBadFlagsFailFast(t *testing.T) {
 		{[]string{"serve", "--max-room-memory", "0"}, "", "--max-room-memory must be 1–4096 MiB, not 0"},
 		{[]string{"serve"}, "WASMKEEP_MAX_ROOM_MEMORY=5000", "--max-room-memory must be 1–4096 MiB, not 5000"},
 		{[]string{"serve", "--max-sockets", "0"}, "", "--max-sockets must be at least 1, not 0"},
+		{[]string{"serve", "--socket-reader", "select"}, "", `--socket-reader must be auto, goroutine or epoll, not "select"`},
 		{[]string{"serve", "--max-sockets-per-ip", "-1"}, "", "--max-sockets-per-ip must be 0 (no limit) or more, not -1"},
 		{[]string{"serve", "--socket-queue-bytes", "0"}, "", "--socket-queue-bytes must be at least 1, not 0"},
 		{[]string{"serve", "--handshake-timeout", "0s"}, "", "--handshake-timeout must be more than 0, not 0s"},

@@ -48,6 +48,7 @@ func serveFlags() []cli.Flag {
 		&cli.IntFlag{Name: "socket-message-burst", Value: socket.DefaultMessageBurst, Usage: "messages a WebSocket may send at once under --socket-message-rate", EnvVars: env("socket-message-burst")},
 		&cli.IntFlag{Name: "socket-queue-frames", Value: socket.DefaultOutboundFrames, Usage: "frames waiting to be written to one WebSocket; past it the client is evicted as a slow reader", EnvVars: env("socket-queue-frames")},
 		&cli.IntFlag{Name: "socket-queue-bytes", Value: socket.DefaultOutboundBytes, Usage: "bytes waiting to be written to one WebSocket; past it the client is evicted as a slow reader", EnvVars: env("socket-queue-bytes")},
+		&cli.StringFlag{Name: "socket-reader", Value: "auto", Usage: "how idle WebSockets wait for their next frame: epoll (one epoll instance for all, no goroutine per idle socket; Linux), goroutine (a goroutine per socket), or auto (epoll where available)", EnvVars: env("socket-reader")},
 		&cli.DurationFlag{Name: "socket-write-timeout", Value: socket.DefaultWriteTimeout, Usage: "time one write to a WebSocket client may take before the client is evicted as a slow reader", EnvVars: env("socket-write-timeout")},
 		&cli.IntFlag{Name: "mailbox-size", Value: 1024, Usage: "pending events per room", EnvVars: env("mailbox-size")},
 		&cli.IntFlag{Name: "pool-size", Value: 2, Usage: "blank instances kept ready per class to speed up wakes (0 disables)", EnvVars: env("pool-size")},
@@ -78,6 +79,12 @@ func nodeConfig(c *cli.Context) (node.Config, error) {
 	logger, err := newLogger(c.String("log-level"), c.String("log-format"))
 	if err == nil {
 		err = checkLimits(c)
+	}
+	var reader socket.ReadMode
+	if err == nil {
+		if reader, err = socket.ParseReadMode(c.String("socket-reader")); err != nil {
+			err = fmt.Errorf("--socket-reader must be auto, goroutine or epoll, not %q", c.String("socket-reader"))
+		}
 	}
 	if err != nil {
 		return node.Config{}, cli.Exit("wasmkeep: "+err.Error(), 2)
@@ -123,6 +130,7 @@ func nodeConfig(c *cli.Context) (node.Config, error) {
 			OutboundFrames:    c.Int("socket-queue-frames"),
 			OutboundBytes:     c.Int("socket-queue-bytes"),
 			WriteTimeout:      c.Duration("socket-write-timeout"),
+			Reader:            reader,
 		},
 		Server: server.Config{
 			AdminToken:     c.String("admin-token"),

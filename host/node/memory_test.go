@@ -37,12 +37,21 @@ func TestIdleSocketMemory(t *testing.T) {
 	if testing.Short() || raceEnabled {
 		t.Skip("opens 10,000 sockets; skipped under -short and -race")
 	}
-	const rooms_ = 100
-	n := 10000
-	if limit := memtest.RaiseFileLimit(t); limit < uint64(n)+500 {
-		n = int(limit) - 500
+	for _, mode := range []socket.ReadMode{socket.ReadEpoll, socket.ReadGoroutine} {
+		t.Run(mode.String(), func(t *testing.T) { idleSocketMemory(t, mode) })
 	}
-	node := startNode(t, Config{Sockets: socket.Config{PingInterval: time.Hour, MaxSockets: n + 10}})
+}
+
+func idleSocketMemory(t *testing.T, mode socket.ReadMode) {
+	const rooms_ = 100
+	n := memtest.IdleSockets(t, 10000)
+	// Leave the node room for its other descriptors: near the limit,
+	// accepts fail now and then with EMFILE.
+	if limit := memtest.RaiseFileLimit(t, uint64(n)+2000); limit < uint64(n)+2000 {
+		n = int(limit) - 2000
+		t.Logf("RLIMIT_NOFILE %d: measuring %d sockets", limit, n)
+	}
+	node := startNode(t, Config{Sockets: socket.Config{PingInterval: time.Hour, MaxSockets: n + 10, Reader: mode}})
 	putClass(t, node, "chat", "./examples/chat")
 	var urls []string
 	for i := range rooms_ {
@@ -82,8 +91,8 @@ func TestIdleSocketMemory(t *testing.T) {
 	}
 	after := memtest.Take(t)
 	heap, stack, rss := memtest.Per(after, before, n)
-	t.Logf("%d idle sockets over %d hibernated rooms, node side, per socket: heap %.0f B + stack %.0f B = %.0f B; RSS %.0f B",
-		n, rooms_, heap, stack, heap+stack, rss)
+	t.Logf("%d idle sockets read with %v over %d hibernated rooms, node side, per socket: heap %.0f B + stack %.0f B = %.0f B; RSS %.0f B",
+		n, mode, rooms_, heap, stack, heap+stack, rss)
 	// A loose bound, well above the measured figure, so a leak or a buffer
 	// kept per idle socket shows up here.
 	if heap+stack > 8192 {
@@ -98,7 +107,7 @@ func TestHelperSocketClients(t *testing.T) {
 		t.Skip("helper process for TestIdleSocketMemory")
 	}
 	n, _ := strconv.Atoi(os.Getenv(envClientN))
-	memtest.RaiseFileLimit(t)
+	memtest.RaiseFileLimit(t, uint64(n)+1000)
 	clients := make([]*wstest.Client, n)
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -109,7 +118,7 @@ func TestHelperSocketClients(t *testing.T) {
 				if i >= n {
 					return
 				}
-				c, err := wstest.DialErr(urls[i%len(urls)], nil)
+				c, err := wstest.DialWith(urls[i%len(urls)], nil, memtest.LoopbackDialer(i))
 				if err != nil {
 					fmt.Fprintf(os.Stderr, "dial %d: %v\n", i, err)
 					os.Exit(2)

@@ -23,7 +23,7 @@ func TestSocketsAcrossHibernations(t *testing.T) {
 	if raceEnabled || testing.Short() {
 		sockets, roomCount, rounds = 200, 20, 4
 	}
-	memtest.RaiseFileLimit(t)
+	memtest.RaiseFileLimit(t, 0)
 	n := startNode(t, Config{Rooms: rooms.Config{IdleTimeout: 30 * time.Millisecond}})
 	putClass(t, n, "echo", "./testdata/guests/echo")
 

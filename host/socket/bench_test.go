@@ -17,8 +17,10 @@ func (echoHandler) OnClose(*Conn, int, string)               {}
 
 // BenchmarkEcho64 measures round trips of 64-byte binary messages on one
 // socket: the client waits for each echo before sending the next.
-func BenchmarkEcho64(b *testing.B) {
-	c := benchClient(b)
+func BenchmarkEcho64(b *testing.B) { forEachReader(b, echo64) }
+
+func echo64(b *testing.B, mode ReadMode) {
+	c := benchClient(b, mode)
 	frame := ws.MustCompileFrame(ws.MaskFrame(ws.NewBinaryFrame(make([]byte, 64))))
 	b.SetBytes(64)
 	b.ResetTimer()
@@ -32,9 +34,11 @@ func BenchmarkEcho64(b *testing.B) {
 
 // BenchmarkEcho64Pipelined measures the throughput of 64-byte echoes on one
 // socket with up to 128 messages in flight, written 32 per write.
-func BenchmarkEcho64Pipelined(b *testing.B) {
+func BenchmarkEcho64Pipelined(b *testing.B) { forEachReader(b, echo64Pipelined) }
+
+func echo64Pipelined(b *testing.B, mode ReadMode) {
 	const window, perWrite = 128, 32
-	c := benchClient(b)
+	c := benchClient(b, mode)
 	frame := ws.MustCompileFrame(ws.MaskFrame(ws.NewBinaryFrame(make([]byte, 64))))
 	batch := make([]byte, 0, perWrite*len(frame))
 	for range perWrite {
@@ -88,11 +92,18 @@ func BenchmarkEcho64Pipelined(b *testing.B) {
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
 }
 
-func benchClient(b *testing.B) *client {
+// forEachReader runs a benchmark once per read mode.
+func forEachReader(b *testing.B, bench func(*testing.B, ReadMode)) {
+	for _, mode := range []ReadMode{ReadEpoll, ReadGoroutine} {
+		b.Run(mode.String(), func(b *testing.B) { bench(b, mode) })
+	}
+}
+
+func benchClient(b *testing.B, mode ReadMode) *client {
 	b.Helper()
 	// The message rate is off: the default bucket (1000 a second) would
 	// measure itself.
-	s := newServer(b, Config{MessageRate: Unlimited}, echoHandler{})
+	s := newServer(b, Config{MessageRate: Unlimited, Reader: mode}, echoHandler{})
 	c := dial(b, s.url)
 	c.r = bufio.NewReaderSize(c.r, 64<<10) // the client's reads are not what we measure
 	return c

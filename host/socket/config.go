@@ -1,6 +1,9 @@
 package socket
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // Config holds the limits and timings of a [Hub]. The zero value of every
 // field (or a negative value) means the documented default, so Config{} is a
@@ -89,6 +92,50 @@ type Config struct {
 	// client's close frame before its TCP connection is closed, and the
 	// write deadline for a close frame echoed to a client. Default 2 s.
 	CloseTimeout time.Duration
+
+	// Reader is how sockets wait for their next frame. ReadEpoll (Linux
+	// only) watches every idle socket of the hub from one epoll instance,
+	// so that an idle socket has no goroutine; ReadGoroutine gives each
+	// socket a goroutine blocked in a read (2 KiB of stack). Both read and
+	// handle frames the same way once bytes arrive. Default (ReadAuto):
+	// ReadEpoll on Linux, ReadGoroutine elsewhere; ReadEpoll where epoll is
+	// not available means ReadGoroutine. A connection without a file
+	// descriptor (TLS, a pipe) is always read by a goroutine.
+	Reader ReadMode
+}
+
+// ReadMode is how a hub's sockets wait for their next frame: see
+// [Config.Reader].
+type ReadMode uint8
+
+// Read modes.
+const (
+	ReadAuto      ReadMode = iota // ReadEpoll where available, else ReadGoroutine
+	ReadGoroutine                 // a goroutine per socket, blocked in a read
+	ReadEpoll                     // idle sockets watched by the hub's epoll instance
+)
+
+// String returns the mode's name, as ParseReadMode takes it.
+func (m ReadMode) String() string {
+	switch m {
+	case ReadAuto:
+		return "auto"
+	case ReadGoroutine:
+		return "goroutine"
+	case ReadEpoll:
+		return "epoll"
+	}
+	return fmt.Sprintf("ReadMode(%d)", uint8(m))
+}
+
+// ParseReadMode parses "auto", "goroutine" or "epoll".
+func ParseReadMode(s string) (ReadMode, error) {
+	for _, m := range []ReadMode{ReadAuto, ReadGoroutine, ReadEpoll} {
+		if s == m.String() {
+			return m, nil
+		}
+	}
+	return 0, fmt.Errorf("socket: unknown read mode %q (want auto, goroutine or epoll)", s)
 }
 
 // Defaults of the Config fields.
@@ -149,5 +196,12 @@ func (c Config) withDefaults() Config {
 	setDur(&c.RetryAfter, DefaultRetryAfter)
 	setDur(&c.HandshakeTimeout, DefaultHandshakeTimeout)
 	setDur(&c.CloseTimeout, DefaultCloseTimeout)
+	switch {
+	case c.Reader == ReadGoroutine:
+	case epollSupported:
+		c.Reader = ReadEpoll
+	default:
+		c.Reader = ReadGoroutine
+	}
 	return c
 }

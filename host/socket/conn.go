@@ -1,13 +1,13 @@
 package socket
 
 import (
-	"bufio"
 	"errors"
 	"net"
 	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/wasmkeep/wasmkeep/abi"
@@ -47,13 +47,18 @@ type Conn struct {
 	started  atomic.Bool
 	lastSeen atomic.Int64 // hub clock of the last frame read
 
-	// Reader goroutine only (one at a time, see readLoop).
-	br     *bufio.Reader // pooled; held only while read bytes are buffered
-	carry  []byte        // bytes read by net/http behind the handshake request
-	hb     [14]byte      // frame header
-	msg    []byte        // fragmented message being reassembled
-	msgOp  byte          // its opcode; 0 when none is in progress
-	msgTAT int64         // inbound message bucket (gcra)
+	// raw is set (by Start, under mu) when the socket is read through the
+	// hub's poller; rstate is then its reader state (rsIdle, rsReady).
+	raw    syscall.RawConn
+	rstate atomic.Uint32
+
+	// Reader goroutine only (one at a time, see readLoop and pollRead).
+	rb     *readBuf // pooled; held only while read bytes are buffered
+	carry  []byte   // bytes read by net/http behind the handshake request
+	hb     [14]byte // frame header
+	msg    []byte   // fragmented message being reassembled
+	msgOp  byte     // its opcode; 0 when none is in progress
+	msgTAT int64    // inbound message bucket (gcra)
 
 	mu    sync.Mutex
 	space sync.Cond // on mu: the reader waits here for inbound room
@@ -110,6 +115,15 @@ func (c *Conn) Start(h Handler) {
 		panic("socket: Conn started twice")
 	}
 	c.handler = h
+	if p := c.hub.poll; p != nil {
+		if raw := p.add(c); raw != nil {
+			c.mu.Lock()
+			c.raw = raw
+			c.mu.Unlock()
+			go c.pollRead()
+			return
+		}
+	}
 	go c.readLoop()
 }
 
@@ -274,6 +288,11 @@ func (c *Conn) deadlineLocked(d time.Duration) {
 	}
 	c.closeDeadline = t
 	_ = c.conn.SetDeadline(t)
+	if c.raw != nil {
+		// An idle socket has no reader to time out: give it one, which
+		// waits for the client's last frames in a read under the deadline.
+		c.wake()
+	}
 }
 
 // closeTCP closes the connection once; the reader then ends and reports the
@@ -292,8 +311,15 @@ func (c *Conn) closeTCP() {
 		close(c.tcpDone)
 	}
 	c.space.Broadcast()
+	raw := c.raw
 	c.mu.Unlock()
+	if raw != nil {
+		c.hub.poll.remove(raw)
+	}
 	_ = c.conn.Close()
+	if raw != nil {
+		c.wake() // an idle socket's reader must see the end and report it
+	}
 }
 
 // abort cuts the connection without a close frame (CloseAll past its

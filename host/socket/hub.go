@@ -26,6 +26,7 @@ type Hub struct {
 	cfg     Config
 	m       *hubMetrics
 	adm     *admission // nil without per-address limits
+	poll    *poller    // ReadEpoll's; nil with ReadGoroutine
 	msgRate gcra       // each socket's inbound message bucket
 	start   time.Time  // origin of the monotonic clock returned by now
 	count   atomic.Int64
@@ -72,6 +73,14 @@ func NewHub(cfg Config, set *metrics.Set) *Hub {
 	}
 	for i := range h.shards {
 		h.shards[i].m = make(map[uint64]*Conn)
+	}
+	if h.cfg.Reader == ReadEpoll {
+		p, err := newPoller(h)
+		if err != nil {
+			h.cfg.Reader = ReadGoroutine
+		} else {
+			h.poll = p
+		}
 	}
 	h.upgrader = ws.HTTPUpgrader{Timeout: h.cfg.HandshakeTimeout}
 	h.adm = newAdmission(h.cfg)
@@ -238,6 +247,9 @@ func (h *Hub) release(ip *ipEntry) {
 	if h.count.Add(-1) != 0 {
 		return
 	}
+	if h.closed.Load() {
+		h.closePoller()
+	}
 	h.waitMu.Lock()
 	ws := h.waiters
 	h.waiters = nil
@@ -254,6 +266,23 @@ func (h *Hub) remove(c *Conn) {
 	delete(s.m, c.id)
 	s.mu.Unlock()
 	h.release(c.ip)
+}
+
+// lookup returns the open socket with id, or nil.
+func (h *Hub) lookup(id uint64) *Conn {
+	s := &h.shards[id%shardCount]
+	s.mu.Lock()
+	c := s.m[id]
+	s.mu.Unlock()
+	return c
+}
+
+// closePoller ends the poller once the hub is closed and has no socket
+// left (sockets open at Close go on being read until they close).
+func (h *Hub) closePoller() {
+	if h.poll != nil {
+		h.poll.close()
+	}
 }
 
 // snapshot appends the sockets of shard i to buf.
@@ -370,9 +399,13 @@ func (h *Hub) CloseAll(ctx context.Context, code int, reason string) error {
 
 // Close stops the ping loop and makes further upgrades fail with HTTP 503
 // (the node is going away: not a limit, so not 429).
-// Open sockets are left as they are; close them with CloseAll.
+// Open sockets are left as they are; close them with CloseAll. (With
+// ReadEpoll, the hub's poller ends when the last of them is gone.)
 func (h *Hub) Close() {
 	h.closed.Store(true)
 	h.stopped.Do(func() { close(h.stop) })
 	h.loop.Wait()
+	if h.count.Load() == 0 {
+		h.closePoller()
+	}
 }

@@ -54,6 +54,11 @@ func (h *countingHandler) OnClose(*Conn, int, string)   { h.closes.Add(1) }
 // sockets: right after the handshake, and again after each socket has
 // received and sent one message (so read buffers, writer and delivery
 // goroutines have come and gone).
+//
+// It measures both read modes, one after the other: ReadGoroutine (a
+// goroutine per socket, blocked in a read) and ReadEpoll (idle sockets in
+// the hub's epoll instance, no goroutine). $WASMKEEP_IDLE_SOCKETS sets the
+// count (`just bench` measures 50,000 too).
 func TestIdleSocketMemory(t *testing.T) {
 	if testing.Short() {
 		t.Skip("opens 10,000 sockets")
@@ -61,12 +66,21 @@ func TestIdleSocketMemory(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector allows 8128 goroutines and inflates memory")
 	}
-	n := 10000
-	if limit := memtest.RaiseFileLimit(t); limit < uint64(n)+200 {
-		n = int(limit) - 200
+	for _, mode := range []ReadMode{ReadEpoll, ReadGoroutine} {
+		t.Run(mode.String(), func(t *testing.T) { idleSocketMemory(t, mode) })
+	}
+}
+
+func idleSocketMemory(t *testing.T, mode ReadMode) {
+	n := memtest.IdleSockets(t, 10000)
+	if limit := memtest.RaiseFileLimit(t, uint64(n)+2000); limit < uint64(n)+2000 {
+		n = int(limit) - 2000
 		t.Logf("RLIMIT_NOFILE %d: measuring %d sockets", limit, n)
 	}
-	hub := NewHub(Config{PingInterval: time.Hour, MaxSockets: n}, metrics.NewSet())
+	hub := NewHub(Config{PingInterval: time.Hour, MaxSockets: n, Reader: mode}, metrics.NewSet())
+	if hub.cfg.Reader != mode {
+		t.Fatalf("hub reads with %v, want %v", hub.cfg.Reader, mode)
+	}
 	defer hub.Close()
 	h := &countingHandler{}
 	var started atomic.Int64
@@ -117,12 +131,18 @@ func TestIdleSocketMemory(t *testing.T) {
 	}
 	expect("ready")
 	eventually(t, "all sockets started", func() bool { return started.Load() == int64(n) })
-	// Handshake goroutines of net/http are gone: one reader per socket.
-	eventually(t, "goroutines settled", func() bool { return runtime.NumGoroutine() <= baseGoroutines+n+5 })
+	// Handshake goroutines of net/http are gone: one reader per socket, or
+	// none with epoll.
+	perSocket := 1
+	if mode == ReadEpoll {
+		perSocket = 0
+	}
+	settled := func() bool { return runtime.NumGoroutine() <= baseGoroutines+perSocket*n+5 }
+	eventually(t, "goroutines settled", settled)
 	idle := memtest.Take(t)
 	hi, si, ri := memtest.Per(idle, before, n)
 
-	t.Logf("%d idle sockets, server side, per socket (goroutine starting stack now %d B):", n, startingStack())
+	t.Logf("%d idle sockets read with %v, server side, per socket (goroutine starting stack now %d B):", n, mode, startingStack())
 	t.Logf("  after handshake:       heap %.0f B + stack %.0f B = %.0f B; RSS %.0f B", hi, si, hi+si, ri)
 	if hi+si > 4096 {
 		t.Errorf("an idle socket costs more than 4 KiB of heap and stack")
@@ -160,7 +180,7 @@ func TestIdleSocketMemory(t *testing.T) {
 			}
 			return true
 		})
-		eventually(t, "goroutines settled", func() bool { return runtime.NumGoroutine() <= baseGoroutines+n+5 })
+		eventually(t, "goroutines settled", settled)
 		after := memtest.Take(t)
 		ha, sa, ra := memtest.Per(after, before, n)
 		t.Logf("  after message round %d: heap %.0f B + stack %.0f B = %.0f B; RSS %.0f B (starting stack %d B)",
@@ -185,7 +205,7 @@ func TestHelperIdleClients(t *testing.T) {
 		t.Skip("helper process for TestIdleSocketMemory")
 	}
 	n, _ := strconv.Atoi(os.Getenv(envClientN))
-	memtest.RaiseFileLimit(t)
+	memtest.RaiseFileLimit(t, uint64(n)+1000)
 	url := "ws://" + addr + "/"
 	conns := make([]*client, n)
 	var next atomic.Int64
@@ -197,7 +217,8 @@ func TestHelperIdleClients(t *testing.T) {
 				if i >= n {
 					return
 				}
-				conn, br, _, err := ws.Dial(context.Background(), url)
+				nd := memtest.LoopbackDialer(i)
+				conn, br, _, err := ws.Dialer{NetDial: nd.DialContext}.Dial(context.Background(), url)
 				if err != nil {
 					fmt.Fprintf(os.Stderr, "dial %d: %v\n", i, err)
 					os.Exit(2)

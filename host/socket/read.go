@@ -1,8 +1,8 @@
 package socket
 
 import (
-	"bufio"
 	"encoding/binary"
+	"errors"
 	"io"
 	"slices"
 	"sync"
@@ -22,8 +22,31 @@ const readBufferSize = 4096
 // committed only as the payload comes in.
 const growStep = 64 << 10
 
-var readerPool = sync.Pool{
-	New: func() any { return bufio.NewReaderSize(nil, readBufferSize) },
+// readBuf is a pooled read buffer: b[r:w] is read and not yet consumed.
+// fn, set on first use by the epoll reader, fills it without blocking
+// through a RawConn; it is kept with the buffer so that such a read
+// allocates nothing.
+type readBuf struct {
+	b    [readBufferSize]byte
+	r, w int
+	n    int   // fn's result
+	err  error // fn's result
+	fn   func(fd uintptr) bool
+}
+
+var readPool = sync.Pool{
+	New: func() any { return new(readBuf) },
+}
+
+func getReadBuf() *readBuf {
+	rb := readPool.Get().(*readBuf)
+	rb.r, rb.w = 0, 0
+	return rb
+}
+
+func putReadBuf(rb *readBuf) {
+	rb.err = nil
+	readPool.Put(rb)
 }
 
 // frameHeader is a parsed frame header.
@@ -38,7 +61,8 @@ type frameHeader struct {
 }
 
 // source reads the carried handshake bytes, then through the pooled buffer
-// (taken on first use).
+// (taken on first use). A read of at least a buffer's size with nothing
+// buffered goes straight to the connection.
 type source Conn
 
 func (s *source) Read(p []byte) (int, error) {
@@ -51,23 +75,36 @@ func (s *source) Read(p []byte) (int, error) {
 		}
 		return n, nil
 	}
-	if c.br == nil {
-		c.br = readerPool.Get().(*bufio.Reader)
-		c.br.Reset(c.conn)
+	rb := c.rb
+	if rb == nil || rb.r == rb.w {
+		if len(p) >= readBufferSize {
+			return c.conn.Read(p)
+		}
+		if rb == nil {
+			rb = getReadBuf()
+			c.rb = rb
+		}
+		n, err := c.conn.Read(rb.b[:])
+		rb.r, rb.w = 0, n
+		if n == 0 {
+			return 0, err
+		}
+		// An error that came with data comes back on the next read.
 	}
-	return c.br.Read(p)
+	n := copy(p, rb.b[rb.r:rb.w])
+	rb.r += n
+	return n, nil
 }
 
 // releaseBuffer returns the read buffer to the pool once nothing waits in it
 // (or with force), so that an idle socket holds none. It reports whether
 // the socket has no read bytes pending, buffer or carry.
 func (c *Conn) releaseBuffer(force bool) bool {
-	if c.br != nil && (force || c.br.Buffered() == 0) {
-		c.br.Reset(nil)
-		readerPool.Put(c.br)
-		c.br = nil
+	if c.rb != nil && (force || c.rb.r == c.rb.w) {
+		putReadBuf(c.rb)
+		c.rb = nil
 	}
-	return c.br == nil && len(c.carry) == 0
+	return c.rb == nil && len(c.carry) == 0
 }
 
 // readHeader reads one frame header, of which the first have bytes are
@@ -162,7 +199,7 @@ var (
 
 // readLoop reads frames, answers control frames and queues complete
 // messages for delivery, until the connection ends; then it reports the
-// close.
+// close. It is the reader of a socket read by goroutines (ReadGoroutine).
 //
 // Each idle wait happens on a fresh goroutine: when a burst of frames has
 // been handled and nothing is left in the read buffer, the goroutine starts
@@ -173,19 +210,29 @@ var (
 // KiB. The cost is one goroutine start per burst.
 func (c *Conn) readLoop() {
 	have := 0
-	if c.br == nil && len(c.carry) == 0 {
+	if c.rb == nil && len(c.carry) == 0 {
 		// Idle: wait for the first bytes of the next frame with as few
 		// frames on the stack as possible, straight into c.hb.
-		for have < 2 {
-			n, err := c.conn.Read(c.hb[have:2])
-			have += n
-			if err != nil && have < 2 {
-				c.finishRead(nil, false)
-				return
-			}
+		var ok bool
+		if have, ok = c.waitHeader(); !ok {
+			c.finishRead(nil, false)
+			return
 		}
 	}
 	c.burst(have)
+}
+
+// waitHeader reads the first two bytes of a frame header into c.hb,
+// blocking. It reports false if the connection ended first.
+func (c *Conn) waitHeader() (have int, ok bool) {
+	for have < 2 {
+		n, err := c.conn.Read(c.hb[have:2])
+		have += n
+		if err != nil && have < 2 {
+			return have, false
+		}
+	}
+	return have, true
 }
 
 // burst handles frames while read bytes are pending, then hands the socket
@@ -214,6 +261,119 @@ func (c *Conn) burst(have int) {
 			go c.readLoop()
 			return
 		}
+	}
+}
+
+// The reader state of a socket read through the hub's poller (ReadEpoll),
+// in Conn.rstate. Zero: a goroutine owns the socket's read state (it is
+// reading, or is about to look for bytes).
+const (
+	rsIdle  = 1 << iota // no goroutine reads: the socket waits in the poller
+	rsReady             // woken while a goroutine read: it must look again
+)
+
+// errWait is returned by poll for a closing socket: its reader waits for
+// the client's last frames with a blocking read, bounded by the close
+// deadline, rather than in the poller.
+var errWait = errors.New("socket: closing, wait in a read")
+
+// errAgain is returned by fill when the socket has nothing to read.
+var errAgain = errors.New("socket: nothing to read")
+
+// wake is called by the poller when the socket is readable, and by whatever
+// must make its reader look at it (its TCP was closed, a close deadline was
+// set): an idle socket gets a reader goroutine; a socket being read is
+// marked so that its reader does not leave it idle without looking again.
+func (c *Conn) wake() {
+	for {
+		s := c.rstate.Load()
+		if s&rsIdle != 0 {
+			if c.rstate.CompareAndSwap(s, 0) {
+				go c.pollRead()
+				return
+			}
+			continue
+		}
+		if s&rsReady != 0 || c.rstate.CompareAndSwap(s, s|rsReady) {
+			return
+		}
+	}
+}
+
+// poll looks for bytes on a socket read through the poller, without
+// blocking: it returns more when bytes are now buffered (in c.rb); without
+// more and error, the socket has been left idle in the poller and the
+// caller no longer owns its read state. The error is the connection's
+// (it has ended) or errWait.
+func (c *Conn) poll() (more bool, err error) {
+	for {
+		c.rstate.Store(0) // from here on, a wake makes us look again
+		switch err := c.fill(); {
+		case err == nil:
+			return true, nil
+		case err != errAgain:
+			return false, err
+		}
+		c.mu.Lock()
+		closing := c.closing
+		c.mu.Unlock()
+		if closing {
+			return false, errWait
+		}
+		if c.rstate.CompareAndSwap(0, rsIdle) {
+			return false, nil
+		}
+	}
+}
+
+// pollRead is the reader of a socket read through the hub's poller: started
+// by the poller when an idle socket becomes readable, it handles frames
+// while bytes arrive and exits when a read finds none, leaving the socket
+// idle in the poller, with no goroutine. A frame that arrives in pieces is
+// finished with blocking reads (the goroutine then waits in the Go
+// runtime's poller until the rest comes), and so is the closing handshake
+// (under the close deadline); idle sockets never hold a goroutine or a
+// buffer.
+//
+// When a message needs delivering and no delivery goroutine runs, this
+// goroutine becomes it, as in burst: reading goes on on a fresh goroutine if
+// bytes are pending, in the poller otherwise.
+func (c *Conn) pollRead() {
+	have := 0
+	for {
+		if have == 0 && c.releaseBuffer(false) {
+			more, err := c.poll()
+			switch {
+			case err == errWait:
+				var ok bool
+				if have, ok = c.waitHeader(); !ok {
+					c.finishRead(nil, false)
+					return
+				}
+			case err != nil:
+				c.finishRead(nil, false)
+				return
+			case !more:
+				return // idle in the poller
+			}
+		}
+		perr, clientClosed, deliver, err := c.readFrame(have)
+		have = 0
+		if err != nil || perr != nil || clientClosed {
+			c.finishRead(perr, clientClosed)
+			return
+		}
+		if !deliver {
+			continue
+		}
+		if !c.releaseBuffer(false) {
+			go c.pollRead()
+		} else if more, err := c.poll(); more || err != nil {
+			go c.pollRead() // it meets the error again, or waits
+		}
+		// From here on this goroutine touches no read state.
+		c.dispatch()
+		return
 	}
 }
 

@@ -3,6 +3,7 @@
 package memtest
 
 import (
+	"net"
 	"os"
 	"runtime"
 	"runtime/debug"
@@ -12,18 +13,58 @@ import (
 	"testing"
 )
 
-// RaiseFileLimit raises RLIMIT_NOFILE to its hard limit and returns it.
-func RaiseFileLimit(tb testing.TB) uint64 {
+// RaiseFileLimit raises RLIMIT_NOFILE so that the process can hold want
+// descriptors, past the hard limit where the process may (root), else to
+// the hard limit, and returns the limit it got.
+func RaiseFileLimit(tb testing.TB, want uint64) uint64 {
 	tb.Helper()
 	var lim syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
 		tb.Fatal(err)
+	}
+	if want > lim.Max {
+		raised := syscall.Rlimit{Cur: want, Max: want}
+		if syscall.Setrlimit(syscall.RLIMIT_NOFILE, &raised) == nil {
+			return want
+		}
 	}
 	lim.Cur = lim.Max
 	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
 		tb.Fatal(err)
 	}
 	return lim.Cur
+}
+
+// perSource is how many client sockets tests open from one loopback
+// address: the ephemeral port range (32768–60999 by default) bounds the
+// connections from one address to one server address.
+const perSource = 20000
+
+// LoopbackDialer returns the dialer the i-th of many client sockets should
+// use: from 127.0.0.1, then .2 every 20,000 sockets (all of 127/8 is
+// loopback on Linux), with its port chosen at connect rather than at bind
+// (see dialControl), so that tests running at once do not take each
+// other's ports.
+func LoopbackDialer(i int) *net.Dialer {
+	return &net.Dialer{
+		LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(1+i/perSource))},
+		Control:   dialControl,
+	}
+}
+
+// IdleSockets is how many sockets the idle-socket memory tests open:
+// $WASMKEEP_IDLE_SOCKETS, or def (the bench recipe measures 50,000).
+func IdleSockets(tb testing.TB, def int) int {
+	tb.Helper()
+	v := os.Getenv("WASMKEEP_IDLE_SOCKETS")
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > 200000 {
+		tb.Fatalf("WASMKEEP_IDLE_SOCKETS=%q: want a count from 1 to 200000", v)
+	}
+	return n
 }
 
 // Sample is the process's memory at one moment.

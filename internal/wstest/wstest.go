@@ -51,8 +51,18 @@ func Dial(tb testing.TB, url string) *Client {
 // DialErr opens a WebSocket and returns the handshake error, with the HTTP
 // status for a refused upgrade.
 func DialErr(url string, header http.Header) (*Client, error) {
+	return DialWith(url, header, nil)
+}
+
+// DialWith is DialErr through a given dialer (nil: the default), for
+// tests that open more sockets than one local address has ports.
+func DialWith(url string, header http.Header, nd *net.Dialer) (*Client, error) {
 	url = strings.Replace(strings.Replace(url, "http://", "ws://", 1), "https://", "wss://", 1)
 	d := ws.Dialer{Timeout: Timeout}
+	if nd != nil {
+		nd.Timeout = Timeout
+		d.NetDial = nd.DialContext
+	}
 	if header != nil {
 		d.Header = ws.HandshakeHeaderHTTP(header)
 	}
