@@ -177,6 +177,22 @@ func TestRoomsCommands(t *testing.T) {
 		t.Fatalf("rooms --server URL hibernate: %v", r)
 	}
 	expectState("counter/x", "hibernated 0")
+
+	// Pinning wakes the room and keeps it; unpinning lets it sleep.
+	if got := n.ok("rooms", "pin", "counter", "x"); got != "room counter/x pinned\n" {
+		t.Fatalf("rooms pin printed %q", got)
+	}
+	expectState("counter/x", "resident 0")
+	if got := facts("counter/x"); !strings.HasPrefix(got, "pinned ") {
+		t.Fatalf("counter/x, pinned: %q", got)
+	}
+	if got := n.ok("rooms", "unpin", "counter", "x"); got != "room counter/x unpinned\n" {
+		t.Fatalf("rooms unpin printed %q", got)
+	}
+	if got := facts("counter/x"); !strings.HasPrefix(got, "recent ") {
+		t.Fatalf("counter/x, unpinned: %q", got)
+	}
+	n.fails("no such room", "rooms", "pin", "counter", "nobody")
 }
 
 // TestUsageErrors: wrong usage exits with code 2 and a usage line, before

@@ -231,7 +231,7 @@ func roomsCommand() *cli.Command {
 		),
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 0 {
-				return usage(c, "rooms [--server URL] [--watch [--interval D]]\n       wasmkeep rooms hibernate [--server URL] CLASS NAME")
+				return usage(c, "rooms [--server URL] [--watch [--interval D]]\n       wasmkeep rooms hibernate|pin|unpin [--server URL] CLASS NAME")
 			}
 			interval := c.Duration("interval")
 			if interval <= 0 {
@@ -249,23 +249,32 @@ func roomsCommand() *cli.Command {
 			return watchRooms(c, client, interval)
 		},
 		Subcommands: []*cli.Command{
-			{
-				Name:      "hibernate",
-				Usage:     "hibernate a room now",
-				ArgsUsage: "CLASS NAME",
-				Flags:     clientFlags(),
-				Action: func(c *cli.Context) error {
-					if c.NArg() != 2 {
-						return usage(c, "rooms hibernate [--server URL] CLASS NAME")
-					}
-					path := "/admin/rooms/" + url.PathEscape(c.Args().Get(0)) + "/" + url.PathEscape(c.Args().Get(1)) + "/hibernate"
-					if err := newAdminClient(c).do(http.MethodPost, path, nil, nil); err != nil {
-						return err
-					}
-					fmt.Fprintf(c.App.Writer, "room %s/%s hibernated\n", c.Args().Get(0), c.Args().Get(1))
-					return nil
-				},
-			},
+			roomAction("hibernate", "hibernate a room now", "hibernated"),
+			roomAction("pin", "keep a room in memory (waking it): the idle timeout and --max-resident leave it until unpinned; a restart forgets pins", "pinned"),
+			roomAction("unpin", "let a pinned room sleep again when idle", "unpinned"),
+		},
+	}
+}
+
+// roomAction is `wasmkeep rooms VERB CLASS NAME`: a POST to the room's
+// admin path /admin/rooms/CLASS/NAME/VERB, reported as "room CLASS/NAME
+// DONE".
+func roomAction(verb, help, done string) *cli.Command {
+	return &cli.Command{
+		Name:      verb,
+		Usage:     help,
+		ArgsUsage: "CLASS NAME",
+		Flags:     clientFlags(),
+		Action: func(c *cli.Context) error {
+			if c.NArg() != 2 {
+				return usage(c, "rooms "+verb+" [--server URL] CLASS NAME")
+			}
+			path := "/admin/rooms/" + url.PathEscape(c.Args().Get(0)) + "/" + url.PathEscape(c.Args().Get(1)) + "/" + verb
+			if err := newAdminClient(c).do(http.MethodPost, path, nil, nil); err != nil {
+				return err
+			}
+			fmt.Fprintf(c.App.Writer, "room %s/%s %s\n", c.Args().Get(0), c.Args().Get(1), done)
+			return nil
 		},
 	}
 }

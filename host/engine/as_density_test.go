@@ -5,7 +5,6 @@ package engine
 import (
 	"context"
 	"testing"
-	"time"
 )
 
 // TestChatDensity measures, with TestDensity's method (the growth of the
@@ -33,28 +32,8 @@ func TestChatDensity(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			rooms := make([]*Instance, n)
-			closeAll := func() {
-				for i, r := range rooms {
-					if r != nil {
-						r.Close()
-					}
-					rooms[i] = nil
-				}
-			}
-			defer closeAll()
-			phase := func(what string, step func(i int) *Instance) {
-				t.Helper()
-				base := takeMemSample(t)
-				ds := make([]time.Duration, n)
-				for i := range rooms {
-					t0 := time.Now()
-					rooms[i] = step(i)
-					ds[i] = time.Since(t0)
-				}
-				reportDensity(t, cc.name+" chat, "+what, n, base, takeMemSample(t), ds)
-			}
-			phase("started, 100 messages", func(i int) *Instance {
+			d := newDensityRun(t, cc.name+" chat, ", n)
+			d.phase("started, 100 messages", func(i int) *Instance {
 				inst, err := c.Start(ctx, &fakeHost{})
 				if err != nil {
 					t.Fatal(err)
@@ -64,9 +43,9 @@ func TestChatDensity(t *testing.T) {
 				}
 				return inst
 			})
-			man, segs := takeSnapshot(t, rooms[0], nil)
-			closeAll()
-			phase("restored, page served", func(i int) *Instance {
+			man, segs := takeSnapshot(t, d.rooms[0], nil)
+			d.closeAll()
+			d.phase("restored, page served", func(i int) *Instance {
 				inst, err := c.Restore(ctx, man, segs, &fakeHost{})
 				if err != nil {
 					t.Fatal(err)

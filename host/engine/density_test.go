@@ -133,38 +133,13 @@ func TestDensity(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			rooms := make([]*Instance, n)
-			closeAll := func() {
-				for i, r := range rooms {
-					if r != nil {
-						r.Close()
-					}
-					rooms[i] = nil
-				}
-			}
-			defer closeAll()
-			// phase runs step on every room and reports what a room costs
-			// since the last phase that had no rooms before it.
-			var base memSample
-			phase := func(what string, step func(i int) *Instance) {
-				t.Helper()
-				if rooms[0] == nil {
-					base = takeMemSample(t)
-				}
-				ds := make([]time.Duration, n)
-				for i := range rooms {
-					t0 := time.Now()
-					rooms[i] = step(i)
-					ds[i] = time.Since(t0)
-				}
-				reportDensity(t, what, n, base, takeMemSample(t), ds)
-			}
+			d := newDensityRun(t, "", n)
 			trim := func(i int) *Instance {
-				rooms[i].trimMemory()
-				return rooms[i]
+				d.rooms[i].trimMemory()
+				return d.rooms[i]
 			}
 
-			phase("started", func(i int) *Instance {
+			d.phase("started", func(i int) *Instance {
 				inst, err := c.Start(ctx, &fakeHost{})
 				if err != nil {
 					t.Fatal(err)
@@ -174,10 +149,10 @@ func TestDensity(t *testing.T) {
 				}
 				return inst
 			})
-			phase("started, trimmed", trim)
-			man, segs := takeSnapshot(t, rooms[0], nil)
-			closeAll()
-			phase("restored", func(i int) *Instance {
+			d.phase("started, trimmed", trim)
+			man, segs := takeSnapshot(t, d.rooms[0], nil)
+			d.closeAll()
+			d.phase("restored", func(i int) *Instance {
 				inst, err := c.Restore(ctx, man, segs, &fakeHost{})
 				if err != nil {
 					t.Fatal(err)
@@ -187,15 +162,56 @@ func TestDensity(t *testing.T) {
 				}
 				return inst
 			})
-			phase("restored, snapshotted", func(i int) *Instance {
-				if _, err := rooms[i].Snapshot(testEncoder, nil, nil, nil, 1, "", false); err != nil {
+			d.phase("restored, snapshotted", func(i int) *Instance {
+				if _, err := d.rooms[i].Snapshot(testEncoder, nil, nil, nil, 1, "", false); err != nil {
 					t.Fatal(err)
 				}
-				return rooms[i]
+				return d.rooms[i]
 			})
-			phase("restored, snapshotted, trimmed", trim)
+			d.phase("restored, snapshotted, trimmed", trim)
 		})
 	}
+}
+
+// densityRun holds the n rooms of one measurement and measures what each
+// phase of steps costs a room.
+type densityRun struct {
+	t     *testing.T
+	label string // before each phase's name in the log
+	rooms []*Instance
+	base  memSample
+}
+
+func newDensityRun(t *testing.T, label string, n int) *densityRun {
+	d := &densityRun{t: t, label: label, rooms: make([]*Instance, n)}
+	t.Cleanup(d.closeAll)
+	return d
+}
+
+// closeAll closes every room.
+func (d *densityRun) closeAll() {
+	for i, r := range d.rooms {
+		if r != nil {
+			r.Close()
+		}
+		d.rooms[i] = nil
+	}
+}
+
+// phase runs step on every room and reports what a room costs since the
+// last phase that started with no rooms.
+func (d *densityRun) phase(what string, step func(i int) *Instance) {
+	d.t.Helper()
+	if d.rooms[0] == nil {
+		d.base = takeMemSample(d.t)
+	}
+	ds := make([]time.Duration, len(d.rooms))
+	for i := range d.rooms {
+		t0 := time.Now()
+		d.rooms[i] = step(i)
+		ds[i] = time.Since(t0)
+	}
+	reportDensity(d.t, d.label+what, len(d.rooms), d.base, takeMemSample(d.t), ds)
 }
 
 // reportDensity logs the memory one room added from before to after, and

@@ -46,47 +46,7 @@ func TestAssemblyScriptChatAcrossHibernation(t *testing.T) {
 func testASChatAcrossHibernation(t *testing.T, args ...string) {
 	n := startNode(t, Config{})
 	putAS(t, n, "aschat", asChat, args...)
-	url := n.URL() + "/actor/aschat/lobby"
-
-	a := wstest.Dial(t, url)
-	b := wstest.Dial(t, url)
-	a.Send("hello from a")
-	for _, c := range []*wstest.Client{a, b} {
-		if got := c.ReadText(); got != "hello from a" {
-			t.Fatalf("got %q", got)
-		}
-	}
-	b.Send("hello from b ✓")
-	for _, c := range []*wstest.Client{a, b} {
-		if got := c.ReadText(); got != "hello from b ✓" {
-			t.Fatalf("got %q", got)
-		}
-	}
-
-	hibernate(t, n, "aschat", "lobby")
-	if row, _ := roomRowOf(t, n, "aschat", "lobby"); row.Sockets != 2 {
-		t.Fatalf("hibernated room lists %d sockets, want 2", row.Sockets)
-	}
-	wakes := metric(t, n, "wasmkeep_room_wakes_total")
-
-	c := wstest.Dial(t, url)
-	for _, want := range []string{"hello from a", "hello from b ✓"} {
-		if got := c.ReadText(); got != want {
-			t.Fatalf("history: got %q, want %q", got, want)
-		}
-	}
-	if got := metric(t, n, "wasmkeep_room_wakes_total"); got != wakes+1 {
-		t.Fatalf("wakes went from %v to %v, want one wake", wakes, got)
-	}
-	c.Send("hello from c")
-	for _, cl := range []*wstest.Client{a, b, c} {
-		if got := cl.ReadText(); got != "hello from c" {
-			t.Fatalf("got %q", got)
-		}
-	}
-	if row, _ := roomRowOf(t, n, "aschat", "lobby"); row.State != "resident" || row.Sockets != 3 {
-		t.Fatalf("room after wake: %+v", row)
-	}
+	url, c := chatAcrossHibernation(t, n, "aschat")
 
 	// The page is the Go chat's, served by the room itself.
 	r := do(t, "GET", url, nil)

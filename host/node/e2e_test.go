@@ -20,32 +20,43 @@ import (
 func TestChatAcrossHibernation(t *testing.T) {
 	n := startNode(t, Config{})
 	putClass(t, n, "chat", "./examples/chat")
-	url := n.URL() + "/actor/chat/lobby"
+	url, _ := chatAcrossHibernation(t, n, "chat")
+	// The page is served by the room itself.
+	page := expect(t, 200, "GET", url, nil)
+	if !strings.Contains(page, "WebSocket") {
+		t.Fatalf("chat page does not open a WebSocket:\n%.300s", page)
+	}
+}
 
+// chatAcrossHibernation runs the chat protocol's scenario on room "lobby"
+// of class (the Go chat, or the AssemblyScript one): two sockets chat, the
+// room hibernates while both stay open, a third socket joins and gets the
+// history from the woken room in one wake, and a message reaches all
+// three. It returns the room's URL and the third socket.
+func chatAcrossHibernation(t *testing.T, n *Node, class string) (url string, c *wstest.Client) {
+	t.Helper()
+	url = n.URL() + "/actor/" + class + "/lobby"
 	a := wstest.Dial(t, url)
 	b := wstest.Dial(t, url)
-	a.Send("hello from a")
-	for _, c := range []*wstest.Client{a, b} {
-		if got := c.ReadText(); got != "hello from a" {
-			t.Fatalf("got %q", got)
-		}
-	}
-	b.Send("hello from b")
-	for _, c := range []*wstest.Client{a, b} {
-		if got := c.ReadText(); got != "hello from b" {
-			t.Fatalf("got %q", got)
+	history := []string{"hello from a", "hello from b ✓"}
+	for i, from := range []*wstest.Client{a, b} {
+		want := history[i]
+		from.Send(want)
+		for _, c := range []*wstest.Client{a, b} {
+			if got := c.ReadText(); got != want {
+				t.Fatalf("got %q, want %q", got, want)
+			}
 		}
 	}
 
-	hibernate(t, n, "chat", "lobby")
-	row, _ := roomRowOf(t, n, "chat", "lobby")
-	if row.Sockets != 2 {
+	hibernate(t, n, class, "lobby")
+	if row, _ := roomRowOf(t, n, class, "lobby"); row.Sockets != 2 {
 		t.Fatalf("hibernated room lists %d sockets, want 2", row.Sockets)
 	}
 	wakes := metric(t, n, "wasmkeep_room_wakes_total")
 
-	c := wstest.Dial(t, url)
-	for _, want := range []string{"hello from a", "hello from b"} {
+	c = wstest.Dial(t, url)
+	for _, want := range history {
 		if got := c.ReadText(); got != want {
 			t.Fatalf("history: got %q, want %q", got, want)
 		}
@@ -59,15 +70,10 @@ func TestChatAcrossHibernation(t *testing.T) {
 			t.Fatalf("got %q", got)
 		}
 	}
-	row, _ = roomRowOf(t, n, "chat", "lobby")
-	if row.State != "resident" || row.Sockets != 3 {
+	if row, _ := roomRowOf(t, n, class, "lobby"); row.State != "resident" || row.Sockets != 3 {
 		t.Fatalf("room after wake: %+v", row)
 	}
-	// The page is served by the room itself.
-	page := expect(t, 200, "GET", url, nil)
-	if !strings.Contains(page, "WebSocket") {
-		t.Fatalf("chat page does not open a WebSocket:\n%.300s", page)
-	}
+	return url, c
 }
 
 // TestCounterSurvivesHibernationAndRestart: state lives through a

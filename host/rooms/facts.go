@@ -29,6 +29,9 @@ const (
 	AwakeHibernating AwakeReason = "hibernating"
 	// AwakeEvent: a socket event is running, or events wait in the mailbox.
 	AwakeEvent AwakeReason = "event"
+	// AwakePinned: an operator pinned the room (Manager.Pin); the idle
+	// timeout and --max-resident leave it in memory.
+	AwakePinned AwakeReason = "pinned"
 	// AwakeRecent: the room handled an event less than the idle timeout
 	// ago.
 	AwakeRecent AwakeReason = "recent"
@@ -48,6 +51,7 @@ type liveFacts struct {
 	memory   uint32
 	last     int64 // monotonic time of its last event
 	sockets  int
+	pinned   bool
 }
 
 // liveFactsOf reads a room's in-memory facts. The caller holds m.mu.
@@ -62,6 +66,7 @@ func (m *Manager) liveFactsOf(r *Room) liveFacts {
 		open:     int(r.openRequests.Load()),
 		last:     r.lastActive.Load(),
 		sockets:  int(r.socketCount.Load()),
+		pinned:   r.pinned.Load(),
 	}
 	if !f.resident {
 		return f
@@ -80,6 +85,8 @@ func (m *Manager) liveFactsOf(r *Room) liveFacts {
 		f.awake, f.detail = AwakeEvent, "an event is running"
 	case pending > 0:
 		f.awake, f.detail = AwakeEvent, fmt.Sprintf("%d events are waiting", pending)
+	case f.pinned:
+		f.awake, f.detail = AwakePinned, "pinned: the idle timeout and --max-resident leave it in memory until it is unpinned"
 	case idle < m.cfg.IdleTimeout:
 		f.awake, f.detail = AwakeRecent, fmt.Sprintf("recent activity: idle for %s of the %s idle timeout", idle.Round(time.Millisecond), m.cfg.IdleTimeout)
 	default:

@@ -191,7 +191,7 @@ func (m *Manager) forget(r *Room) {
 	defer m.mu.Unlock()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.running || r.head < len(r.queue) || r.isResident.Load() || r.socketCount.Load() > 0 {
+	if r.running || r.head < len(r.queue) || r.isResident.Load() || r.socketCount.Load() > 0 || r.pinned.Load() {
 		return
 	}
 	if m.rooms[r.key] == r {
@@ -222,7 +222,7 @@ func (m *Manager) leastRecentlyUsed(n int, except *Room) []*Room {
 	for len(out) < n {
 		var best *Room
 		for r := range m.resident {
-			if r == except || r.hibernatePending.Load() || r.busy() {
+			if r == except || r.hibernatePending.Load() || r.busy() || r.pinned.Load() {
 				continue
 			}
 			if best == nil || r.lastActive.Load() < best.lastActive.Load() {
@@ -266,7 +266,7 @@ func (m *Manager) sweeper() {
 		m.mu.Lock()
 		var idle []*Room
 		for r := range m.resident {
-			if r.lastActive.Load() <= cutoff && !r.busy() && !r.hibernatePending.Load() {
+			if r.lastActive.Load() <= cutoff && !r.busy() && !r.hibernatePending.Load() && !r.pinned.Load() {
 				r.hibernatePending.Store(true)
 				idle = append(idle, r)
 			}
@@ -303,6 +303,63 @@ func (m *Manager) Hibernate(ctx context.Context, key Key) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// Pin keeps a room in memory (pin true) or lets it sleep again (false).
+// Pinning wakes a hibernated room now; from then on neither the idle
+// timeout nor --max-resident hibernates it. An explicit Hibernate and a
+// clean stop still do, and the room's next event wakes it, still pinned.
+// Pins belong to the node and live in its memory only: a restart forgets
+// them. A room the node has never seen is ErrUnknownRoom.
+func (m *Manager) Pin(ctx context.Context, key Key, pin bool) error {
+	r, err := m.knownRoom(ctx, key)
+	if err != nil {
+		return err
+	}
+	r.pinned.Store(pin)
+	if !pin {
+		m.forget(r) // a hibernated room without sockets need not stay listed
+		return nil
+	}
+	done := make(chan error, 1)
+	if err := r.enqueue(&event{kind: evWake, done: done}, false); err != nil {
+		return err
+	}
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// knownRoom returns the room's in-memory state, creating it for a room
+// that is only in the bucket; ErrUnknownRoom for neither.
+func (m *Manager) knownRoom(ctx context.Context, key Key) (*Room, error) {
+	m.mu.Lock()
+	r, stopping := m.rooms[key], m.stopping
+	m.mu.Unlock()
+	if stopping {
+		return nil, ErrStopping
+	}
+	if r != nil {
+		return r, nil
+	}
+	if _, _, err := m.bucket.Get(ctx, key.manifestKey()); errors.Is(err, store.ErrNotFound) {
+		return nil, fmt.Errorf("%w: %s", ErrUnknownRoom, key)
+	} else if err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.stopping {
+		return nil, ErrStopping
+	}
+	if r = m.rooms[key]; r == nil {
+		r = newRoom(m, key)
+		m.rooms[key] = r
+	}
+	return r, nil
 }
 
 // Shutdown hibernates every resident room and refuses new events. Sockets
@@ -377,6 +434,8 @@ type RoomInfo struct {
 	// requests waiting for its answer.
 	Pending      int `json:"pending_events"`
 	OpenRequests int `json:"open_requests"`
+	// Pinned: an operator keeps the room in memory (Manager.Pin).
+	Pinned bool `json:"pinned,omitempty"`
 }
 
 // List returns every room the node knows: resident, hibernated with sockets
@@ -411,6 +470,7 @@ func (m *Manager) List(ctx context.Context) ([]RoomInfo, error) {
 		out = append(out, RoomInfo{
 			Class: k.Class, Name: k.Name, State: st, Sockets: f.sockets, Memory: f.memory,
 			LastEvent: lastEventAt(f.last), Awake: f.awake, Pending: f.pending, OpenRequests: f.open,
+			Pinned: f.pinned,
 		})
 	}
 	m.mu.Unlock()

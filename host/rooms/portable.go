@@ -295,7 +295,7 @@ func (m *Manager) Inspect(ctx context.Context, key Key) (*RoomDetail, error) {
 	if r != nil {
 		f := m.liveFactsOf(r)
 		now := monoNow()
-		d.Sockets, d.Pending, d.OpenRequests = f.sockets, f.pending, f.open
+		d.Sockets, d.Pending, d.OpenRequests, d.Pinned = f.sockets, f.pending, f.open, f.pinned
 		d.LastEvent, d.IdleSeconds = lastEventAt(f.last), idleSeconds(now, f.last)
 		if f.resident {
 			d.State, d.Memory, d.Awake, d.AwakeDetail = StateResident, f.memory, f.awake, f.detail

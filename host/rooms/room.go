@@ -73,9 +73,10 @@ const (
 	evChannel
 	evCheckpoint // write the state now without hibernating (export)
 	evHibernate
+	evWake // make the room resident without an event for its guest (pin)
 )
 
-var eventNames = [...]string{"request", "socket_open", "socket_message", "socket_close", "channel", "", ""}
+var eventNames = [...]string{"request", "socket_open", "socket_message", "socket_close", "channel", "", "", ""}
 
 type event struct {
 	kind    eventKind
@@ -150,6 +151,7 @@ type Room struct {
 	everStored       atomic.Bool
 	hibernatePending atomic.Bool
 	openRequests     atomic.Int32 // HTTP requests waiting for the room's answer (facts.go)
+	pinned           atomic.Bool  // kept in memory by an operator (Manager.Pin)
 
 	// worker-owned
 	inst       *engine.Instance
@@ -327,6 +329,10 @@ func (r *Room) handle(ev *event, more bool) {
 			err = r.checkpoint(context.Background())
 		}
 		ev.done <- err
+		return
+	}
+	if ev.kind == evWake {
+		ev.done <- r.ensureResident(context.Background())
 		return
 	}
 	if ev.kind == evHibernate {

@@ -12,15 +12,23 @@ import (
 )
 
 func (s *Server) listClasses(w http.ResponseWriter, r *http.Request) {
+	if recs, ok := s.classRecords(w, r); ok {
+		writeJSON(w, http.StatusOK, recs)
+	}
+}
+
+// classRecords lists the classes (an empty list, never null, in JSON), or
+// answers 500 and reports false.
+func (s *Server) classRecords(w http.ResponseWriter, r *http.Request) ([]classes.Record, bool) {
 	recs, err := s.classes.List(r.Context())
 	if err != nil {
 		jsonError(w, http.StatusInternalServerError, err.Error())
-		return
+		return nil, false
 	}
 	if recs == nil {
 		recs = []classes.Record{}
 	}
-	writeJSON(w, http.StatusOK, recs)
+	return recs, true
 }
 
 func (s *Server) getClass(w http.ResponseWriter, r *http.Request) {
@@ -85,6 +93,29 @@ func (s *Server) listRooms(w http.ResponseWriter, r *http.Request) {
 		list = []rooms.RoomInfo{}
 	}
 	writeJSON(w, http.StatusOK, list)
+}
+
+// pinRoom pins a room (waking it) or unpins it: see rooms.Manager.Pin.
+func (s *Server) pinRoom(pin bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		key, _, err := s.roomKey(r)
+		if err != nil {
+			jsonError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		if err := s.rooms.Pin(r.Context(), key, pin); err != nil {
+			status := http.StatusInternalServerError
+			switch {
+			case errors.Is(err, rooms.ErrUnknownRoom):
+				status = http.StatusNotFound
+			case errors.Is(err, rooms.ErrStopping), errors.Is(err, rooms.ErrUnavailable):
+				status = http.StatusServiceUnavailable
+			}
+			jsonError(w, status, err.Error())
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"class": key.Class, "name": key.Name, "pinned": pin})
+	}
 }
 
 func (s *Server) hibernateRoom(w http.ResponseWriter, r *http.Request) {

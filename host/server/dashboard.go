@@ -105,13 +105,9 @@ type RoomCounts struct {
 }
 
 func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
-	recs, err := s.classes.List(r.Context())
-	if err != nil {
-		jsonError(w, http.StatusInternalServerError, err.Error())
+	recs, ok := s.classRecords(w, r)
+	if !ok {
 		return
-	}
-	if recs == nil {
-		recs = []classes.Record{}
 	}
 	c := s.rooms.Counts()
 	now := time.Now()

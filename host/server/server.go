@@ -98,6 +98,8 @@ func New(cfg Config, reg *classes.Registry, mgr *rooms.Manager, hub *socket.Hub,
 	s.mux.Handle("DELETE /admin/classes/{name}", s.admin(http.HandlerFunc(s.deleteClass)))
 	s.mux.Handle("GET /admin/rooms", s.admin(http.HandlerFunc(s.listRooms)))
 	s.mux.Handle("POST /admin/rooms/{class}/{name}/hibernate", s.admin(http.HandlerFunc(s.hibernateRoom)))
+	s.mux.Handle("POST /admin/rooms/{class}/{name}/pin", s.admin(s.pinRoom(true)))
+	s.mux.Handle("POST /admin/rooms/{class}/{name}/unpin", s.admin(s.pinRoom(false)))
 	s.mux.Handle("GET /admin/rooms/{class}/{name}", s.admin(http.HandlerFunc(s.inspectRoom)))
 	s.mux.Handle("GET /admin/rooms/{class}/{name}/export", s.admin(http.HandlerFunc(s.exportRoom)))
 	s.mux.Handle("POST /admin/rooms/import", s.admin(http.HandlerFunc(s.importRoom)))
