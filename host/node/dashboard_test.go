@@ -42,6 +42,7 @@ func TestDashboard(t *testing.T) {
 	}
 	hibernate(t, n, "counter", "gamma")
 	hibernate(t, n, "counter", "delta")
+	expect(t, 200, "POST", base+"/admin/rooms/counter/beta/pin", nil)
 	lobby := wstest.Dial(t, base+"/actor/chat/lobby")
 	for i := range 2 {
 		// The second socket gets the first's message as history first:
@@ -126,6 +127,9 @@ func checkDashboardAPI(t *testing.T, n *Node) {
 	if alpha.State != rooms.StateResident || alpha.Awake != rooms.AwakeRecent || alpha.Memory == 0 ||
 		alpha.LastEvent == nil || alpha.IdleSeconds == nil || *alpha.IdleSeconds > 600 || alpha.SnapshotBytes != 0 || alpha.SnapshotAt != nil {
 		t.Errorf("a resident room without a snapshot: %+v", alpha)
+	}
+	if beta := row("counter/beta"); beta.State != rooms.StateResident || beta.Awake != rooms.AwakePinned || !beta.Pinned {
+		t.Errorf("a pinned room: %+v", beta)
 	}
 	gamma := row("counter/gamma")
 	if gamma.State != rooms.StateHibernated || gamma.Awake != "" || gamma.Memory == 0 || gamma.SnapshotBytes == 0 ||
@@ -289,6 +293,7 @@ func checkDashboardBrowser(t *testing.T, n *Node) {
 	want, err := json.Marshal(map[string]any{
 		"rooms": []dashboardExpect{
 			{Key: "counter/alpha", State: "resident", Awake: "recent"},
+			{Key: "counter/beta", State: "resident", Awake: "pinned", Label: "pinned"},
 			{Key: "counter/gamma", State: "hibernated", Snapshot: true},
 			{Key: "chat/lobby", State: "resident", Awake: "recent", Sockets: 1},
 			{Key: "chat/support", State: "hibernated", Sockets: 2, Snapshot: true, Label: "2 held"},
