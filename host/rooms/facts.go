@@ -58,7 +58,7 @@ type liveFacts struct {
 func (m *Manager) liveFactsOf(r *Room) liveFacts {
 	r.mu.Lock()
 	pending := len(r.queue) - r.head
-	running := r.running
+	running := r.running && !r.lingering
 	r.mu.Unlock()
 	f := liveFacts{
 		resident: r.residentNow(),

@@ -142,6 +142,9 @@ type Room struct {
 	queue   []*event
 	head    int
 	running bool
+	// lingering: the worker (running) has emptied the mailbox and waits a
+	// little for the next event rather than exit; no event is running.
+	lingering bool
 	space   chan struct{} // closed when a full queue frees up
 
 	lastActive       atomic.Int64
@@ -253,6 +256,7 @@ func (r *Room) run() {
 		r.mu.Lock()
 		if r.head == len(r.queue) {
 			r.queue, r.head = r.queue[:0], 0
+			r.lingering = true
 			r.mu.Unlock()
 			r.uncorkAll()
 			burst = 0
@@ -268,7 +272,7 @@ func (r *Room) run() {
 				r.mu.Unlock()
 				continue
 			}
-			r.running = false
+			r.running, r.lingering = false, false
 			r.mu.Unlock()
 			if !r.residentNow() && r.socketCount.Load() == 0 {
 				r.m.forget(r)
@@ -278,6 +282,7 @@ func (r *Room) run() {
 		ev := r.queue[r.head]
 		r.queue[r.head] = nil
 		r.head++
+		r.lingering = false
 		if r.space != nil && len(r.queue)-r.head < r.m.cfg.MailboxSize {
 			close(r.space)
 			r.space = nil
