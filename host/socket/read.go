@@ -243,14 +243,25 @@ func (c *Conn) waitHeader() (have int, ok bool) {
 // goroutine becomes it: it hands reading over to a fresh goroutine first
 // (so pings are still answered while the Handler runs), then delivers.
 func (c *Conn) burst(have int) {
+	batched := false // messages are queued that this goroutine must deliver
 	for {
 		perr, clientClosed, deliver, err := c.readFrame(have)
 		have = 0
 		if err != nil || perr != nil || clientClosed {
+			if batched {
+				go c.dispatch() // what was queued goes before the close
+			}
 			c.finishRead(perr, clientClosed)
 			return
 		}
-		if deliver {
+		if (deliver || batched) && c.moreBuffered() {
+			// Queue the rest of what arrived with it before delivering,
+			// so that the room takes the batch as one burst (and its
+			// answers leave in one write).
+			batched = true
+			continue
+		}
+		if deliver || batched {
 			c.releaseBuffer(false)
 			go c.readLoop()
 			// From here on this goroutine touches no read state.
@@ -340,6 +351,7 @@ func (c *Conn) poll() (more bool, err error) {
 // bytes are pending, in the poller otherwise.
 func (c *Conn) pollRead() {
 	have := 0
+	batched := false // messages are queued that this goroutine must deliver
 	for {
 		if have == 0 && c.releaseBuffer(false) {
 			more, err := c.poll()
@@ -360,12 +372,21 @@ func (c *Conn) pollRead() {
 		perr, clientClosed, deliver, err := c.readFrame(have)
 		have = 0
 		if err != nil || perr != nil || clientClosed {
+			if batched {
+				go c.dispatch() // what was queued goes before the close
+			}
 			c.finishRead(perr, clientClosed)
 			return
 		}
-		if !deliver {
+		if (deliver || batched) && c.moreBuffered() {
+			// As in burst: queue the rest of what arrived first.
+			batched = true
 			continue
 		}
+		if !deliver && !batched {
+			continue
+		}
+		batched = false
 		if !c.releaseBuffer(false) {
 			go c.pollRead()
 		} else if more, err := c.poll(); more || err != nil {
@@ -375,6 +396,48 @@ func (c *Conn) pollRead() {
 		c.dispatch()
 		return
 	}
+}
+
+// moreBuffered reports whether a whole frame is waiting in the read buffer
+// and queueing it cannot make the reader wait for inbound room: the reader
+// may then read it before it delivers what it has queued, without blocking
+// (a queued message is never held back by a frame still on its way).
+func (c *Conn) moreBuffered() bool {
+	rb := c.rb
+	if rb == nil || len(c.carry) > 0 {
+		return false
+	}
+	b := rb.b[rb.r:rb.w]
+	if len(b) < 2 {
+		return false
+	}
+	size, n := 2, int64(b[1]&0x7f)
+	switch n {
+	case 126:
+		size += 2
+	case 127:
+		size += 8
+	}
+	if b[1]&0x80 != 0 {
+		size += 4
+	}
+	if len(b) < size {
+		return false
+	}
+	switch n {
+	case 126:
+		n = int64(binary.BigEndian.Uint16(b[2:]))
+	case 127:
+		n = int64(binary.BigEndian.Uint64(b[2:]))
+	}
+	if n < 0 || n > int64(len(b)-size) {
+		return false
+	}
+	cfg := &c.hub.cfg
+	c.mu.Lock()
+	room := len(c.in)+1 < cfg.InboundMessages && c.inBytes+int(n) <= cfg.InboundBytes
+	c.mu.Unlock()
+	return room
 }
 
 // finishRead ends the socket after its last frame: fail it or finish the
