@@ -145,7 +145,7 @@ type Room struct {
 	// lingering: the worker (running) has emptied the mailbox and waits a
 	// little for the next event rather than exit; no event is running.
 	lingering bool
-	space   chan struct{} // closed when a full queue frees up
+	space     chan struct{} // closed when a full queue frees up
 
 	lastActive       atomic.Int64
 	memory           atomic.Uint32 // linear memory of the resident instance, bytes
