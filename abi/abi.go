@@ -56,6 +56,16 @@ const (
 	// a complete message; kind is MessageText or MessageBinary.
 	ExportOnSocketMessage = "wasmkeep_on_socket_message"
 
+	// ExportOnSocketMessages is (socket i32, ptr i32, len i32) -> (), and
+	// optional: several complete messages of one socket, in order, as a
+	// MessageBatch record (AppendBatchedMessage). A guest that exports it
+	// handles them as it would handle each alone; the host then delivers a
+	// socket's queued messages in one call instead of one call each. A
+	// crash during the call counts against the whole batch: the socket is
+	// closed with CloseInternalError and the room rolls back, as for one
+	// message.
+	ExportOnSocketMessages = "wasmkeep_on_socket_messages"
+
 	// ExportOnSocketClose is (socket i32, code i32, ptr i32, len i32) -> ():
 	// the socket is gone; the payload is the close reason (UTF-8). The socket
 	// id is not valid for sends any more.

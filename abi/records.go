@@ -253,6 +253,33 @@ func appendHeaders(dst []byte, hs []Header) []byte {
 	return dst
 }
 
+// A MessageBatch record is a sequence of messages, each its kind (one
+// byte, MessageText or MessageBinary), its length (u32, little endian) and
+// its bytes; nothing before or after.
+
+// AppendBatchedMessage appends one message to a MessageBatch record.
+func AppendBatchedMessage(dst []byte, kind int, data []byte) []byte {
+	dst = append(dst, byte(kind))
+	return appendBytes(dst, data)
+}
+
+// NextBatchedMessage splits the first message off a MessageBatch record:
+// its kind and bytes (which alias b), and the rest of the record. ok is
+// false at the end of the record; err is ErrMalformed for a truncated
+// message or an unknown kind.
+func NextBatchedMessage(b []byte) (kind int, data, rest []byte, ok bool, err error) {
+	if len(b) == 0 {
+		return 0, nil, nil, false, nil
+	}
+	d := decoder{b: b}
+	k := int(d.u8())
+	data = d.bytes()
+	if d.bad || (k != MessageText && k != MessageBinary) {
+		return 0, nil, nil, false, ErrMalformed
+	}
+	return k, data, d.b, true, nil
+}
+
 // decoder reads fields in order and remembers the first failure, so record
 // decoders read as straight lines and check once at the end.
 type decoder struct {

@@ -67,11 +67,61 @@ func TestDecodersRejectDamage(t *testing.T) {
 	}
 }
 
+func TestMessageBatch(t *testing.T) {
+	msgs := []struct {
+		kind int
+		data string
+	}{{MessageText, "one"}, {MessageBinary, ""}, {MessageText, "three ✓"}}
+	var b []byte
+	for _, m := range msgs {
+		b = AppendBatchedMessage(b, m.kind, []byte(m.data))
+	}
+	rest := b
+	for i, want := range msgs {
+		kind, data, next, ok, err := NextBatchedMessage(rest)
+		if err != nil || !ok || kind != want.kind || string(data) != want.data {
+			t.Fatalf("message %d: %d %q %v %v", i, kind, data, ok, err)
+		}
+		rest = next
+	}
+	if _, _, _, ok, err := NextBatchedMessage(rest); ok || err != nil {
+		t.Fatalf("after the last message: %v %v", ok, err)
+	}
+	for _, bad := range [][]byte{b[:len(b)-1], {3, 0, 0, 0, 0}, {MessageText, 9, 0, 0, 0, 'x'}} {
+		if _, _, _, _, err := NextBatchedMessage(bad); err == nil {
+			// A truncated batch fails on its last message.
+			for rest := bad; err == nil; {
+				var ok bool
+				if _, _, rest, ok, err = NextBatchedMessage(rest); !ok && err == nil {
+					t.Fatalf("malformed batch %v accepted", bad)
+				}
+			}
+		}
+	}
+}
+
 func FuzzRecords(f *testing.F) {
 	f.Add(AppendRequest(nil, &Request{Method: "GET", Path: "/", Headers: []Header{{"a", "b"}}}))
 	f.Add(AppendChannelMessage(nil, &ChannelMessage{Topic: "t", Event: "e", Payload: []byte("{}")}))
 	f.Add(AppendPresence(nil, &Presence{Topic: "t", Key: "k", Meta: []byte("{}")}))
+	f.Add(AppendBatchedMessage(AppendBatchedMessage(nil, MessageText, []byte("hi")), MessageBinary, nil))
 	f.Fuzz(func(t *testing.T, b []byte) {
+		var batch []byte
+		for rest := b; ; {
+			kind, data, next, ok, err := NextBatchedMessage(rest)
+			if err != nil {
+				batch = nil
+				break
+			}
+			if !ok {
+				if !bytes.Equal(batch, b) {
+					t.Fatal("message batch")
+				}
+				break
+			}
+			batch = AppendBatchedMessage(batch, kind, data)
+			rest = next
+		}
 		// Whatever decodes re-encodes to the same bytes.
 		if r, err := DecodeRequest(b); err == nil && !bytes.Equal(AppendRequest(nil, &r), b) {
 			t.Fatal("request")

@@ -101,6 +101,30 @@ func onSocketMessage(socket uint32, kind int32, ptr unsafe.Pointer, n uint32) {
 	}
 }
 
+// onSocketMessages takes a burst of one socket's messages in one call
+// (the host's cost per call is paid once) and hands them to the handler
+// one by one, as if each had come alone.
+//
+//go:wasmexport wasmkeep_on_socket_messages
+func onSocketMessages(socket uint32, ptr unsafe.Pointer, n uint32) {
+	if onSocketMessageFunc == nil {
+		return
+	}
+	rest := payload(ptr, n)
+	for {
+		kind, data, next, ok, err := abi.NextBatchedMessage(rest)
+		if err != nil {
+			Error("wasmkeep: malformed message batch from the host")
+			return
+		}
+		if !ok {
+			return
+		}
+		onSocketMessageFunc(Socket(socket), Message{Kind: MessageKind(kind), Data: data})
+		rest = next
+	}
+}
+
 //go:wasmexport wasmkeep_on_socket_close
 func onSocketClose(socket uint32, code int32, ptr unsafe.Pointer, n uint32) {
 	if onSocketCloseFunc != nil {

@@ -5,6 +5,7 @@ package wasmkeep
 import (
 	"encoding/binary"
 	"errors"
+	"slices"
 	"testing"
 	"unsafe"
 
@@ -204,11 +205,14 @@ func TestSockets(t *testing.T) {
 	onSocketMessage(3, abi.MessageText, p, n)
 	p, n = deliver([]byte{0, 1})
 	onSocketMessage(3, abi.MessageBinary, p, n)
+	// A batch is handled as its messages one by one, in order.
+	p, n = deliver(abi.AppendBatchedMessage(abi.AppendBatchedMessage(nil, abi.MessageText, []byte("b1")), abi.MessageBinary, []byte{9}))
+	onSocketMessages(3, p, n)
 	p, n = deliver([]byte("bye"))
 	onSocketClose(3, 1001, p, n)
-	want := []string{"1:hi 7", "1:txt", "2:\x00\x01"}
-	if len(h.sends) != 3 || h.sends[0] != want[0] || h.sends[1] != want[1] || h.sends[2] != want[2] {
-		t.Fatalf("sends %q", h.sends)
+	want := []string{"1:hi 7", "1:txt", "2:\x00\x01", "1:b1", "2:\x09"}
+	if !slices.Equal(h.sends, want) {
+		t.Fatalf("sends %q, want %q", h.sends, want)
 	}
 	if closed != "bye/1" {
 		t.Fatalf("closed %q", closed)

@@ -272,12 +272,13 @@ const (
 	EventJoin
 	EventChannelMessage
 	EventLeave
+	EventSocketMessages // optional: a batch of one socket's messages
 	numEvents
 )
 
 var eventExports = [numEvents]string{
 	abi.ExportOnRequest, abi.ExportOnSocketOpen, abi.ExportOnSocketMessage, abi.ExportOnSocketClose,
-	abi.ExportOnJoin, abi.ExportOnChannelMessage, abi.ExportOnLeave,
+	abi.ExportOnJoin, abi.ExportOnChannelMessage, abi.ExportOnLeave, abi.ExportOnSocketMessages,
 }
 
 // Hash returns the content hash wasmkeep uses for a module's bytes.
@@ -420,6 +421,7 @@ func (c *Class) checkSignatures(fns map[string]api.FunctionDefinition) error {
 		abi.ExportOnRequest:        {{i32, i32}, nil},
 		abi.ExportOnSocketOpen:     {{i32, i32, i32}, nil},
 		abi.ExportOnSocketMessage:  {{i32, i32, i32, i32}, nil},
+		abi.ExportOnSocketMessages: {{i32, i32, i32}, nil},
 		abi.ExportOnSocketClose:    {{i32, i32, i32, i32}, nil},
 		abi.ExportOnJoin:           {{i32, i32, i32}, nil},
 		abi.ExportOnChannelMessage: {{i32, i32, i32}, nil},

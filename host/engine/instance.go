@@ -393,6 +393,16 @@ func (i *Instance) SocketMessage(id uint32, kind int, data []byte) error {
 	return i.event(EventSocketMessage, 2, uint64(id), uint64(kind), data)
 }
 
+// Handles reports whether the guest exports the handler for event kind k.
+func (i *Instance) Handles(k Event) bool { return i.fnEvent[k] != nil }
+
+// SocketMessages delivers several messages of socket id in one call, as an
+// abi MessageBatch record. Only for a class that handles
+// EventSocketMessages.
+func (i *Instance) SocketMessages(id uint32, batch []byte) error {
+	return i.event(EventSocketMessages, 1, uint64(id), 0, batch)
+}
+
 // SocketClose tells the guest socket id is gone.
 func (i *Instance) SocketClose(id uint32, code int, reason string) error {
 	return i.event(EventSocketClose, 2, uint64(id), uint64(code), []byte(reason))

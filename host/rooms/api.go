@@ -99,6 +99,21 @@ func (s *Socket) Message(kind int, data []byte) error {
 	return s.room.enqueue(&event{kind: evSocketMessage, sock: s, msgKind: kind, data: data}, true)
 }
 
+// Messages delivers several messages that arrived on the socket, in order:
+// the room takes them as one event (one guest call, if the guest handles
+// batches). It waits like Message.
+func (s *Socket) Messages(msgs []Message) error {
+	if s.ch != nil {
+		for _, m := range msgs {
+			if err := s.channelInput(m.Kind, m.Data); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return s.room.enqueue(&event{kind: evSocketMessage, sock: s, batch: msgs}, true)
+}
+
 // Closed reports that the socket is gone, with the close code and reason
 // the client sent (or the one the host closed it with).
 func (s *Socket) Closed(code int, reason string) {

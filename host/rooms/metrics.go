@@ -16,6 +16,7 @@ type roomMetrics struct {
 	snapshotErrors    *metrics.Counter
 	snapshotConflict  *metrics.Counter
 	queueFull         *metrics.Counter
+	messageBatches    *metrics.Counter
 	snapshotWrites    *metrics.Counter
 	snapshotCorrupt   *metrics.Counter
 	compactions       *metrics.Counter
@@ -50,6 +51,7 @@ func newRoomMetrics(set *metrics.Set, m *Manager) *roomMetrics {
 		snapshotErrors:    set.NewCounter(`wasmkeep_snapshot_write_errors_total`),
 		snapshotConflict:  set.NewCounter(`wasmkeep_snapshot_conflicts_total`),
 		queueFull:         set.NewCounter(`wasmkeep_room_queue_full_total`),
+		messageBatches:    set.NewCounter(`wasmkeep_room_message_batches_total`),
 		snapshotWrites:    set.NewCounter(`wasmkeep_snapshot_writes_total`),
 		snapshotCorrupt:   set.NewCounter(`wasmkeep_snapshot_unreadable_total`),
 		compactions:       set.NewCounter(`wasmkeep_snapshot_compactions_total`),

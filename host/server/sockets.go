@@ -79,6 +79,16 @@ type socketEvents struct{ s *rooms.Socket }
 func (e socketEvents) OnMessage(_ *socket.Conn, kind int, data []byte) { _ = e.s.Message(kind, data) }
 func (e socketEvents) OnClose(_ *socket.Conn, code int, reason string) { e.s.Closed(code, reason) }
 
+// OnMessages hands a burst of the socket's messages to the room as one
+// event.
+func (e socketEvents) OnMessages(_ *socket.Conn, msgs []socket.Message) {
+	batch := make([]rooms.Message, len(msgs))
+	for i, m := range msgs {
+		batch[i] = rooms.Message(m)
+	}
+	_ = e.s.Messages(batch)
+}
+
 type discard struct{}
 
 func (discard) OnMessage(*socket.Conn, int, []byte) {}

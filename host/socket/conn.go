@@ -71,7 +71,7 @@ type Conn struct {
 	corked    bool     // data frames wait for Uncork before a writer starts
 
 	// Inbound queue (under mu).
-	in            []inMsg
+	in            []Message
 	inBytes       int
 	dispatching   bool // a delivery goroutine is running
 	readerWaiting bool // the reader waits for room in the queue
@@ -89,9 +89,21 @@ type Conn struct {
 	tcpDone       chan struct{} // made on demand, closed with TCP
 }
 
-type inMsg struct {
-	kind int
-	data []byte
+// Message is one complete message a client sent: Kind is abi.MessageText
+// or abi.MessageBinary.
+type Message struct {
+	Kind int
+	Data []byte
+}
+
+// BatchHandler is a Handler that can take several messages at once: when
+// more than one message of the socket waits for delivery, OnMessages gets
+// them all, in wire order, in place of an OnMessage call each (msgs and
+// the data in it belong to the callee). Rooms take a client's burst as one
+// event this way.
+type BatchHandler interface {
+	Handler
+	OnMessages(c *Conn, msgs []Message)
 }
 
 // ID returns the socket's id, unique within its Hub (never 0).

@@ -632,7 +632,7 @@ func (c *Conn) deliver(kind int, data []byte) bool {
 		c.mu.Unlock()
 		return false
 	}
-	c.in = append(c.in, inMsg{kind: kind, data: data})
+	c.in = append(c.in, Message{Kind: kind, Data: data})
 	c.inBytes += len(data)
 	run := !c.dispatching
 	c.dispatching = true
@@ -658,17 +658,27 @@ func (c *Conn) dispatch() {
 			c.mu.Unlock()
 			return
 		}
+		if bh, ok := c.handler.(BatchHandler); ok && len(c.in) > 1 {
+			msgs := c.in
+			c.in, c.inBytes = nil, 0
+			if c.readerWaiting {
+				c.space.Signal()
+			}
+			c.mu.Unlock()
+			bh.OnMessages(c, msgs)
+			continue
+		}
 		m := c.in[0]
-		c.in[0] = inMsg{}
+		c.in[0] = Message{}
 		c.in = c.in[1:]
 		if len(c.in) == 0 {
 			c.in = nil
 		}
-		c.inBytes -= len(m.data)
+		c.inBytes -= len(m.Data)
 		if c.readerWaiting {
 			c.space.Signal()
 		}
 		c.mu.Unlock()
-		c.handler.OnMessage(c, m.kind, m.data)
+		c.handler.OnMessage(c, m.Kind, m.Data)
 	}
 }
