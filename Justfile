@@ -17,15 +17,22 @@ check:
 
 # Benchmarks behind docs/PERFORMANCE.md (the commands its tables give).
 bench:
-    go test -run '^$' -bench 'Wake|Hibernate' -benchtime 1000x -count 3 ./host/node/
-    go test -run '^$' -bench 'Restore|Event|Capture' -benchtime 3000x -count 3 ./host/engine/
-    go test -run '^$' -bench 'Compile' -benchtime 5x ./host/engine/
-    go test -run '^$' -bench 'Interpreter' -benchtime 2000x ./host/engine/
-    go test -run '^$' -bench 'ChatFootprint' -benchtime 3000x -count 3 ./host/engine/
-    go test -run 'TestChatDensity' -count 1 -v ./host/engine/
     go test -run 'TestIdleSocketMemory' -count 1 -v ./host/node/ ./host/socket/
     WASMKEEP_IDLE_SOCKETS=50000 go test -run 'TestIdleSocketMemory' -count 1 -v ./host/node/ ./host/socket/
+    go test -run '^$' -bench 'DeltaBytes' -benchtime 50x ./host/engine/
+    go test -run '^$' -bench 'Event' -benchtime 3000x -count 3 ./host/engine/
+    go test -run '^$' -bench 'Hibernate|DurableEvent' -benchtime 1000x -count 2 ./host/node/
+    go test -run '^$' -bench 'Restore' -benchtime 3000x -count 3 ./host/engine/
+    go test -run '^$' -bench 'Snapshot' -benchtime 2000x ./host/engine/
+    go test -run '^$' -bench 'Wake' -benchtime 1000x -count 2 ./host/node/
+    go test -run '^$' -bench ChatFootprint -benchtime 3000x -count 3 ./host/engine/
+    go test -run '^$' -bench ChatWake -benchtime 1000x -count 2 ./host/node/
+    go test -run '^$' -bench Compile -benchtime 5x ./host/engine/
+    go test -run '^$' -bench Echo -count 2 ./host/socket/
+    go test -run TestChatDensity -count 1 -v ./host/engine/
+    go test -run TestDensity -count 1 -v ./host/engine/
     go test -run '^$' -bench Echo -count 3 ./host/socket/
+    go test -run '^$' -bench 'Interpreter' -benchtime 2000x ./host/engine/
     go test -run '^$' -bench . ./host/snapshot/ ./host/store/
 
 # Build the example classes to ./build/*.wasm.

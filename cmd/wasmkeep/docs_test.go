@@ -189,3 +189,50 @@ func TestFlagEnvironmentNames(t *testing.T) {
 		}
 	}
 }
+
+// TestBenchCommandsInJustfile: every go test command that
+// docs/PERFORMANCE.md gives for its figures is in the Justfile's bench
+// recipe, so `just bench` reproduces the whole document.
+func TestBenchCommandsInJustfile(t *testing.T) {
+	perf, err := os.ReadFile("../../docs/PERFORMANCE.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	just, err := os.ReadFile("../../Justfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	recipe := map[string]bool{}
+	in := false
+	for _, line := range strings.Split(string(just), "\n") {
+		switch {
+		case line == "bench:":
+			in = true
+		case in && strings.HasPrefix(line, "    "):
+			recipe[strings.TrimSpace(line)] = true
+		case in:
+			in = false
+		}
+	}
+	if len(recipe) == 0 {
+		t.Fatal("the Justfile has no bench recipe")
+	}
+	fenced, found := false, 0
+	for i, line := range strings.Split(string(perf), "\n") {
+		if strings.HasPrefix(line, "```") {
+			fenced = !fenced
+			continue
+		}
+		cmd := strings.TrimSpace(line)
+		if !fenced || !regexp.MustCompile(`^([A-Z_]+=\S+ )*go test `).MatchString(cmd) {
+			continue
+		}
+		found++
+		if !recipe[cmd] {
+			t.Errorf("docs/PERFORMANCE.md:%d: %q is not in the Justfile's bench recipe", i+1, cmd)
+		}
+	}
+	if found == 0 {
+		t.Fatal("found no go test command in docs/PERFORMANCE.md")
+	}
+}
