@@ -245,23 +245,12 @@ func (c *Conn) waitHeader() (have int, ok bool) {
 func (c *Conn) burst(have int) {
 	batched := false // messages are queued that this goroutine must deliver
 	for {
-		perr, clientClosed, deliver, err := c.readFrame(have)
+		next := c.readStep(have, &batched)
 		have = 0
-		if err != nil || perr != nil || clientClosed {
-			if batched {
-				go c.dispatch() // what was queued goes before the close
-			}
-			c.finishRead(perr, clientClosed)
+		switch next {
+		case readEnded:
 			return
-		}
-		if (deliver || batched) && c.moreBuffered() {
-			// Queue the rest of what arrived with it before delivering,
-			// so that the room takes the batch as one burst (and its
-			// answers leave in one write).
-			batched = true
-			continue
-		}
-		if deliver || batched {
+		case readDeliver:
 			c.releaseBuffer(false)
 			go c.readLoop()
 			// From here on this goroutine touches no read state.
@@ -273,6 +262,40 @@ func (c *Conn) burst(have int) {
 			return
 		}
 	}
+}
+
+// readNext is what a reader does after a frame (readStep).
+type readNext int
+
+const (
+	readMore    readNext = iota // read on: a whole frame is buffered, or nothing waits for delivery
+	readDeliver                 // messages are queued: this goroutine delivers them
+	readEnded                   // the socket ended; its close will be reported
+)
+
+// readStep reads one frame (have header bytes are in c.hb already) and
+// says what the reader does next. Messages are queued, not delivered, while
+// whole frames wait in the read buffer: the room then takes what arrived
+// together as one burst, and its answers leave in one write. *batched
+// says that this goroutine has queued messages it must deliver.
+func (c *Conn) readStep(have int, batched *bool) readNext {
+	perr, clientClosed, deliver, err := c.readFrame(have)
+	if err != nil || perr != nil || clientClosed {
+		if *batched {
+			go c.dispatch() // what was queued goes before the close
+		}
+		c.finishRead(perr, clientClosed)
+		return readEnded
+	}
+	if (deliver || *batched) && c.moreBuffered() {
+		*batched = true
+		return readMore
+	}
+	if deliver || *batched {
+		*batched = false
+		return readDeliver
+	}
+	return readMore
 }
 
 // The reader state of a socket read through the hub's poller (ReadEpoll),
@@ -369,24 +392,14 @@ func (c *Conn) pollRead() {
 				return // idle in the poller
 			}
 		}
-		perr, clientClosed, deliver, err := c.readFrame(have)
+		next := c.readStep(have, &batched)
 		have = 0
-		if err != nil || perr != nil || clientClosed {
-			if batched {
-				go c.dispatch() // what was queued goes before the close
-			}
-			c.finishRead(perr, clientClosed)
+		switch next {
+		case readEnded:
 			return
-		}
-		if (deliver || batched) && c.moreBuffered() {
-			// As in burst: queue the rest of what arrived first.
-			batched = true
+		case readMore:
 			continue
 		}
-		if !deliver && !batched {
-			continue
-		}
-		batched = false
 		if !c.releaseBuffer(false) {
 			go c.pollRead()
 		} else if more, err := c.poll(); more || err != nil {
