@@ -98,11 +98,13 @@ type Message struct {
 
 // BatchHandler is a Handler that can take several messages at once: when
 // more than one message of the socket waits for delivery, OnMessages gets
-// them all, in wire order, in place of an OnMessage call each (msgs and
-// the data in it belong to the callee). Rooms take a client's burst as one
+// them all, in wire order, in place of an OnMessage call each. Rooms take a client's burst as one
 // event this way.
 type BatchHandler interface {
 	Handler
+	// OnMessages delivers msgs: the slice is valid only during the call
+	// (the socket layer reuses it), the Data of each message belongs to
+	// the callee.
 	OnMessages(c *Conn, msgs []Message)
 }
 
@@ -184,6 +186,9 @@ func (c *Conn) enqueue(f []byte) error {
 		c.mu.Unlock()
 		c.hub.m.evicted(evictSlowReader)
 		return ErrSlowReader
+	}
+	if c.out == nil {
+		c.out = getFrameQueue()
 	}
 	c.out = append(c.out, f)
 	c.outFrames++
@@ -401,7 +406,7 @@ func (c *Conn) writeLoop() {
 		c.mu.Unlock()
 
 		err := c.writeBatch(batch)
-		clear(batch)
+		putFrameQueue(batch)
 
 		c.mu.Lock()
 		reason := evictNone
@@ -421,6 +426,40 @@ func (c *Conn) writeLoop() {
 		}
 		h.m.bytesOut.Add(n)
 		h.m.messagesOut.Add(data)
+	}
+}
+
+// Queues of frames (a socket's outbound queue) and of messages (its
+// inbound one) come from pools while they hold something, so that a burst
+// does not grow a fresh slice from nothing each time and an idle socket
+// holds none. Queues that grew past maxPooledQueue are left to the GC.
+const (
+	pooledQueue    = 16
+	maxPooledQueue = 256
+)
+
+var (
+	frameQueues   = sync.Pool{New: func() any { q := make([][]byte, 0, pooledQueue); return &q }}
+	messageQueues = sync.Pool{New: func() any { q := make([]Message, 0, pooledQueue); return &q }}
+)
+
+func getFrameQueue() [][]byte { return (*frameQueues.Get().(*[][]byte))[:0] }
+
+func putFrameQueue(q [][]byte) {
+	if cap(q) <= maxPooledQueue {
+		clear(q)
+		q = q[:0]
+		frameQueues.Put(&q)
+	}
+}
+
+func getMessageQueue() []Message { return (*messageQueues.Get().(*[]Message))[:0] }
+
+func putMessageQueue(q []Message) {
+	if cap(q) <= maxPooledQueue {
+		clear(q)
+		q = q[:0]
+		messageQueues.Put(&q)
 	}
 }
 

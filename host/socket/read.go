@@ -645,6 +645,9 @@ func (c *Conn) deliver(kind int, data []byte) bool {
 		c.mu.Unlock()
 		return false
 	}
+	if c.in == nil {
+		c.in = getMessageQueue()
+	}
 	c.in = append(c.in, Message{Kind: kind, Data: data})
 	c.inBytes += len(data)
 	run := !c.dispatching
@@ -671,14 +674,21 @@ func (c *Conn) dispatch() {
 			c.mu.Unlock()
 			return
 		}
-		if bh, ok := c.handler.(BatchHandler); ok && len(c.in) > 1 {
+		if bh, ok := c.handler.(BatchHandler); ok || len(c.in) == 1 {
+			// Take the whole queue: one message, or all of them for a
+			// BatchHandler.
 			msgs := c.in
 			c.in, c.inBytes = nil, 0
 			if c.readerWaiting {
 				c.space.Signal()
 			}
 			c.mu.Unlock()
-			bh.OnMessages(c, msgs)
+			if len(msgs) == 1 {
+				c.handler.OnMessage(c, msgs[0].Kind, msgs[0].Data)
+			} else {
+				bh.OnMessages(c, msgs)
+			}
+			putMessageQueue(msgs)
 			continue
 		}
 		m := c.in[0]
