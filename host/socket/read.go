@@ -521,7 +521,8 @@ func (c *Conn) readFrame(have int) (perr *protocolError, clientClosed, deliver b
 	if err != nil {
 		return nil, false, false, err
 	}
-	c.lastSeen.Store(h.now())
+	now := h.now() // one clock reading a frame: liveness and the rate bucket
+	c.lastSeen.Store(now)
 	switch {
 	case hdr.rsv != 0:
 		return errReserved, false, false, nil
@@ -562,7 +563,7 @@ func (c *Conn) readFrame(have int) (perr *protocolError, clientClosed, deliver b
 			msg = []byte{}
 		}
 		h.m.messagesIn.Inc()
-		if ok, _ := h.msgRate.take(&c.msgTAT, h.now()); !ok {
+		if ok, _ := h.msgRate.take(&c.msgTAT, now); !ok {
 			// Over the socket's message rate: dropped, the socket stays.
 			h.m.messagesDropped.Inc()
 			return nil, false, false, nil
