@@ -323,7 +323,7 @@ func TestAssemblyScriptNames(t *testing.T) {
 
 	exports := map[string]bool{
 		abi.VersionExport: true, abi.ExportAlloc: true, abi.ExportOnRequest: true,
-		abi.ExportOnSocketOpen: true, abi.ExportOnSocketMessage: true, abi.ExportOnSocketClose: true,
+		abi.ExportOnSocketOpen: true, abi.ExportOnSocketMessage: true, abi.ExportOnSocketMessages: true, abi.ExportOnSocketClose: true,
 		abi.ExportOnJoin: true, abi.ExportOnChannelMessage: true, abi.ExportOnLeave: true,
 	}
 	for _, m := range regexp.MustCompile(`export function (wasmkeep_[a-z0-9_]+)\(`).FindAllStringSubmatch(read("exports.ts"), -1) {

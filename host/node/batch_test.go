@@ -23,19 +23,20 @@ func burst(t *testing.T, c *wstest.Client, msgs ...string) {
 
 // TestMessageBatches: a client's burst of messages reaches the room in
 // order, through one guest call per batch for a guest that exports
-// wasmkeep_on_socket_messages (the Go SDK does), and through one call per
-// message for one that does not (the AssemblyScript SDK's chat); every
+// wasmkeep_on_socket_messages (both SDKs do), and through one call per
+// message for one that does not (rawecho, written without an SDK); every
 // message is counted as an event either way.
 func TestMessageBatches(t *testing.T) {
 	n := startNode(t, Config{})
 	putClass(t, n, "echo", "./testdata/guests/echo")
+	putClass(t, n, "rawecho", "./testdata/guests/rawecho")
 	putAS(t, n, "aschat", asChat)
 	const count = 200
 	for _, tc := range []struct {
 		class   string
 		batches bool
 		greet   bool // the room greets a new socket
-	}{{"echo", true, true}, {"aschat", false, false}} {
+	}{{"echo", true, true}, {"aschat", true, false}, {"rawecho", false, false}} {
 		t.Run(tc.class, func(t *testing.T) {
 			c := wstest.Dial(t, n.URL()+"/actor/"+tc.class+"/burst")
 			if tc.greet {

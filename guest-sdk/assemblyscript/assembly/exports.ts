@@ -146,6 +146,36 @@ export function wasmkeep_on_socket_message(socket: u32, kind: i32, ptr: usize, l
   endEvent();
 }
 
+/**
+ * Several messages of one socket in one call (docs/abi.md,
+ * wasmkeep_on_socket_messages): each is kind (u8), length (u32 LE) and
+ * bytes, handed to the handler one by one as if each had come alone.
+ */
+export function wasmkeep_on_socket_messages(socket: u32, ptr: usize, len: u32): void {
+  let h = state.onSocketMessage;
+  if (h !== null) {
+    let s = new Socket(socket);
+    let pos = ptr;
+    let end = ptr + <usize>len;
+    while (pos < end) {
+      if (end - pos < 5) {
+        error("wasmkeep: malformed message batch from the host");
+        break;
+      }
+      let kind = <i32>load<u8>(pos);
+      let n = <usize>load<u32>(pos + 1);
+      pos += 5;
+      if (n > end - pos || (kind != <i32>MessageKind.Text && kind != <i32>MessageKind.Binary)) {
+        error("wasmkeep: malformed message batch from the host");
+        break;
+      }
+      h(s, new Message(<MessageKind>kind, view(pos, <u32>n)));
+      pos += n;
+    }
+  }
+  endEvent();
+}
+
 export function wasmkeep_on_socket_close(socket: u32, code: i32, ptr: usize, len: u32): void {
   let h = state.onSocketClose;
   if (h !== null) h(new Socket(socket), code, len == 0 ? "" : String.UTF8.decodeUnsafe(ptr, len));
