@@ -95,9 +95,7 @@ func BenchmarkChatFootprint(b *testing.B) {
 				}
 				ds = append(ds, time.Since(start))
 				inst.Close()
-				for len(c.pool) < cap(c.pool) {
-					time.Sleep(100 * time.Microsecond)
-				}
+				waitPoolFull(c)
 			}
 			percentiles(b, ds)
 		})

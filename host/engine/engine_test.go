@@ -249,9 +249,7 @@ func BenchmarkRestore(b *testing.B) {
 				inst.Close()
 				if pool > 0 {
 					// Let the filler catch up, as it would between wakes.
-					for len(c.pool) < cap(c.pool) {
-						time.Sleep(100 * time.Microsecond)
-					}
+					waitPoolFull(c)
 				}
 			}
 			percentiles(b, ds)
@@ -349,9 +347,7 @@ func BenchmarkInterpreter(b *testing.B) {
 			}
 			ds = append(ds, time.Since(start))
 			inst.Close()
-			for len(c.pool) < cap(c.pool) {
-				time.Sleep(100 * time.Microsecond)
-			}
+			waitPoolFull(c)
 		}
 		percentiles(b, ds)
 	})
@@ -455,5 +451,13 @@ func BenchmarkDeltaBytes(b *testing.B) {
 			b.ReportMetric(float64(len(delta.Manifest.Encode())), "manifest-bytes")
 			b.ReportMetric(float64(len(delta.Manifest.Chunks)), "chunks")
 		})
+	}
+}
+
+// waitPoolFull waits until the class's pool of blank instances is full
+// again, so that the next measured wake starts as a spaced one does.
+func waitPoolFull(c *Class) {
+	for len(c.pool) < cap(c.pool) {
+		time.Sleep(100 * time.Microsecond)
 	}
 }
