@@ -147,10 +147,11 @@ export function queryValue(query: string, key: string): string | null {
 // ---------------------------------------------------------------------------
 // Requests
 
-/** An HTTP request delivered to the room. */
-export class Request {
-  /** The HTTP method, e.g. "GET". */
-  method: string = "";
+/**
+ * What a Request and a SocketOpen share: the path, query and headers of
+ * the HTTP request behind them.
+ */
+export class HttpHead {
   /**
    * The URL path below the room, beginning with "/" ("/" for the room
    * itself; for /actor/chat/lobby/history it is "/history"), as the client
@@ -161,8 +162,6 @@ export class Request {
   query: string = "";
   /** The header lines in arrival order. */
   headers: Header[] = [];
-  /** The body. It belongs to the handler, which may keep it. */
-  body: Uint8Array = new Uint8Array(0);
 
   /** The first header named name (ignoring case), or "". */
   header(name: string): string {
@@ -175,6 +174,14 @@ export class Request {
     let v = queryValue(this.query, key);
     return v === null ? "" : v;
   }
+}
+
+/** An HTTP request delivered to the room. */
+export class Request extends HttpHead {
+  /** The HTTP method, e.g. "GET". */
+  method: string = "";
+  /** The body. It belongs to the handler, which may keep it. */
+  body: Uint8Array = new Uint8Array(0);
 
   /** The body decoded as UTF-8. */
   text(): string {
@@ -285,28 +292,13 @@ export enum MessageKind {
   Binary = 2,
 }
 
-/** A WebSocket the host accepted for the room. */
-export class SocketOpen {
-  /** The URL path below the room, as in Request. */
-  path: string = "";
-  /** The raw query string of the upgrade request, without "?". */
-  query: string = "";
-  /** The upgrade request's header lines. */
-  headers: Header[] = [];
+/**
+ * A WebSocket the host accepted for the room: the path, query and headers
+ * of its upgrade request, and the client's address.
+ */
+export class SocketOpen extends HttpHead {
   /** The client's address as the host saw it. */
   remote: string = "";
-
-  /** The first upgrade header named name (ignoring case), or "". */
-  header(name: string): string {
-    let v = lookupHeader(this.headers, name);
-    return v === null ? "" : v;
-  }
-
-  /** The first value of the upgrade request's query parameter key, or "". */
-  queryValue(key: string): string {
-    let v = queryValue(this.query, key);
-    return v === null ? "" : v;
-  }
 }
 
 /** One complete WebSocket message. */
