@@ -182,9 +182,8 @@ func (c *Conn) enqueue(f []byte) error {
 		return ErrClosed
 	}
 	if c.outFrames+1 > cfg.OutboundFrames || c.outBytes+len(f) > cfg.OutboundBytes {
-		c.failLocked(abi.CloseSlowReader, "slow reader", evictGrace)
+		c.failLocked(abi.CloseSlowReader, "slow reader", evictSlowReader, evictGrace)
 		c.mu.Unlock()
-		c.hub.m.evicted(evictSlowReader)
 		return ErrSlowReader
 	}
 	if c.out == nil {
@@ -267,13 +266,16 @@ func (c *Conn) beginCloseLocked(code int, reason string) bool {
 }
 
 // failLocked closes the socket as failed: queued frames are dropped, a close
-// frame with code is attempted for at most grace, then TCP is closed. It
-// reports whether this was the socket's first close; the caller then counts
-// the eviction.
-func (c *Conn) failLocked(code int, reason string, grace time.Duration) bool {
+// frame with code is attempted for at most grace, then TCP is closed. If
+// this is the socket's first close it counts the eviction under evict and
+// reports true.
+func (c *Conn) failLocked(code int, reason, evict string, grace time.Duration) bool {
 	if !c.beginCloseLocked(code, reason) {
 		return false
 	}
+	// Counted before the close frame can leave (its writer needs c.mu): a
+	// client that has seen the close finds the eviction counted.
+	c.hub.m.evicted(evict)
 	c.queueCloseLocked(code, reason, true)
 	c.finishing = true
 	c.deadlineLocked(grace)

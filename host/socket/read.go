@@ -460,11 +460,8 @@ func (c *Conn) finishRead(perr *protocolError, clientClosed bool) {
 	switch {
 	case perr != nil:
 		c.mu.Lock()
-		first := c.failLocked(perr.code, perr.reason, evictGrace)
+		c.failLocked(perr.code, perr.reason, perr.evict, evictGrace)
 		c.mu.Unlock()
-		if first {
-			c.hub.m.evicted(perr.evict)
-		}
 		c.waitFlushed()
 	case clientClosed:
 		c.waitFlushed()
