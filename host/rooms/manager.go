@@ -265,15 +265,30 @@ func (m *Manager) sweeper() {
 		cutoff := monoNow() - int64(m.cfg.IdleTimeout)
 		m.mu.Lock()
 		var idle []*Room
+		staying := 0 // resident rooms not on their way to sleep
 		for r := range m.resident {
-			if r.lastActive.Load() <= cutoff && !r.busy() && !r.hibernatePending.Load() && !r.pinned.Load() {
+			switch {
+			case r.hibernatePending.Load():
+			case r.lastActive.Load() <= cutoff && !r.busy() && !r.pinned.Load():
 				r.hibernatePending.Store(true)
 				idle = append(idle, r)
+			default:
+				staying++
 			}
+		}
+		// Still over --max-resident (every other room was busy when the
+		// last one woke, or an eviction found its room in use again):
+		// evict now.
+		var victims []*Room
+		if over := staying - m.cfg.MaxResident; over > 0 {
+			victims = m.leastRecentlyUsed(over, nil)
 		}
 		m.mu.Unlock()
 		for _, r := range idle {
 			r.requestHibernate(reasonIdle, nil)
+		}
+		for _, r := range victims {
+			r.requestHibernate(reasonEvict, nil)
 		}
 	}
 }

@@ -207,10 +207,13 @@ func newRoom(m *Manager, key Key) *Room {
 
 func (r *Room) residentNow() bool { return r.isResident.Load() }
 
+// busy reports whether the room has an event running or waiting. A worker
+// lingering for the next event is not busy: a hibernation request reaches
+// it like any event.
 func (r *Room) busy() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.running || r.head < len(r.queue)
+	return (r.running && !r.lingering) || r.head < len(r.queue)
 }
 
 // enqueue adds ev to the mailbox. With wait, a full mailbox makes the
