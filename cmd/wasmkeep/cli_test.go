@@ -183,8 +183,12 @@ func TestRoomsCommands(t *testing.T) {
 		t.Fatalf("rooms pin printed %q", got)
 	}
 	expectState("counter/x", "resident 0")
-	if got := facts("counter/x"); !strings.HasPrefix(got, "pinned ") {
-		t.Fatalf("counter/x, pinned: %q", got)
+	// "event" until its worker has finished the wake, then "pinned".
+	for deadline := time.Now().Add(healthDeadline); !strings.HasPrefix(facts("counter/x"), "pinned "); {
+		if time.Now().After(deadline) {
+			t.Fatalf("counter/x, pinned: %q", facts("counter/x"))
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 	if got := n.ok("rooms", "unpin", "counter", "x"); got != "room counter/x unpinned\n" {
 		t.Fatalf("rooms unpin printed %q", got)
