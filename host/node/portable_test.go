@@ -31,9 +31,14 @@ func TestExportImport(t *testing.T) {
 			Segments []struct{ ID string }
 		}
 	}
-	if err := json.Unmarshal([]byte(expect(t, 200, "GET", a.URL()+"/admin/rooms/chat/prod", nil)), &detail); err != nil {
-		t.Fatal(err)
-	}
+	// The export's checkpoint ran on the room's worker: "event" until it
+	// has finished, then "recent".
+	waitFor(t, "the room to be idle after the export", func() bool {
+		if err := json.Unmarshal([]byte(expect(t, 200, "GET", a.URL()+"/admin/rooms/chat/prod", nil)), &detail); err != nil {
+			t.Fatal(err)
+		}
+		return detail.Awake != "event"
+	})
 	if detail.State != "resident" || detail.Sockets != 1 || detail.Snapshot == nil || len(detail.Snapshot.Segments) == 0 ||
 		detail.Awake != "recent" || !strings.Contains(detail.AwakeDetail, "idle") {
 		t.Fatalf("inspect: %+v", detail)
