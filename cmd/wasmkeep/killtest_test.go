@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wasmkeep/wasmkeep/internal/kvmodel"
 	"github.com/wasmkeep/wasmkeep/internal/testwasm"
 )
 
@@ -25,40 +25,8 @@ import (
 // kill points); the timing of the kills is the machine's.
 const envKillSeed = "WASMKEEP_KILL_SEED"
 
-// kvState is one state of a kv room (testdata/guests/kv); a write makes a
-// new one.
-type kvState struct {
-	version uint64
-	values  map[string]string
-}
-
-func (s *kvState) with(key string, value *string) *kvState {
-	next := &kvState{version: s.version + 1, values: make(map[string]string, len(s.values)+1)}
-	for k, v := range s.values {
-		next.values[k] = v
-	}
-	if value == nil {
-		delete(next.values, key)
-	} else {
-		next.values[key] = *value
-	}
-	return next
-}
-
-// dump is the kv guest's GET /state for s.
-func (s *kvState) dump() string {
-	keys := make([]string, 0, len(s.values))
-	for k := range s.values {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	var b strings.Builder
-	b.WriteString("v=" + strconv.FormatUint(s.version, 10) + "\n")
-	for _, k := range keys {
-		b.WriteString(k + "=" + s.values[k] + "\n")
-	}
-	return b.String()
-}
+// kvState is one state of a kv room.
+type kvState = kvmodel.State
 
 // killRoom is what the test knows of one room during a round. Only its
 // writer touches it while the node runs.
@@ -115,7 +83,7 @@ func TestKillConsistency(t *testing.T) {
 	client := &http.Client{Timeout: commandDeadline}
 	wasm := testwasm.Build(t, "./testdata/guests/kv")
 
-	empty := &kvState{values: map[string]string{}}
+	empty := kvmodel.Empty
 	rooms := make([]killRoom, nRooms)
 	for i := range rooms {
 		rooms[i] = killRoom{cur: empty, history: []*kvState{empty}}
@@ -141,17 +109,17 @@ func TestKillConsistency(t *testing.T) {
 			}
 			var got *kvState
 			for k, s := range r.history {
-				if s.dump() == body {
+				if s.Dump() == body {
 					got, restoredAt[i] = s, fmt.Sprintf("%d/%d", k, len(r.history)-1)
 				}
 			}
-			if got == nil && r.pending != nil && r.pending.dump() == body {
+			if got == nil && r.pending != nil && r.pending.Dump() == body {
 				got, restoredAt[i] = r.pending, "pending"
 			}
 			if got == nil {
 				inFlight := "none"
 				if r.pending != nil {
-					inFlight = r.pending.dump()
+					inFlight = r.pending.Dump()
 				}
 				t.Fatalf("round %d: room r%02d came back in a state it never had at an acknowledged point:\n%s\nits states this round were (oldest first):\n%s\nin flight at the kill:\n%s",
 					round, i, body, dumps(r.history), inFlight)
@@ -169,8 +137,8 @@ func TestKillConsistency(t *testing.T) {
 			}
 			p = startNode(t, nodeOpts{args: args})
 			for i := range rooms {
-				if got := expectHTTP(t, 200, "GET", roomURL(p, i)+"/state"); got != rooms[i].cur.dump() {
-					t.Fatalf("room r%02d after a clean stop:\n%s\nwant:\n%s", i, got, rooms[i].cur.dump())
+				if got := expectHTTP(t, 200, "GET", roomURL(p, i)+"/state"); got != rooms[i].cur.Dump() {
+					t.Fatalf("room r%02d after a clean stop:\n%s\nwant:\n%s", i, got, rooms[i].cur.Dump())
 				}
 			}
 			break
@@ -193,14 +161,14 @@ func TestKillConsistency(t *testing.T) {
 						v := killValue(wrng)
 						method, body, value = "PUT", []byte(v), &v
 					}
-					next := r.cur.with(key, value)
+					next := r.cur.With(key, value)
 					r.pending = next
 					status, answer, err := send(client, method, roomURL(p, i)+"/k/"+key, body)
 					if err != nil {
 						return // killed
 					}
-					if status != 200 || answer != strconv.FormatUint(next.version, 10) {
-						t.Errorf("round %d: %s r%02d/k/%s: %d %q, want 200 %d", round, method, i, key, status, answer, next.version)
+					if status != 200 || answer != strconv.FormatUint(next.Version, 10) {
+						t.Errorf("round %d: %s r%02d/k/%s: %d %q, want 200 %d", round, method, i, key, status, answer, next.Version)
 						return
 					}
 					r.cur, r.pending = next, nil
@@ -213,8 +181,8 @@ func TestKillConsistency(t *testing.T) {
 						if err != nil {
 							return
 						}
-						if status != 200 || answer != r.cur.dump() {
-							t.Errorf("round %d: GET r%02d/state: %d\n%s\nwant:\n%s", round, i, status, answer, r.cur.dump())
+						if status != 200 || answer != r.cur.Dump() {
+							t.Errorf("round %d: GET r%02d/state: %d\n%s\nwant:\n%s", round, i, status, answer, r.cur.Dump())
 							return
 						}
 					}
@@ -284,7 +252,7 @@ func scrapeHibernations(t *testing.T, c *http.Client, base string) float64 {
 func dumps(states []*kvState) string {
 	var b strings.Builder
 	for _, s := range states {
-		b.WriteString("---\n" + s.dump())
+		b.WriteString("---\n" + s.Dump())
 	}
 	return b.String()
 }

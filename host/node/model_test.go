@@ -4,13 +4,13 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"sort"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/wasmkeep/wasmkeep/host/rooms"
+	"github.com/wasmkeep/wasmkeep/internal/kvmodel"
 )
 
 // The model test drives kv rooms (testdata/guests/kv) with random writes,
@@ -24,42 +24,8 @@ const (
 	envModelOps  = "WASMKEEP_MODEL_OPS"
 )
 
-// kvState is one state of a kv room. States are never modified once made:
-// a write makes a new one, so the model can keep several by pointer.
-type kvState struct {
-	version uint64
-	values  map[string]string
-}
-
-var emptyKV = &kvState{values: map[string]string{}}
-
-func (s *kvState) with(key string, value *string) *kvState {
-	next := &kvState{version: s.version + 1, values: make(map[string]string, len(s.values)+1)}
-	for k, v := range s.values {
-		next.values[k] = v
-	}
-	if value == nil {
-		delete(next.values, key)
-	} else {
-		next.values[key] = *value
-	}
-	return next
-}
-
-// dump is the kv guest's GET /state for s.
-func (s *kvState) dump() string {
-	keys := make([]string, 0, len(s.values))
-	for k := range s.values {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	var b strings.Builder
-	b.WriteString("v=" + strconv.FormatUint(s.version, 10) + "\n")
-	for _, k := range keys {
-		b.WriteString(k + "=" + s.values[k] + "\n")
-	}
-	return b.String()
-}
+// kvState is one state of a kv room.
+type kvState = kvmodel.State
 
 // kvRoomModel is what the test knows of one room: its state now, and its
 // state as of its last snapshot, to which a crash rolls it back.
@@ -132,7 +98,7 @@ func TestKVModel(t *testing.T) {
 
 	model := make([]kvRoomModel, nRooms)
 	for i := range model {
-		model[i] = kvRoomModel{cur: emptyKV, snap: emptyKV}
+		model[i] = kvRoomModel{cur: kvmodel.Empty, snap: kvmodel.Empty}
 	}
 	roomName := func(i int) string { return fmt.Sprintf("r%02d", i) }
 	roomURL := func(i int) string { return n.URL() + "/actor/kv/" + roomName(i) }
@@ -200,7 +166,7 @@ func TestKVModel(t *testing.T) {
 	}
 	checkState := func(i int) {
 		t.Helper()
-		if got, want := expect(t, 200, "GET", roomURL(i)+"/state", nil), model[i].cur.dump(); got != want {
+		if got, want := expect(t, 200, "GET", roomURL(i)+"/state", nil), model[i].cur.Dump(); got != want {
 			t.Fatalf("room %s: GET /state:\n%s\nwant:\n%s", roomName(i), got, want)
 		}
 	}
@@ -230,24 +196,24 @@ func TestKVModel(t *testing.T) {
 			wakes(i)
 			v := randomValue(rng)
 			note("%d: PUT %s/k/%s (%d bytes) [%s]", step, roomName(i), key, len(v), listed[i])
-			m.cur = m.cur.with(key, &v)
-			if got := expect(t, 200, "PUT", url+"/k/"+key, []byte(v)); got != strconv.FormatUint(m.cur.version, 10) {
-				t.Fatalf("PUT %s/k/%s answered version %q, want %d", roomName(i), key, got, m.cur.version)
+			m.cur = m.cur.With(key, &v)
+			if got := expect(t, 200, "PUT", url+"/k/"+key, []byte(v)); got != strconv.FormatUint(m.cur.Version, 10) {
+				t.Fatalf("PUT %s/k/%s answered version %q, want %d", roomName(i), key, got, m.cur.Version)
 			}
 			counts["put"]++
 		case p < 0.53:
 			wakes(i)
 			note("%d: DELETE %s/k/%s [%s]", step, roomName(i), key, listed[i])
-			m.cur = m.cur.with(key, nil)
-			if got := expect(t, 200, "DELETE", url+"/k/"+key, nil); got != strconv.FormatUint(m.cur.version, 10) {
-				t.Fatalf("DELETE %s/k/%s answered version %q, want %d", roomName(i), key, got, m.cur.version)
+			m.cur = m.cur.With(key, nil)
+			if got := expect(t, 200, "DELETE", url+"/k/"+key, nil); got != strconv.FormatUint(m.cur.Version, 10) {
+				t.Fatalf("DELETE %s/k/%s answered version %q, want %d", roomName(i), key, got, m.cur.Version)
 			}
 			counts["delete"]++
 		case p < 0.78:
 			wakes(i)
 			note("%d: GET %s/k/%s [%s]", step, roomName(i), key, listed[i])
 			r := do(t, "GET", url+"/k/"+key, nil)
-			want, ok := m.cur.values[key]
+			want, ok := m.cur.Values[key]
 			switch {
 			case ok && (r.Status != 200 || r.Body != want):
 				t.Fatalf("GET %s/k/%s: %d %.80q, want 200 %.80q", roomName(i), key, r.Status, r.Body, want)
@@ -263,8 +229,8 @@ func TestKVModel(t *testing.T) {
 		case p < 0.88:
 			wakes(i)
 			note("%d: GET %s/version [%s]", step, roomName(i), listed[i])
-			if got := expect(t, 200, "GET", url+"/version", nil); got != strconv.FormatUint(m.cur.version, 10) {
-				t.Fatalf("GET %s/version: %q, want %d", roomName(i), got, m.cur.version)
+			if got := expect(t, 200, "GET", url+"/version", nil); got != strconv.FormatUint(m.cur.Version, 10) {
+				t.Fatalf("GET %s/version: %q, want %d", roomName(i), got, m.cur.Version)
 			}
 			counts["version"]++
 		case p < 0.94:
@@ -272,8 +238,8 @@ func TestKVModel(t *testing.T) {
 			if listed[i] == "" {
 				// Neither resident nor stored: it never ran, or it crashed
 				// before its first snapshot; either way it is empty.
-				if m.cur != emptyKV || m.snap != emptyKV {
-					t.Fatalf("room %s is not listed, but the model has it at version %d (snapshot %d)", roomName(i), m.cur.version, m.snap.version)
+				if m.cur != kvmodel.Empty || m.snap != kvmodel.Empty {
+					t.Fatalf("room %s is not listed, but the model has it at version %d (snapshot %d)", roomName(i), m.cur.Version, m.snap.Version)
 				}
 				if r := do(t, "POST", n.URL()+"/admin/rooms/kv/"+roomName(i)+"/hibernate", nil); r.Status != 404 && r.Status != 200 {
 					t.Fatalf("hibernate unlisted room %s: %d %s", roomName(i), r.Status, r.Body)
@@ -286,7 +252,7 @@ func TestKVModel(t *testing.T) {
 			counts["hibernate"]++
 		case p < 0.995:
 			wakes(i)
-			note("%d: trap %s [%s] (back from v%d to v%d)", step, roomName(i), listed[i], m.cur.version, m.snap.version)
+			note("%d: trap %s [%s] (back from v%d to v%d)", step, roomName(i), listed[i], m.cur.Version, m.snap.Version)
 			r := do(t, "POST", url+"/trap", nil)
 			if r.Status != 500 || !strings.Contains(r.Body, "guest trapped") {
 				t.Fatalf("POST %s/trap: %d %s", roomName(i), r.Status, r.Body)
