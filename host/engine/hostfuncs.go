@@ -54,6 +54,18 @@ func instanceOf(ctx context.Context) *Instance {
 	return inst
 }
 
+// eventInstance returns the instance whose event calls a host function, or
+// answers the call with StatusState and returns nil when there is none (a
+// call outside an event, or from an instance without a host).
+func eventInstance(ctx context.Context, stack []uint64) *Instance {
+	inst := instanceOf(ctx)
+	if inst == nil || inst.host == nil {
+		ret(stack, abi.StatusState)
+		return nil
+	}
+	return inst
+}
+
 func ret(stack []uint64, s abi.Status) { stack[0] = uint64(uint32(int32(s))) }
 
 // guestBytes returns a view of guest memory, or false for a range outside it.
@@ -88,9 +100,8 @@ func (e *Engine) httpRespond(ctx context.Context, mod api.Module, stack []uint64
 }
 
 func socketSend(ctx context.Context, mod api.Module, stack []uint64) {
-	inst := instanceOf(ctx)
-	if inst == nil || inst.host == nil {
-		ret(stack, abi.StatusState)
+	inst := eventInstance(ctx, stack)
+	if inst == nil {
 		return
 	}
 	kind, data, st := message(mod, stack[1], stack[2], stack[3])
@@ -128,9 +139,8 @@ func socketClose(ctx context.Context, mod api.Module, stack []uint64) {
 }
 
 func socketList(ctx context.Context, mod api.Module, stack []uint64) {
-	inst := instanceOf(ctx)
-	if inst == nil || inst.host == nil {
-		ret(stack, abi.StatusState)
+	inst := eventInstance(ctx, stack)
+	if inst == nil {
 		return
 	}
 	limit := uint32(stack[1])
@@ -154,9 +164,8 @@ func socketList(ctx context.Context, mod api.Module, stack []uint64) {
 }
 
 func broadcast(ctx context.Context, mod api.Module, stack []uint64) {
-	inst := instanceOf(ctx)
-	if inst == nil || inst.host == nil {
-		ret(stack, abi.StatusState)
+	inst := eventInstance(ctx, stack)
+	if inst == nil {
 		return
 	}
 	kind, data, st := message(mod, stack[0], stack[1], stack[2])
@@ -167,9 +176,8 @@ func broadcast(ctx context.Context, mod api.Module, stack []uint64) {
 }
 
 func roomInfo(ctx context.Context, mod api.Module, stack []uint64) {
-	inst := instanceOf(ctx)
-	if inst == nil || inst.host == nil {
-		ret(stack, abi.StatusState)
+	inst := eventInstance(ctx, stack)
+	if inst == nil {
 		return
 	}
 	info := inst.host.RoomInfo()
@@ -234,9 +242,8 @@ func channelOut(mod api.Module, ptr, n uint64) (*abi.ChannelMessage, abi.Status)
 }
 
 func channelPush(ctx context.Context, mod api.Module, stack []uint64) {
-	inst := instanceOf(ctx)
-	if inst == nil || inst.host == nil {
-		ret(stack, abi.StatusState)
+	inst := eventInstance(ctx, stack)
+	if inst == nil {
 		return
 	}
 	m, st := channelOut(mod, stack[1], stack[2])
@@ -247,9 +254,8 @@ func channelPush(ctx context.Context, mod api.Module, stack []uint64) {
 }
 
 func channelBroadcast(ctx context.Context, mod api.Module, stack []uint64) {
-	inst := instanceOf(ctx)
-	if inst == nil || inst.host == nil {
-		ret(stack, abi.StatusState)
+	inst := eventInstance(ctx, stack)
+	if inst == nil {
 		return
 	}
 	m, st := channelOut(mod, stack[1], stack[2])
@@ -260,9 +266,8 @@ func channelBroadcast(ctx context.Context, mod api.Module, stack []uint64) {
 }
 
 func channelClose(ctx context.Context, mod api.Module, stack []uint64) {
-	inst := instanceOf(ctx)
-	if inst == nil || inst.host == nil {
-		ret(stack, abi.StatusState)
+	inst := eventInstance(ctx, stack)
+	if inst == nil {
 		return
 	}
 	b, ok := guestBytes(mod, stack[1], stack[2])
@@ -297,9 +302,8 @@ func presence(mod api.Module, ptr, n uint64, track bool) (*abi.Presence, abi.Sta
 }
 
 func presenceTrack(ctx context.Context, mod api.Module, stack []uint64) {
-	inst := instanceOf(ctx)
-	if inst == nil || inst.host == nil {
-		ret(stack, abi.StatusState)
+	inst := eventInstance(ctx, stack)
+	if inst == nil {
 		return
 	}
 	p, st := presence(mod, stack[1], stack[2], true)
@@ -310,9 +314,8 @@ func presenceTrack(ctx context.Context, mod api.Module, stack []uint64) {
 }
 
 func presenceUntrack(ctx context.Context, mod api.Module, stack []uint64) {
-	inst := instanceOf(ctx)
-	if inst == nil || inst.host == nil {
-		ret(stack, abi.StatusState)
+	inst := eventInstance(ctx, stack)
+	if inst == nil {
 		return
 	}
 	p, st := presence(mod, stack[1], stack[2], false)
@@ -327,9 +330,8 @@ func presenceUntrack(ctx context.Context, mod api.Module, stack []uint64) {
 // snapshot in the middle of a call could not be resumed: the guest's own
 // stack of the call would be in it.)
 func checkpoint(ctx context.Context, _ api.Module, stack []uint64) {
-	inst := instanceOf(ctx)
-	if inst == nil || inst.host == nil {
-		ret(stack, abi.StatusState)
+	inst := eventInstance(ctx, stack)
+	if inst == nil {
 		return
 	}
 	inst.checkpoint = true
