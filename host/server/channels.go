@@ -1,7 +1,6 @@
 package server
 
 import (
-	"errors"
 	"net/http"
 
 	"github.com/wasmkeep/wasmkeep/abi"
@@ -27,29 +26,11 @@ func (s *Server) upgradeChannels(w http.ResponseWriter, r *http.Request, key roo
 		textError(w, http.StatusBadRequest, "unsupported Phoenix serializer version "+v+": connect with vsn=2.0.0 (phoenix.js 1.7 and later do)")
 		return
 	}
-	open := &abi.SocketOpen{Path: below, Query: r.URL.RawQuery, Headers: upgradeHeaders(r.Header, r.Host), Remote: r.RemoteAddr}
-	if len(open.Headers) > abi.MaxHeaderCount {
-		textError(w, http.StatusRequestHeaderFieldsTooLarge, "too many header lines")
-		return
-	}
 	// phoenix.js offers the "phoenix" subprotocol (with a token in a second
 	// one) when it has an auth token; the room reads the token from the
 	// open event's headers.
-	conn, err := s.hub.Upgrade(w, r, &socket.UpgradeOptions{Protocol: func(p string) bool { return p == "phoenix" }})
-	if err != nil {
-		return
-	}
-	sock, err := s.rooms.OpenChannelSocket(key, socketConn{conn}, open, phoenix.Config{})
-	if err != nil {
-		code := abi.CloseInternalError
-		if errors.Is(err, rooms.ErrStopping) {
-			code = abi.CloseServiceRestart
-		} else if errors.Is(err, rooms.ErrOverloaded) {
-			code = abi.CloseTryAgainLater
-		}
-		conn.Close(code, err.Error())
-		conn.Start(discard{})
-		return
-	}
-	conn.Start(socketEvents{sock})
+	opts := &socket.UpgradeOptions{Protocol: func(p string) bool { return p == "phoenix" }}
+	s.upgradeInto(w, r, below, opts, func(c rooms.Conn, open *abi.SocketOpen) (*rooms.Socket, error) {
+		return s.rooms.OpenChannelSocket(key, c, open, phoenix.Config{})
+	})
 }

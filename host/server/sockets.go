@@ -25,16 +25,27 @@ func (s *Server) upgrade(w http.ResponseWriter, r *http.Request, key rooms.Key, 
 		textError(w, http.StatusNotFound, "this class does not accept WebSockets")
 		return
 	}
+	s.upgradeInto(w, r, below, nil, func(c rooms.Conn, open *abi.SocketOpen) (*rooms.Socket, error) {
+		return s.rooms.OpenSocket(key, c, open)
+	})
+}
+
+// upgradeInto makes the open record of an upgrade request for the path
+// below its room, upgrades it (with opts), and hands the socket to the
+// room through openRoom; a room that cannot take it closes it at once with
+// the code that says why.
+func (s *Server) upgradeInto(w http.ResponseWriter, r *http.Request, below string, opts *socket.UpgradeOptions,
+	openRoom func(rooms.Conn, *abi.SocketOpen) (*rooms.Socket, error)) {
 	open := &abi.SocketOpen{Path: below, Query: r.URL.RawQuery, Headers: upgradeHeaders(r.Header, r.Host), Remote: r.RemoteAddr}
 	if len(open.Headers) > abi.MaxHeaderCount {
 		textError(w, http.StatusRequestHeaderFieldsTooLarge, "too many header lines")
 		return
 	}
-	conn, err := s.hub.Upgrade(w, r, nil)
+	conn, err := s.hub.Upgrade(w, r, opts)
 	if err != nil {
 		return // the hub has answered
 	}
-	sock, err := s.rooms.OpenSocket(key, socketConn{conn}, open)
+	sock, err := openRoom(socketConn{conn}, open)
 	if err != nil {
 		code := abi.CloseInternalError
 		if errors.Is(err, rooms.ErrStopping) {
