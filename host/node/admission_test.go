@@ -17,6 +17,7 @@ import (
 
 	"github.com/wasmkeep/wasmkeep/abi"
 	"github.com/wasmkeep/wasmkeep/host/socket"
+	"github.com/wasmkeep/wasmkeep/internal/wstest"
 )
 
 // The admission, limit and hostile-input tests of the socket layer, end to
@@ -111,7 +112,7 @@ func (c *rawClient) writeRaw(b []byte) {
 }
 
 func (c *rawClient) send(text string) {
-	c.writeRaw(maskedFrame(0x80|0x1, uint64(len(text)), []byte(text)))
+	c.writeRaw(wstest.MaskedFrame(0x80|0x1, uint64(len(text)), []byte(text)))
 }
 
 // frame reads one frame within d.
@@ -182,27 +183,6 @@ func (c *rawClient) expectEOF() {
 		}
 		return
 	}
-}
-
-// maskedFrame builds a client frame by hand: b0 is FIN, RSV and opcode; the
-// length field says length, whatever the payload's size.
-func maskedFrame(b0 byte, length uint64, payload []byte) []byte {
-	b := []byte{b0}
-	switch {
-	case length <= 125:
-		b = append(b, 0x80|byte(length))
-	case length <= 0xffff:
-		b = append(b, 0x80|126)
-		b = binary.BigEndian.AppendUint16(b, uint16(length))
-	default:
-		b = append(b, 0x80|127)
-		b = binary.BigEndian.AppendUint64(b, length)
-	}
-	mask := [4]byte{7, 1, 9, 3}
-	b = append(b, mask[:]...)
-	p := append([]byte(nil), payload...)
-	ws.Cipher(p, mask, 0)
-	return append(b, p...)
 }
 
 // TestSocketLimits runs the admission, limit and hostile-input cases, each
@@ -284,7 +264,7 @@ func testUpgradeAdmission(t *testing.T, cache string) {
 	}
 
 	// A socket that closes frees its slot, for its address and the node.
-	a.writeRaw(maskedFrame(0x80|0x8, 2, binary.BigEndian.AppendUint16(nil, 1000)))
+	a.writeRaw(wstest.MaskedFrame(0x80|0x8, 2, binary.BigEndian.AppendUint16(nil, 1000)))
 	a.expectClose(1000)
 	waitFor(t, "the closed socket's slot", func() bool { return n.Hub.Count() == 2 })
 	openEcho(t, url, dialOpts{})
@@ -390,7 +370,7 @@ func testOversizeFrameHeader(t *testing.T, cache string) {
 	n := limitsNode(t, cache, Config{})
 	c := openEcho(t, n.URL()+"/actor/echo/big", dialOpts{})
 	start := time.Now()
-	c.writeRaw(maskedFrame(0x80|0x2, 1<<30, nil)) // the header alone
+	c.writeRaw(wstest.MaskedFrame(0x80|0x2, 1<<30, nil)) // the header alone
 	c.expectClose(abi.CloseTooBig)
 	if d := time.Since(start); d > 2*time.Second {
 		t.Errorf("closed after %v", d)
@@ -411,12 +391,12 @@ func testMalformedFrames(t *testing.T, cache string) {
 		code  int
 	}{
 		{"unmasked", []byte{0x80 | 0x1, 2, 'h', 'i'}, abi.CloseProtocolError},
-		{"reserved opcode", maskedFrame(0x80|0x3, 2, []byte("hi")), abi.CloseProtocolError},
-		{"reserved bits", maskedFrame(0x80|0x40|0x1, 2, []byte("hi")), abi.CloseProtocolError},
-		{"fragmented control frame", maskedFrame(0x9, 1, []byte("x")), abi.CloseProtocolError},
-		{"control frame over 125 bytes", maskedFrame(0x80|0x9, 126, make([]byte, 126)), abi.CloseProtocolError},
+		{"reserved opcode", wstest.MaskedFrame(0x80|0x3, 2, []byte("hi")), abi.CloseProtocolError},
+		{"reserved bits", wstest.MaskedFrame(0x80|0x40|0x1, 2, []byte("hi")), abi.CloseProtocolError},
+		{"fragmented control frame", wstest.MaskedFrame(0x9, 1, []byte("x")), abi.CloseProtocolError},
+		{"control frame over 125 bytes", wstest.MaskedFrame(0x80|0x9, 126, make([]byte, 126)), abi.CloseProtocolError},
 		{"length with the top bit set", append([]byte{0x80 | 0x2, 0x80 | 127, 0x80, 0, 0, 0, 0, 0, 0, 1}, 1, 2, 3, 4), abi.CloseProtocolError},
-		{"invalid UTF-8", maskedFrame(0x80|0x1, 3, []byte{'a', 0xff, 'b'}), 1007},
+		{"invalid UTF-8", wstest.MaskedFrame(0x80|0x1, 3, []byte{'a', 0xff, 'b'}), 1007},
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -504,7 +484,7 @@ func testMessageFloodDropped(t *testing.T, cache string) {
 	var b []byte
 	for i := range flood {
 		m := fmt.Sprint("m", i)
-		b = append(b, maskedFrame(0x80|0x1, uint64(len(m)), []byte(m))...)
+		b = append(b, wstest.MaskedFrame(0x80|0x1, uint64(len(m)), []byte(m))...)
 	}
 	c.writeRaw(b)
 	waitFor(t, "the flood read", func() bool { return metric(t, n, "wasmkeep_socket_messages_in_total") == in0+flood })

@@ -15,6 +15,7 @@ import (
 
 	"github.com/gobwas/ws"
 	"github.com/wasmkeep/wasmkeep/abi"
+	"github.com/wasmkeep/wasmkeep/internal/wstest"
 )
 
 const ms = int64(time.Millisecond)
@@ -310,7 +311,7 @@ func TestMessageRateDropsAndResumes(t *testing.T) {
 	// for a token or so refilled while they are read).
 	var flood []byte
 	for i := range 50 {
-		flood = append(flood, rawMasked(0x80|opText, uint64(len(fmt.Sprint(i))), []byte(fmt.Sprint(i)))...)
+		flood = append(flood, wstest.MaskedFrame(0x80|opText, uint64(len(fmt.Sprint(i))), []byte(fmt.Sprint(i)))...)
 	}
 	c.writeRaw(flood)
 	eventually(t, "flood read", func() bool { return s.hub.m.messagesIn.Get() == 50 })
@@ -355,7 +356,7 @@ func TestMessageRateUnlimited(t *testing.T) {
 	c := dial(t, s.url)
 	var flood []byte
 	for range 500 {
-		flood = append(flood, rawMasked(0x80|opBinary, 1, []byte{1})...)
+		flood = append(flood, wstest.MaskedFrame(0x80|opBinary, 1, []byte{1})...)
 	}
 	c.writeRaw(flood)
 	for range 500 {

@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/wasmkeep/wasmkeep/abi"
+	"github.com/wasmkeep/wasmkeep/internal/wstest"
 )
 
 // fuzzHandler checks what reaches a Handler from arbitrary input.
@@ -50,15 +51,15 @@ func (h *fuzzHandler) OnClose(c *Conn, code int, reason string) {
 // deliver only valid messages within the limit, and report exactly one close.
 func FuzzReader(f *testing.F) {
 	seeds := [][]byte{
-		rawMasked(0x80|opText, 5, []byte("hello")),
-		append(rawMasked(opText, 3, []byte("hel")), rawMasked(0x80|opContinuation, 2, []byte("lo"))...),
-		append(rawMasked(opBinary, 1, []byte{1}), append(rawMasked(0x80|opPing, 2, []byte("hi")), rawMasked(0x80|opContinuation, 1, []byte{2})...)...),
-		rawMasked(0x80|opClose, 4, closeBody(1000, "ok")),
-		rawMasked(0x80|opBinary, 300, make([]byte, 300)),
-		rawMasked(0x80|opBinary, 1<<30, nil)[:14],
+		wstest.MaskedFrame(0x80|opText, 5, []byte("hello")),
+		append(wstest.MaskedFrame(opText, 3, []byte("hel")), wstest.MaskedFrame(0x80|opContinuation, 2, []byte("lo"))...),
+		append(wstest.MaskedFrame(opBinary, 1, []byte{1}), append(wstest.MaskedFrame(0x80|opPing, 2, []byte("hi")), wstest.MaskedFrame(0x80|opContinuation, 1, []byte{2})...)...),
+		wstest.MaskedFrame(0x80|opClose, 4, closeBody(1000, "ok")),
+		wstest.MaskedFrame(0x80|opBinary, 300, make([]byte, 300)),
+		wstest.MaskedFrame(0x80|opBinary, 1<<30, nil)[:14],
 		{0x81, 0x02, 'h', 'i'},
-		rawMasked(0x80|opText, 2, []byte{0xc3, 0x28}),
-		rawMasked(0x80|opPong, 0, nil),
+		wstest.MaskedFrame(0x80|opText, 2, []byte{0xc3, 0x28}),
+		wstest.MaskedFrame(0x80|opPong, 0, nil),
 	}
 	for _, s := range seeds {
 		f.Add(s)

@@ -313,27 +313,6 @@ func closeBody(code int, reason string) []byte {
 	return append(b, reason...)
 }
 
-// rawMasked builds a masked frame by hand: b0 is FIN/RSV/opcode, the length
-// field is encoded as given (which may lie about the payload).
-func rawMasked(b0 byte, length uint64, payload []byte) []byte {
-	b := []byte{b0}
-	switch {
-	case length <= 125:
-		b = append(b, 0x80|byte(length))
-	case length <= 0xffff:
-		b = append(b, 0x80|126)
-		b = binary.BigEndian.AppendUint16(b, uint16(length))
-	default:
-		b = append(b, 0x80|127)
-		b = binary.BigEndian.AppendUint64(b, length)
-	}
-	mask := [4]byte{1, 2, 3, 4}
-	b = append(b, mask[:]...)
-	p := append([]byte(nil), payload...)
-	ws.Cipher(p, mask, 0)
-	return append(b, p...)
-}
-
 // waitFor receives from ch within waitTimeout.
 func waitFor[T any](t testing.TB, ch <-chan T, what string) T {
 	t.Helper()

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gobwas/ws"
 	"github.com/wasmkeep/wasmkeep/abi"
+	"github.com/wasmkeep/wasmkeep/internal/wstest"
 )
 
 func TestEchoTextAndBinary(t *testing.T) {
@@ -84,7 +85,7 @@ func TestFramesBehindHandshake(t *testing.T) {
 	defer conn.Close()
 	req := "GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
 		"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
-	msg := rawMasked(0x80|opText, 5, []byte("early"))
+	msg := wstest.MaskedFrame(0x80|opText, 5, []byte("early"))
 	if _, err := conn.Write(append([]byte(req), msg...)); err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +228,7 @@ func TestFrameOverLimitClosedFromHeader(t *testing.T) {
 	c := dial(t, s.url)
 	// A header claiming 1 GiB, then nothing: the server must not wait for
 	// (or allocate) the payload.
-	c.writeRaw(rawMasked(0x80|opBinary, 1<<30, nil)[:14])
+	c.writeRaw(wstest.MaskedFrame(0x80|opBinary, 1<<30, nil)[:14])
 	start := time.Now()
 	c.expectClose(abi.CloseTooBig)
 	if d := time.Since(start); d > 2*time.Second {
@@ -270,38 +271,38 @@ func TestProtocolErrors(t *testing.T) {
 		},
 		{
 			name:  "reserved bit",
-			frame: rawMasked(0x80|0x40|opText, 2, []byte("hi")),
+			frame: wstest.MaskedFrame(0x80|0x40|opText, 2, []byte("hi")),
 			code:  abi.CloseProtocolError,
 		},
 		{
 			name:  "reserved data opcode",
-			frame: rawMasked(0x80|0x3, 2, []byte("hi")),
+			frame: wstest.MaskedFrame(0x80|0x3, 2, []byte("hi")),
 			code:  abi.CloseProtocolError,
 		},
 		{
 			name:  "reserved control opcode",
-			frame: rawMasked(0x80|0xb, 0, nil),
+			frame: wstest.MaskedFrame(0x80|0xb, 0, nil),
 			code:  abi.CloseProtocolError,
 		},
 		{
 			name:  "continuation without start",
-			frame: rawMasked(0x80|opContinuation, 2, []byte("hi")),
+			frame: wstest.MaskedFrame(0x80|opContinuation, 2, []byte("hi")),
 			code:  abi.CloseProtocolError,
 		},
 		{
 			name:  "new message inside fragmented one",
-			first: rawMasked(opText, 2, []byte("hi")),
-			frame: rawMasked(0x80|opText, 2, []byte("hi")),
+			first: wstest.MaskedFrame(opText, 2, []byte("hi")),
+			frame: wstest.MaskedFrame(0x80|opText, 2, []byte("hi")),
 			code:  abi.CloseProtocolError,
 		},
 		{
 			name:  "control frame over 125 bytes",
-			frame: rawMasked(0x80|opPing, 126, make([]byte, 126)),
+			frame: wstest.MaskedFrame(0x80|opPing, 126, make([]byte, 126)),
 			code:  abi.CloseProtocolError,
 		},
 		{
 			name:  "fragmented control frame",
-			frame: rawMasked(opPing, 1, []byte("x")),
+			frame: wstest.MaskedFrame(opPing, 1, []byte("x")),
 			code:  abi.CloseProtocolError,
 		},
 		{
@@ -311,38 +312,38 @@ func TestProtocolErrors(t *testing.T) {
 		},
 		{
 			name:  "invalid UTF-8 text",
-			frame: rawMasked(0x80|opText, 3, []byte{'a', 0xff, 'b'}),
+			frame: wstest.MaskedFrame(0x80|opText, 3, []byte{'a', 0xff, 'b'}),
 			code:  closeInvalidData,
 		},
 		{
 			name:  "invalid UTF-8 across fragments",
-			first: rawMasked(opText, 1, []byte{0xe2}),
-			frame: rawMasked(0x80|opContinuation, 1, []byte{'a'}),
+			first: wstest.MaskedFrame(opText, 1, []byte{0xe2}),
+			frame: wstest.MaskedFrame(0x80|opContinuation, 1, []byte{'a'}),
 			code:  closeInvalidData,
 		},
 		{
 			name:  "close with one byte",
-			frame: rawMasked(0x80|opClose, 1, []byte{3}),
+			frame: wstest.MaskedFrame(0x80|opClose, 1, []byte{3}),
 			code:  abi.CloseProtocolError,
 		},
 		{
 			name:  "close with reserved code 1005",
-			frame: rawMasked(0x80|opClose, 2, closeBody(1005, "")),
+			frame: wstest.MaskedFrame(0x80|opClose, 2, closeBody(1005, "")),
 			code:  abi.CloseProtocolError,
 		},
 		{
 			name:  "close with code 999",
-			frame: rawMasked(0x80|opClose, 2, closeBody(999, "")),
+			frame: wstest.MaskedFrame(0x80|opClose, 2, closeBody(999, "")),
 			code:  abi.CloseProtocolError,
 		},
 		{
 			name:  "close with code 5000",
-			frame: rawMasked(0x80|opClose, 2, closeBody(5000, "")),
+			frame: wstest.MaskedFrame(0x80|opClose, 2, closeBody(5000, "")),
 			code:  abi.CloseProtocolError,
 		},
 		{
 			name:  "close with invalid UTF-8 reason",
-			frame: rawMasked(0x80|opClose, 4, append(closeBody(1000, ""), 0xc3, 0x28)),
+			frame: wstest.MaskedFrame(0x80|opClose, 4, append(closeBody(1000, ""), 0xc3, 0x28)),
 			code:  closeInvalidData,
 		},
 	}

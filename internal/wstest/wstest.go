@@ -5,6 +5,7 @@ package wstest
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -172,3 +173,25 @@ func (c *Client) Close(code int) {
 
 // Conn is the underlying connection, for tests that craft frames.
 func (c *Client) Conn() net.Conn { return c.conn }
+
+// MaskedFrame builds a client frame by hand, for tests of malformed input:
+// b0 is FIN, RSV and opcode; the length field says length, whatever the
+// payload's size (it may lie).
+func MaskedFrame(b0 byte, length uint64, payload []byte) []byte {
+	b := []byte{b0}
+	switch {
+	case length <= 125:
+		b = append(b, 0x80|byte(length))
+	case length <= 0xffff:
+		b = append(b, 0x80|126)
+		b = binary.BigEndian.AppendUint16(b, uint16(length))
+	default:
+		b = append(b, 0x80|127)
+		b = binary.BigEndian.AppendUint64(b, length)
+	}
+	mask := [4]byte{1, 2, 3, 4}
+	b = append(b, mask[:]...)
+	p := append([]byte(nil), payload...)
+	ws.Cipher(p, mask, 0)
+	return append(b, p...)
+}
