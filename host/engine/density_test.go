@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/wasmkeep/wasmkeep/host/snapshot"
 	"github.com/wasmkeep/wasmkeep/internal/testwasm"
 )
 
@@ -273,36 +272,7 @@ func BenchmarkMemoryBackends(b *testing.B) {
 			b.Run(be.String()+"/restore/pool="+strconv.Itoa(max(pool, 0)), func(b *testing.B) {
 				setMemoryBackend(b, be)
 				c := compile(b, newEngine(b, Config{PoolSize: pool}), "./examples/counter")
-				a, _ := c.Start(ctx, &fakeHost{})
-				request(b, a, postRoot)
-				d, _ := a.Snapshot(testEncoder, nil, nil, nil, 1, "", false)
-				man := d.Manifest.Encode()
-				var ds []time.Duration
-				for b.Loop() {
-					t0 := time.Now()
-					snap, err := snapshot.DecodeManifest(man)
-					if err != nil {
-						b.Fatal(err)
-					}
-					seg, err := snapshot.DecodeSegment(d.Segment)
-					if err != nil {
-						b.Fatal(err)
-					}
-					inst, err := c.Restore(ctx, snap, map[string]*snapshot.Segment{d.SegmentID: seg}, &fakeHost{})
-					if err != nil {
-						b.Fatal(err)
-					}
-					if _, err := inst.Request(getRoot); err != nil {
-						b.Fatal(err)
-					}
-					ds = append(ds, time.Since(t0))
-					inst.Close()
-					// Let the filler catch up, as it would between wakes.
-					for pool > 0 && len(c.pool) < cap(c.pool) {
-						time.Sleep(100 * time.Microsecond)
-					}
-				}
-				percentiles(b, ds)
+				benchRestore(b, c, pool)
 			})
 		}
 	}

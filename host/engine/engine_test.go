@@ -223,36 +223,7 @@ func BenchmarkRestore(b *testing.B) {
 		b.Run("pool="+strconv.Itoa(max(pool, 0)), func(b *testing.B) {
 			e := newEngine(b, Config{PoolSize: pool})
 			c := compile(b, e, "./examples/counter")
-			a, _ := c.Start(context.Background(), &fakeHost{})
-			request(b, a, postRoot)
-			d, _ := a.Snapshot(testEncoder, nil, nil, nil, 1, "", false)
-			man := d.Manifest.Encode()
-			var ds []time.Duration
-			for b.Loop() {
-				start := time.Now()
-				snap, err := snapshot.DecodeManifest(man)
-				if err != nil {
-					b.Fatal(err)
-				}
-				seg, err := snapshot.DecodeSegment(d.Segment)
-				if err != nil {
-					b.Fatal(err)
-				}
-				inst, err := c.Restore(context.Background(), snap, map[string]*snapshot.Segment{d.SegmentID: seg}, &fakeHost{})
-				if err != nil {
-					b.Fatal(err)
-				}
-				if _, err := inst.Request(getRoot); err != nil {
-					b.Fatal(err)
-				}
-				ds = append(ds, time.Since(start))
-				inst.Close()
-				if pool > 0 {
-					// Let the filler catch up, as it would between wakes.
-					waitPoolFull(c)
-				}
-			}
-			percentiles(b, ds)
+			benchRestore(b, c, pool)
 		})
 	}
 }
@@ -460,4 +431,40 @@ func waitPoolFull(c *Class) {
 	for len(c.pool) < cap(c.pool) {
 		time.Sleep(100 * time.Microsecond)
 	}
+}
+
+// benchRestore measures wakes of one counter room of class c: decode its
+// snapshot, restore it (from the pool, if pool > 0), answer a GET; the
+// pool is refilled between wakes, as it would be between spaced wakes.
+func benchRestore(b *testing.B, c *Class, pool int) {
+	ctx := context.Background()
+	a, _ := c.Start(ctx, &fakeHost{})
+	request(b, a, postRoot)
+	d, _ := a.Snapshot(testEncoder, nil, nil, nil, 1, "", false)
+	man := d.Manifest.Encode()
+	var ds []time.Duration
+	for b.Loop() {
+		start := time.Now()
+		snap, err := snapshot.DecodeManifest(man)
+		if err != nil {
+			b.Fatal(err)
+		}
+		seg, err := snapshot.DecodeSegment(d.Segment)
+		if err != nil {
+			b.Fatal(err)
+		}
+		inst, err := c.Restore(ctx, snap, map[string]*snapshot.Segment{d.SegmentID: seg}, &fakeHost{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := inst.Request(getRoot); err != nil {
+			b.Fatal(err)
+		}
+		ds = append(ds, time.Since(start))
+		inst.Close()
+		if pool > 0 {
+			waitPoolFull(c)
+		}
+	}
+	percentiles(b, ds)
 }
