@@ -70,6 +70,9 @@ type Node struct {
 	closers  []func() error
 	stopOnce sync.Once
 	stopErr  error
+	// leaveEngine: a stop found room workers still running after its
+	// deadline; closing the engine under them would unmap their memory.
+	leaveEngine bool
 }
 
 // Start builds a node and starts serving.
@@ -112,7 +115,12 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err != nil {
 		return nil, err
 	}
-	n.closers = append(n.closers, func() error { return n.Engine.Close(context.Background()) })
+	n.closers = append(n.closers, func() error {
+		if n.leaveEngine {
+			return nil
+		}
+		return n.Engine.Close(context.Background())
+	})
 	n.Classes = classes.New(n.Bucket, n.Engine, cfg.MaxModuleBytes)
 
 	n.Hub = socket.NewHub(cfg.Sockets, n.Metrics)
@@ -185,6 +193,13 @@ func (n *Node) stop(ctx context.Context) error {
 	}
 	if err := <-n.served; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		errs = append(errs, err)
+	}
+	// The sockets' closes start workers that record them; the engine
+	// (and the linear memories it maps) goes only once none runs.
+	if err := n.Rooms.Close(ctx); err != nil {
+		errs = append(errs, err)
+		n.cfg.Logger.Error("stopping: rooms still running; leaving the engine open", "err", err)
+		n.leaveEngine = true
 	}
 	n.closeAll()
 	n.cfg.Logger.Info("wasmkeep node stopped", "hibernate_all", resident.Round(time.Millisecond), "total", time.Since(start).Round(time.Millisecond))

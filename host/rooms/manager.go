@@ -19,7 +19,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -141,8 +144,15 @@ type Manager struct {
 
 	snaps snapFacts // what listings know of rooms' snapshots (facts.go)
 
-	stop    chan struct{}
-	stopped chan struct{}
+	// stop closes when Shutdown begins; background is the manager's own
+	// goroutines (the idle sweep, the collector, the orphan sweep).
+	stop       chan struct{}
+	background sync.WaitGroup
+	workers    workerCount
+	// closed: Close has returned; events are dropped, no worker starts.
+	closed atomic.Bool
+	// stopFailures names the rooms whose state the stop could not write.
+	stopFailures map[Key]error
 }
 
 // NewManager starts a room manager. It counts the stored snapshots once so
@@ -165,7 +175,6 @@ func NewManager(ctx context.Context, cfg Config, classes Classes, bucket store.B
 		reported: map[Key]bool{},
 		instance: randomID(),
 		stop:     make(chan struct{}),
-		stopped:  make(chan struct{}),
 	}
 	keys, err := bucket.List(ctx, "rooms/")
 	if err != nil {
@@ -178,10 +187,20 @@ func NewManager(ctx context.Context, cfg Config, classes Classes, bucket store.B
 	}
 	m.gc = newCollector(m, bucket)
 	m.met = newRoomMetrics(cfg.Metrics, m)
-	go m.sweeper()
-	go m.gc.run(m.stop)
-	go m.sweepLoop()
+	m.goBackground(m.sweeper)
+	m.goBackground(func() { m.gc.run(m.stop) })
+	m.goBackground(m.sweepLoop)
 	return m, nil
+}
+
+// goBackground starts one of the manager's own goroutines; Shutdown waits
+// for them.
+func (m *Manager) goBackground(f func()) {
+	m.background.Add(1)
+	go func() {
+		defer m.background.Done()
+		f()
+	}()
 }
 
 // forget drops a room's in-memory state once nothing refers to it: not
@@ -252,7 +271,6 @@ func (m *Manager) snapshotCreated() {
 
 // sweeper hibernates rooms idle past the idle timeout.
 func (m *Manager) sweeper() {
-	defer close(m.stopped)
 	tick := min(max(m.cfg.IdleTimeout/4, 10*time.Millisecond), time.Second)
 	t := time.NewTicker(tick)
 	defer t.Stop()
@@ -380,7 +398,13 @@ func (m *Manager) knownRoom(ctx context.Context, key Key) (*Room, error) {
 // Shutdown hibernates every resident room and refuses new events. Sockets
 // are left open: the caller closes them (with 1012) once this returns, and
 // their close events are not delivered, since no room may wake any more;
-// each room learns of them when it next wakes.
+// each room learns of them when it next wakes. Then the caller calls Close.
+//
+// Shutdown returns once no room is resident and no worker runs: a wake that
+// was under way when the stop began finishes, and its room is hibernated
+// by its own worker (rooms.run) before the worker exits, so nothing still
+// uses the engine and no room's state is left unwritten. A room whose
+// state could not be written is named in the error.
 func (m *Manager) Shutdown(ctx context.Context) error {
 	m.mu.Lock()
 	if m.stopping {
@@ -388,31 +412,112 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 		return nil
 	}
 	m.stopping = true
+	m.stopFailures = map[Key]error{}
 	var all []*Room
 	for r := range m.resident {
 		all = append(all, r)
 	}
 	m.mu.Unlock()
 	close(m.stop)
-	<-m.stopped
+	m.background.Wait()
 
-	dones := make([]chan error, len(all))
-	for i, r := range all {
-		dones[i] = make(chan error, 1)
-		r.requestHibernate(reasonStop, dones[i])
+	// Rooms with a worker hibernate as their mailbox empties; the others
+	// get a worker for it.
+	for _, r := range all {
+		r.requestHibernate(reasonStop, nil)
 	}
+	if n := m.workers.count(); n > 0 {
+		m.log.Info("stopping: waiting for rooms to finish their events and hibernate", "rooms", n)
+	}
+	waitErr := m.workers.wait(ctx)
+
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	var errs []error
-	for i, d := range dones {
-		select {
-		case err := <-d:
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%s: %w", all[i].key, err))
-			}
-		case <-ctx.Done():
-			return fmt.Errorf("shutdown: %d rooms not hibernated: %w", len(all)-i, ctx.Err())
+	for _, k := range sortedKeys(m.stopFailures) {
+		errs = append(errs, fmt.Errorf("%s: its latest state could not be written: %w", k, m.stopFailures[k]))
+	}
+	if waitErr != nil {
+		var busy []string
+		for r := range m.resident {
+			busy = append(busy, r.key.String())
 		}
+		slices.Sort(busy)
+		errs = append(errs, fmt.Errorf("shutdown: %d rooms not hibernated (%s): %w", len(busy), strings.Join(busy, ", "), waitErr))
 	}
 	return errors.Join(errs...)
+}
+
+// Close waits for the workers that the sockets' closes started after
+// Shutdown (they only record the closes) and stops the manager for good:
+// later events are dropped. Only then may the engine be closed. It fails,
+// and the engine must be left open, if a worker is still running when ctx
+// ends.
+func (m *Manager) Close(ctx context.Context) error {
+	if err := m.workers.wait(ctx); err != nil {
+		return fmt.Errorf("rooms: workers still running: %w", err)
+	}
+	m.closed.Store(true)
+	return m.workers.wait(ctx) // one that started before the flag was seen
+}
+
+// stopFailed records a room whose state a stop could not write.
+func (m *Manager) stopFailed(key Key, err error) {
+	m.mu.Lock()
+	m.stopFailures[key] = err
+	m.mu.Unlock()
+}
+
+// workerCount counts running room workers, for the stop to wait on.
+type workerCount struct {
+	mu   sync.Mutex
+	n    int
+	zero chan struct{} // closed when n reaches 0; nil while nobody waits
+}
+
+func (w *workerCount) add(d int) {
+	w.mu.Lock()
+	w.n += d
+	if w.n == 0 && w.zero != nil {
+		close(w.zero)
+		w.zero = nil
+	}
+	w.mu.Unlock()
+}
+
+func (w *workerCount) count() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.n
+}
+
+// wait returns once no worker runs, or with ctx's error.
+func (w *workerCount) wait(ctx context.Context) error {
+	w.mu.Lock()
+	if w.n == 0 {
+		w.mu.Unlock()
+		return nil
+	}
+	if w.zero == nil {
+		w.zero = make(chan struct{})
+	}
+	zero := w.zero
+	w.mu.Unlock()
+	select {
+	case <-zero:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func sortedKeys[V any](m map[Key]V) []Key {
+	keys := make([]Key, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b Key) int { return strings.Compare(a.String(), b.String()) })
+	return keys
 }
 
 // RoomState is a room's state as listings show it.

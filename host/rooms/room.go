@@ -221,6 +221,9 @@ func (r *Room) busy() bool {
 // hibernations are never refused: they are bounded by the sockets and rooms
 // that exist.
 func (r *Room) enqueue(ev *event, wait bool) error {
+	if r.m.closed.Load() {
+		return ErrStopping // the manager is closed: no worker may start
+	}
 	r.mu.Lock()
 	for ev.kind != evSocketClose && ev.kind != evHibernate && len(r.queue)-r.head >= r.m.cfg.MailboxSize {
 		if !wait {
@@ -243,6 +246,7 @@ func (r *Room) enqueue(ev *event, wait bool) error {
 	r.queue = append(r.queue, ev)
 	if !r.running {
 		r.running = true
+		r.m.workers.add(1)
 		go r.run()
 	} else {
 		select {
@@ -266,11 +270,17 @@ func (r *Room) run() {
 			r.mu.Unlock()
 			r.uncorkAll()
 			burst = 0
+			stopping := r.m.isStopping()
+			if stopping && r.inst != nil {
+				// A room that woke while the node began to stop (its
+				// wake was under way): nothing else will hibernate it.
+				_ = r.stopHibernate() // a failure is in Shutdown's error
+			}
 			// A room that is busy usually gets its next event within a
 			// client's round trip: wait a little for it rather than exit,
 			// so the goroutine (and the deep stack calls into wasm have
 			// grown) is reused instead of started and grown again.
-			if r.waitForWork() {
+			if !stopping && r.waitForWork() {
 				continue
 			}
 			r.mu.Lock()
@@ -283,6 +293,7 @@ func (r *Room) run() {
 			if !r.residentNow() && r.socketCount.Load() == 0 {
 				r.m.forget(r)
 			}
+			r.m.workers.add(-1)
 			return
 		}
 		ev := r.queue[r.head]
@@ -350,7 +361,10 @@ func (r *Room) handle(ev *event, more bool) {
 		var err error
 		// An idle or eviction request that finds work queued behind it is
 		// stale: the room is in use again.
-		if !more || (ev.why != reasonIdle && ev.why != reasonEvict) {
+		switch {
+		case ev.why == reasonStop:
+			err = r.stopHibernate()
+		case !more || (ev.why != reasonIdle && ev.why != reasonEvict):
 			err = r.hibernate(ev.why)
 		}
 		r.hibernatePending.Store(false)
@@ -617,14 +631,8 @@ func (r *Room) crashed(err error) {
 	}
 	r.m.met.crashes[cause].Inc()
 	r.m.log.Warn("room crashed; it restarts from its last snapshot", "room", r.key.String(), "cause", cause, "err", err)
-	if r.inst != nil {
-		r.inst.Close()
-		r.inst = nil
-	}
-	r.known, r.man, r.joins, r.pages = nil, nil, nil, nil
-	r.endHold()
-	r.isResident.Store(false)
-	r.m.noLongerResident(r)
+	r.known, r.joins = nil, nil
+	r.dropInstance()
 }
 
 // ensureResident wakes the room if it sleeps: from its snapshot if it has
@@ -750,14 +758,34 @@ func (r *Room) hibernate(why string) error {
 			return err
 		}
 	}
-	r.inst.Close()
-	r.inst, r.man, r.pages = nil, nil, nil
-	r.endHold()
-	r.isResident.Store(false)
-	m.noLongerResident(r)
+	r.dropInstance()
 	m.met.hibernations[why].Inc()
 	m.met.hibernateSeconds.UpdateDuration(start)
 	return nil
+}
+
+// stopHibernate hibernates the room for a stop. If its state cannot be
+// written the room is named in Shutdown's error and its instance dropped
+// anyway: the node is stopping, and nothing may use the engine after the
+// stop.
+func (r *Room) stopHibernate() error {
+	err := r.hibernate(reasonStop)
+	if err != nil {
+		r.m.stopFailed(r.key, err)
+		r.dropInstance()
+	}
+	return err
+}
+
+// dropInstance discards the resident instance without writing its state.
+func (r *Room) dropInstance() {
+	if r.inst != nil {
+		r.inst.Close()
+	}
+	r.inst, r.man, r.pages = nil, nil, nil
+	r.endHold()
+	r.isResident.Store(false)
+	r.m.noLongerResident(r)
 }
 
 // endHold gives up the right to run the room: parked while its sockets are
