@@ -31,7 +31,8 @@ func serveFlags() []cli.Flag {
 		&cli.StringFlag{Name: "listen", Value: "127.0.0.1:8080", Usage: "HTTP address for rooms, admin API and metrics", EnvVars: env("listen")},
 		&cli.StringFlag{Name: "admin-token", Usage: "bearer token that opens the admin API to clients off loopback", EnvVars: env("admin-token")},
 		&cli.DurationFlag{Name: "idle-timeout", Value: 10 * time.Second, Usage: "hibernate a room after this long without events", EnvVars: env("idle-timeout")},
-		&cli.IntFlag{Name: "max-resident", Value: 1000, Usage: "rooms kept in memory; past it the least recently used is hibernated", EnvVars: env("max-resident")},
+		&cli.IntFlag{Name: "max-resident", Value: rooms.DefaultMaxResident, Usage: "rooms kept in memory; a wake past it hibernates the least recently used idle room and waits for it", EnvVars: env("max-resident")},
+		&cli.DurationFlag{Name: "wake-wait", Value: rooms.DefaultWakeWait, Usage: "time a wake may wait for a place under --max-resident before its event is refused (HTTP 503, WebSocket close 1013)", EnvVars: env("wake-wait")},
 		&cli.DurationFlag{Name: "event-timeout", Value: 10 * time.Second, Usage: "time one event may run in a room before the room is stopped and rolled back (0: no limit, for trusted guests: saves ~1.4 µs per event)", EnvVars: env("event-timeout")},
 		&cli.IntFlag{Name: "max-room-memory", Value: 256, Usage: "linear memory per room, in MiB", EnvVars: env("max-room-memory")},
 		&cli.IntFlag{Name: "max-module-size", Value: 64 << 20, Usage: "largest module accepted at upload, in bytes", EnvVars: env("max-module-size")},
@@ -115,6 +116,7 @@ func nodeConfig(c *cli.Context) (node.Config, error) {
 		Rooms: rooms.Config{
 			IdleTimeout: c.Duration("idle-timeout"),
 			MaxResident: c.Int("max-resident"),
+			WakeWait:    c.Duration("wake-wait"),
 			MailboxSize: c.Int("mailbox-size"),
 		},
 		Sockets: socket.Config{
@@ -160,7 +162,7 @@ func checkLimits(c *cli.Context) error {
 			return fmt.Errorf("--%s must be 0 (no limit) or more, not %d", name, v)
 		}
 	}
-	for _, name := range []string{"handshake-timeout", "socket-write-timeout"} {
+	for _, name := range []string{"handshake-timeout", "socket-write-timeout", "wake-wait"} {
 		if v := c.Duration(name); v <= 0 {
 			return fmt.Errorf("--%s must be more than 0, not %s", name, v)
 		}

@@ -53,9 +53,14 @@ type Classes interface {
 type Config struct {
 	// IdleTimeout hibernates a room with no event for this long (default 10s).
 	IdleTimeout time.Duration
-	// MaxResident bounds resident rooms; past it the least recently used
-	// idle room is hibernated (default 1000).
+	// MaxResident bounds resident rooms (default 1000): a wake takes one
+	// of MaxResident places (resident rooms and wakes under way hold one
+	// each), and one that finds none free hibernates the least recently
+	// used idle rooms and waits for a place.
 	MaxResident int
+	// WakeWait bounds how long a wake waits for a place under MaxResident
+	// (default DefaultWakeWait); past it the event fails with ErrNodeFull.
+	WakeWait time.Duration
 	// MailboxSize bounds each room's queue of pending events (default 1024).
 	// A request that finds it full gets 503; a socket's reader waits, which
 	// pushes back on the client through TCP.
@@ -83,7 +88,10 @@ func (c Config) withDefaults() Config {
 		c.IdleTimeout = 10 * time.Second
 	}
 	if c.MaxResident <= 0 {
-		c.MaxResident = 1000
+		c.MaxResident = DefaultMaxResident
+	}
+	if c.WakeWait <= 0 {
+		c.WakeWait = DefaultWakeWait
 	}
 	if c.MailboxSize <= 0 {
 		c.MailboxSize = 1024
@@ -109,8 +117,21 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// Defaults of Config.
+const (
+	DefaultMaxResident = 1000
+	// DefaultWakeWait rides out a burst of wakes (a place frees up in the
+	// time one idle room takes to hibernate, a few milliseconds) while
+	// still answering a client well before its own timeouts.
+	DefaultWakeWait = 5 * time.Second
+)
+
 // Errors events can fail with.
 var (
+	// ErrNodeFull: the node is at MaxResident with no room it could
+	// hibernate in time (every resident room is busy, pinned, or failing
+	// to write its snapshot). The client should retry later.
+	ErrNodeFull = errors.New("rooms: the node is at its limit of resident rooms (--max-resident)")
 	// ErrStopping: the node is shutting down and takes no new work.
 	ErrStopping = errors.New("node is stopping")
 	// ErrOverloaded: the room's mailbox is full.
@@ -141,6 +162,18 @@ type Manager struct {
 	stored   int // rooms with a snapshot in the bucket
 	stopping bool
 	reported map[Key]bool // rooms whose unreadable snapshot was logged
+
+	// Places under MaxResident (takePlace), under mu.
+	// waking counts the wakes under way that hold a place under
+	// MaxResident; peak is the most resident rooms there have been.
+	waking, peak int
+	// placeFreed is closed (and cleared) when a place may have come free
+	// for a wake that waits for one: a room left memory, a wake gave its
+	// place back, an eviction came to nothing. Nil while nobody waits.
+	placeFreed chan struct{}
+	// placeWaiters counts the wakes waiting for a place, so that the hot
+	// path signals only when someone waits.
+	placeWaiters atomic.Int32
 
 	snaps snapFacts // what listings know of rooms' snapshots (facts.go)
 
@@ -219,18 +252,110 @@ func (m *Manager) forget(r *Room) {
 	}
 }
 
+// takePlace reserves one of the MaxResident places for a wake of r. A
+// wake that finds none free asks the least recently used idle rooms to
+// hibernate, enough for every wake that waits, and waits for a place, up
+// to WakeWait: so resident rooms never outnumber MaxResident, however many
+// clients wake new rooms at once, and memory stays proportional to it.
+func (m *Manager) takePlace(ctx context.Context, r *Room) error {
+	var timer *time.Timer
+	for {
+		m.mu.Lock()
+		if m.stopping {
+			m.mu.Unlock()
+			return ErrStopping
+		}
+		if len(m.resident)+m.waking < m.cfg.MaxResident {
+			m.waking++
+			m.mu.Unlock()
+			if timer != nil {
+				timer.Stop()
+				m.placeWaiters.Add(-1)
+			}
+			return nil
+		}
+		if timer == nil {
+			m.met.wakeWaits.Inc()
+			m.placeWaiters.Add(1)
+			timer = time.NewTimer(m.cfg.WakeWait)
+		}
+		victims := m.evictionsNeeded()
+		if m.placeFreed == nil {
+			m.placeFreed = make(chan struct{})
+		}
+		freed := m.placeFreed
+		m.mu.Unlock()
+		for _, v := range victims {
+			v.requestHibernate(reasonEvict, nil)
+		}
+		var err error
+		select {
+		case <-freed:
+			continue
+		case <-timer.C:
+			m.met.wakesRefused.Inc()
+			err = fmt.Errorf("%w: no room could be hibernated within %s", ErrNodeFull, m.cfg.WakeWait)
+		case <-ctx.Done():
+			err = ctx.Err()
+		case <-m.stop:
+			err = ErrStopping
+		}
+		timer.Stop()
+		m.placeWaiters.Add(-1)
+		return err
+	}
+}
+
+// evictionsNeeded marks and returns the idle rooms to hibernate so that
+// every waiting wake (placeWaiters, the caller's included) has a place on
+// its way to being free: rooms already on their way out count. The caller
+// holds m.mu.
+func (m *Manager) evictionsNeeded() []*Room {
+	leaving := 0
+	for r := range m.resident {
+		if r.hibernatePending.Load() {
+			leaving++
+		}
+	}
+	need := len(m.resident) + m.waking + int(m.placeWaiters.Load()) - m.cfg.MaxResident - leaving
+	if need <= 0 {
+		return nil
+	}
+	return m.leastRecentlyUsed(need, nil)
+}
+
+// givePlace returns the place of a wake that failed.
+func (m *Manager) givePlace() {
+	m.mu.Lock()
+	m.waking--
+	m.placesChangedLocked()
+	m.mu.Unlock()
+}
+
+// placesChanged wakes the wakes that wait for a place, to look again.
+func (m *Manager) placesChanged() {
+	if m.placeWaiters.Load() == 0 {
+		return
+	}
+	m.mu.Lock()
+	m.placesChangedLocked()
+	m.mu.Unlock()
+}
+
+func (m *Manager) placesChangedLocked() {
+	if m.placeFreed != nil {
+		close(m.placeFreed)
+		m.placeFreed = nil
+	}
+}
+
+// becameResident turns a wake's place into a resident room's.
 func (m *Manager) becameResident(r *Room) {
 	m.mu.Lock()
+	m.waking--
 	m.resident[r] = struct{}{}
-	over := len(m.resident) - m.cfg.MaxResident
-	var victims []*Room
-	if over > 0 {
-		victims = m.leastRecentlyUsed(over, r)
-	}
+	m.peak = max(m.peak, len(m.resident))
 	m.mu.Unlock()
-	for _, v := range victims {
-		v.requestHibernate(reasonEvict, nil)
-	}
 }
 
 // leastRecentlyUsed picks up to n idle resident rooms other than except,
@@ -240,8 +365,9 @@ func (m *Manager) leastRecentlyUsed(n int, except *Room) []*Room {
 	var out []*Room
 	for len(out) < n {
 		var best *Room
+		now := monoNow()
 		for r := range m.resident {
-			if r == except || r.hibernatePending.Load() || r.busy() || r.pinned.Load() {
+			if r == except || r.hibernatePending.Load() || r.busy() || r.pinned.Load() || r.retryAt.Load() > now {
 				continue
 			}
 			if best == nil || r.lastActive.Load() < best.lastActive.Load() {
@@ -260,6 +386,7 @@ func (m *Manager) leastRecentlyUsed(n int, except *Room) []*Room {
 func (m *Manager) noLongerResident(r *Room) {
 	m.mu.Lock()
 	delete(m.resident, r)
+	m.placesChangedLocked()
 	m.mu.Unlock()
 }
 
@@ -280,14 +407,15 @@ func (m *Manager) sweeper() {
 			return
 		case <-t.C:
 		}
-		cutoff := monoNow() - int64(m.cfg.IdleTimeout)
+		now := monoNow()
+		cutoff := now - int64(m.cfg.IdleTimeout)
 		m.mu.Lock()
 		var idle []*Room
 		staying := 0 // resident rooms not on their way to sleep
 		for r := range m.resident {
 			switch {
 			case r.hibernatePending.Load():
-			case r.lastActive.Load() <= cutoff && !r.busy() && !r.pinned.Load():
+			case r.lastActive.Load() <= cutoff && !r.busy() && !r.pinned.Load() && r.retryAt.Load() <= now:
 				r.hibernatePending.Store(true)
 				idle = append(idle, r)
 			default:
@@ -351,6 +479,7 @@ func (m *Manager) Pin(ctx context.Context, key Key, pin bool) error {
 	}
 	r.pinned.Store(pin)
 	if !pin {
+		m.placesChanged()
 		m.forget(r) // a hibernated room without sockets need not stay listed
 		return nil
 	}
@@ -613,13 +742,18 @@ type Counts struct {
 	HibernatedWithSockets int
 	Known                 int // rooms with in-memory state
 	Stored                int // rooms with a snapshot in the bucket
+	// Waking counts the wakes under way (each holds a place under
+	// --max-resident); PeakResident is the most rooms that have been
+	// resident at once since the node started.
+	Waking       int
+	PeakResident int
 }
 
 // Counts returns the node's room totals.
 func (m *Manager) Counts() Counts {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	c := Counts{Resident: len(m.resident), Known: len(m.rooms), Stored: m.stored}
+	c := Counts{Resident: len(m.resident), Known: len(m.rooms), Stored: m.stored, Waking: m.waking, PeakResident: m.peak}
 	c.Hibernated = m.stored
 	for r := range m.resident {
 		if r.everStored.Load() {

@@ -10,6 +10,8 @@ type roomMetrics struct {
 	wakes             *metrics.Counter
 	coldStarts        *metrics.Counter
 	wakeErrors        *metrics.Counter
+	wakeWaits         *metrics.Counter
+	wakesRefused      *metrics.Counter
 	wakeSeconds       *metrics.Histogram
 	hibernateSeconds  *metrics.Histogram
 	snapshotBytes     *metrics.Counter
@@ -45,6 +47,8 @@ func newRoomMetrics(set *metrics.Set, m *Manager) *roomMetrics {
 		wakes:             set.NewCounter(`wasmkeep_room_wakes_total`),
 		coldStarts:        set.NewCounter(`wasmkeep_room_cold_starts_total`),
 		wakeErrors:        set.NewCounter(`wasmkeep_room_wake_errors_total`),
+		wakeWaits:         set.NewCounter(`wasmkeep_room_wake_waits_total`),
+		wakesRefused:      set.NewCounter(`wasmkeep_room_wakes_refused_total`),
 		wakeSeconds:       set.NewHistogram(`wasmkeep_room_wake_seconds`),
 		hibernateSeconds:  set.NewHistogram(`wasmkeep_room_hibernate_seconds`),
 		snapshotBytes:     set.NewCounter(`wasmkeep_snapshot_bytes_written_total`),
@@ -85,6 +89,9 @@ func newRoomMetrics(set *metrics.Set, m *Manager) *roomMetrics {
 	}
 	set.NewGauge(`wasmkeep_rooms_resident`, func() float64 {
 		return float64(m.Counts().Resident)
+	})
+	set.NewGauge(`wasmkeep_rooms_waking`, func() float64 {
+		return float64(m.Counts().Waking)
 	})
 	set.NewGauge(`wasmkeep_rooms_hibernated`, func() float64 {
 		return float64(m.Counts().Hibernated)

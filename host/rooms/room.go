@@ -157,6 +157,10 @@ type Room struct {
 	hibernatePending atomic.Bool
 	openRequests     atomic.Int32 // HTTP requests waiting for the room's answer (facts.go)
 	pinned           atomic.Bool  // kept in memory by an operator (Manager.Pin)
+	// retryAt is the monotonic time before which neither the idle sweep
+	// nor an eviction tries again to hibernate a room whose snapshot write
+	// failed; 0 when its last write succeeded.
+	retryAt atomic.Int64
 
 	// worker-owned
 	batchBuf   []byte // MessageBatch encoding, reused
@@ -178,6 +182,10 @@ type Room struct {
 	corked     []*Socket // sockets corked in the current burst of events
 	kick       chan struct{}
 	linger     *time.Timer
+
+	// writeFailures counts the snapshot writes that failed in a row: the
+	// step of the back-off (retryAt). Worker-owned.
+	writeFailures int
 
 	// Channels (channels.go): joins the guest accepted, joins that ended
 	// while it could not hear of it, the join being handled, presence.
@@ -290,6 +298,7 @@ func (r *Room) run() {
 			}
 			r.running, r.lingering = false, false
 			r.mu.Unlock()
+			r.m.placesChanged() // an idle room may now be evicted for a waiting wake
 			if !r.residentNow() && r.socketCount.Load() == 0 {
 				r.m.forget(r)
 			}
@@ -368,6 +377,9 @@ func (r *Room) handle(ev *event, more bool) {
 			err = r.hibernate(ev.why)
 		}
 		r.hibernatePending.Store(false)
+		if r.inst != nil {
+			r.m.placesChanged() // it stays: a waiting wake needs another room
+		}
 		if ev.done != nil {
 			ev.done <- err
 		}
@@ -512,11 +524,14 @@ func (r *Room) handleClose(ev *event) {
 
 // refuseSocket closes a socket whose room could not wake for it.
 func (r *Room) refuseSocket(s *Socket, err error) {
-	code := abi.CloseInternalError
-	if errors.Is(err, ErrStopping) {
+	code, reason := abi.CloseInternalError, "room unavailable"
+	switch {
+	case errors.Is(err, ErrStopping):
 		code = abi.CloseServiceRestart
+	case errors.Is(err, ErrNodeFull):
+		code, reason = abi.CloseTryAgainLater, "node is full, try again later"
 	}
-	r.dropSocket(s, code, "room unavailable")
+	r.dropSocket(s, code, reason)
 }
 
 // dropSocket closes a socket on the room's side: it leaves the room at once,
@@ -658,13 +673,18 @@ func (r *Room) wake(ctx context.Context) error {
 		return ErrStopping
 	}
 	start := time.Now()
+	if err := m.takePlace(ctx, r); err != nil {
+		return err
+	}
 	hold, err := m.place.Acquire(ctx, r.key)
 	if err != nil {
+		m.givePlace()
 		m.met.wakeErrors.Inc()
 		return fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
 	inst, restored, err := r.load(ctx)
 	if err != nil {
+		m.givePlace()
 		m.met.wakeErrors.Inc()
 		_ = m.place.Release(ctx, hold)
 		return err
@@ -754,14 +774,34 @@ func (r *Room) hibernate(why string) error {
 			m.log.Error("room snapshot changed underneath this node; dropping the instance", "room", r.key.String())
 		} else if err != nil {
 			m.met.snapshotErrors.Inc()
-			m.log.Error("room snapshot write failed; the room stays resident", "room", r.key.String(), "err", err)
+			r.backOff(err)
 			return err
 		}
 	}
+	r.writeFailures = 0
+	r.retryAt.Store(0)
 	r.dropInstance()
 	m.met.hibernations[why].Inc()
 	m.met.hibernateSeconds.UpdateDuration(start)
 	return nil
+}
+
+// Snapshot writes that fail are tried again after a back-off that doubles
+// from minRetry to maxRetry, so a store outage costs one attempt (and one
+// log line) per room and step, not one per sweep.
+const (
+	minRetry = time.Second
+	maxRetry = 5 * time.Minute
+)
+
+// backOff schedules the next attempt at hibernating a room whose snapshot
+// write failed; the room stays resident meanwhile.
+func (r *Room) backOff(err error) {
+	r.writeFailures++
+	delay := min(minRetry<<min(r.writeFailures-1, 20), maxRetry)
+	r.retryAt.Store(monoNow() + int64(delay))
+	r.m.log.Error("room snapshot write failed; the room stays resident and is tried again later",
+		"room", r.key.String(), "attempt", r.writeFailures, "retry_in", delay, "err", err)
 }
 
 // stopHibernate hibernates the room for a stop. If its state cannot be

@@ -285,7 +285,7 @@ func (s *Server) roomError(w http.ResponseWriter, err error) {
 		textError(w, http.StatusNotFound, err.Error())
 	case errors.As(err, &crash), errors.Is(err, rooms.ErrNoResponse):
 		textError(w, http.StatusInternalServerError, err.Error())
-	case errors.Is(err, rooms.ErrOverloaded):
+	case errors.Is(err, rooms.ErrOverloaded), errors.Is(err, rooms.ErrNodeFull):
 		w.Header().Set("Retry-After", "1")
 		textError(w, http.StatusServiceUnavailable, err.Error())
 	case errors.Is(err, rooms.ErrStopping):

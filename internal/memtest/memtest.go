@@ -94,3 +94,33 @@ func Per(after, before Sample, n int) (heap, stack, rss float64) {
 	d := func(a, b uint64) float64 { return (float64(a) - float64(b)) / float64(n) }
 	return d(after.Heap, before.Heap), d(after.Stack, before.Stack), d(after.RSS, before.RSS)
 }
+
+// ResetPeakRSS makes the kernel forget the process's peak resident set
+// (VmHWM), so that PeakRSS reports the peak of what follows.
+func ResetPeakRSS(tb testing.TB) {
+	tb.Helper()
+	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
+		tb.Fatalf("resetting the peak RSS: %v", err)
+	}
+}
+
+// PeakRSS is the process's peak resident set in bytes (VmHWM) since it
+// started or since ResetPeakRSS.
+func PeakRSS(tb testing.TB) uint64 {
+	tb.Helper()
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			if err != nil {
+				tb.Fatalf("VmHWM: %q", v)
+			}
+			return kb << 10
+		}
+	}
+	tb.Fatal("no VmHWM in /proc/self/status")
+	return 0
+}
