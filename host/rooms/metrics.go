@@ -7,31 +7,32 @@ import (
 // roomMetrics is the room layer's table of metrics. Every name is
 // documented in docs/metrics.md.
 type roomMetrics struct {
-	wakes             *metrics.Counter
-	coldStarts        *metrics.Counter
-	wakeErrors        *metrics.Counter
-	wakeWaits         *metrics.Counter
-	wakesRefused      *metrics.Counter
-	wakeSeconds       *metrics.Histogram
-	hibernateSeconds  *metrics.Histogram
-	snapshotBytes     *metrics.Counter
-	snapshotErrors    *metrics.Counter
-	snapshotConflict  *metrics.Counter
-	queueFull         *metrics.Counter
-	messageBatches    *metrics.Counter
-	snapshotWrites    *metrics.Counter
-	snapshotCorrupt   *metrics.Counter
-	compactions       *metrics.Counter
-	segmentsDeleted   *metrics.Counter
-	orphansDeleted    *metrics.Counter
-	gcErrors          *metrics.Counter
-	checkpointSeconds *metrics.Histogram
-	joins             map[string]*metrics.Counter
-	channelMessages   *metrics.Counter
-	channelDrops      map[string]*metrics.Counter
-	hibernations      map[string]*metrics.Counter
-	events            map[eventKind]*metrics.Counter
-	crashes           map[string]*metrics.Counter
+	wakes              *metrics.Counter
+	coldStarts         *metrics.Counter
+	wakeErrors         *metrics.Counter
+	wakeWaits          *metrics.Counter
+	wakesRefused       *metrics.Counter
+	wakeSeconds        *metrics.Histogram
+	hibernateSeconds   *metrics.Histogram
+	snapshotBytes      *metrics.Counter
+	snapshotErrors     *metrics.Counter
+	snapshotConflict   *metrics.Counter
+	queueFull          *metrics.Counter
+	messageBatches     *metrics.Counter
+	snapshotWrites     *metrics.Counter
+	snapshotsUnchanged *metrics.Counter
+	snapshotCorrupt    *metrics.Counter
+	compactions        *metrics.Counter
+	segmentsDeleted    *metrics.Counter
+	orphansDeleted     *metrics.Counter
+	gcErrors           *metrics.Counter
+	checkpointSeconds  *metrics.Histogram
+	joins              map[string]*metrics.Counter
+	channelMessages    *metrics.Counter
+	channelDrops       map[string]*metrics.Counter
+	hibernations       map[string]*metrics.Counter
+	events             map[eventKind]*metrics.Counter
+	crashes            map[string]*metrics.Counter
 }
 
 // Hibernation reasons, as metric labels.
@@ -44,31 +45,32 @@ const (
 
 func newRoomMetrics(set *metrics.Set, m *Manager) *roomMetrics {
 	rm := &roomMetrics{
-		wakes:             set.NewCounter(`wasmkeep_room_wakes_total`),
-		coldStarts:        set.NewCounter(`wasmkeep_room_cold_starts_total`),
-		wakeErrors:        set.NewCounter(`wasmkeep_room_wake_errors_total`),
-		wakeWaits:         set.NewCounter(`wasmkeep_room_wake_waits_total`),
-		wakesRefused:      set.NewCounter(`wasmkeep_room_wakes_refused_total`),
-		wakeSeconds:       set.NewHistogram(`wasmkeep_room_wake_seconds`),
-		hibernateSeconds:  set.NewHistogram(`wasmkeep_room_hibernate_seconds`),
-		snapshotBytes:     set.NewCounter(`wasmkeep_snapshot_bytes_written_total`),
-		snapshotErrors:    set.NewCounter(`wasmkeep_snapshot_write_errors_total`),
-		snapshotConflict:  set.NewCounter(`wasmkeep_snapshot_conflicts_total`),
-		queueFull:         set.NewCounter(`wasmkeep_room_queue_full_total`),
-		messageBatches:    set.NewCounter(`wasmkeep_room_message_batches_total`),
-		snapshotWrites:    set.NewCounter(`wasmkeep_snapshot_writes_total`),
-		snapshotCorrupt:   set.NewCounter(`wasmkeep_snapshot_unreadable_total`),
-		compactions:       set.NewCounter(`wasmkeep_snapshot_compactions_total`),
-		segmentsDeleted:   set.NewCounter(`wasmkeep_snapshot_segments_deleted_total`),
-		orphansDeleted:    set.NewCounter(`wasmkeep_snapshot_orphans_deleted_total`),
-		gcErrors:          set.NewCounter(`wasmkeep_snapshot_gc_errors_total`),
-		checkpointSeconds: set.NewHistogram(`wasmkeep_room_checkpoint_seconds`),
-		hibernations:      map[string]*metrics.Counter{},
-		events:            map[eventKind]*metrics.Counter{},
-		crashes:           map[string]*metrics.Counter{},
-		joins:             map[string]*metrics.Counter{},
-		channelMessages:   set.NewCounter(`wasmkeep_channel_messages_total`),
-		channelDrops:      map[string]*metrics.Counter{},
+		wakes:              set.NewCounter(`wasmkeep_room_wakes_total`),
+		coldStarts:         set.NewCounter(`wasmkeep_room_cold_starts_total`),
+		wakeErrors:         set.NewCounter(`wasmkeep_room_wake_errors_total`),
+		wakeWaits:          set.NewCounter(`wasmkeep_room_wake_waits_total`),
+		wakesRefused:       set.NewCounter(`wasmkeep_room_wakes_refused_total`),
+		wakeSeconds:        set.NewHistogram(`wasmkeep_room_wake_seconds`),
+		hibernateSeconds:   set.NewHistogram(`wasmkeep_room_hibernate_seconds`),
+		snapshotBytes:      set.NewCounter(`wasmkeep_snapshot_bytes_written_total`),
+		snapshotErrors:     set.NewCounter(`wasmkeep_snapshot_write_errors_total`),
+		snapshotConflict:   set.NewCounter(`wasmkeep_snapshot_conflicts_total`),
+		queueFull:          set.NewCounter(`wasmkeep_room_queue_full_total`),
+		messageBatches:     set.NewCounter(`wasmkeep_room_message_batches_total`),
+		snapshotWrites:     set.NewCounter(`wasmkeep_snapshot_writes_total`),
+		snapshotsUnchanged: set.NewCounter(`wasmkeep_snapshot_unchanged_total`),
+		snapshotCorrupt:    set.NewCounter(`wasmkeep_snapshot_unreadable_total`),
+		compactions:        set.NewCounter(`wasmkeep_snapshot_compactions_total`),
+		segmentsDeleted:    set.NewCounter(`wasmkeep_snapshot_segments_deleted_total`),
+		orphansDeleted:     set.NewCounter(`wasmkeep_snapshot_orphans_deleted_total`),
+		gcErrors:           set.NewCounter(`wasmkeep_snapshot_gc_errors_total`),
+		checkpointSeconds:  set.NewHistogram(`wasmkeep_room_checkpoint_seconds`),
+		hibernations:       map[string]*metrics.Counter{},
+		events:             map[eventKind]*metrics.Counter{},
+		crashes:            map[string]*metrics.Counter{},
+		joins:              map[string]*metrics.Counter{},
+		channelMessages:    set.NewCounter(`wasmkeep_channel_messages_total`),
+		channelDrops:       map[string]*metrics.Counter{},
 	}
 	for _, r := range []string{"accepted", "rejected", "crashed"} {
 		rm.joins[r] = set.NewCounter(`wasmkeep_channel_joins_total{result="` + r + `"}`)

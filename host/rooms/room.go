@@ -571,7 +571,7 @@ func (r *Room) deliverThen(call func(*engine.Instance) error, first func()) erro
 	if r.inst.CheckpointRequested() || r.durable {
 		if err := r.checkpoint(context.Background()); err != nil {
 			r.effects = r.effects[:0]
-			err = fmt.Errorf("%w: %v", ErrNotDurable, err)
+			err = fmt.Errorf("%w: %w", ErrNotDurable, err)
 			r.crashed(err)
 			return err
 		}

@@ -29,6 +29,7 @@ import (
 	"github.com/wasmkeep/wasmkeep/host/engine"
 	"github.com/wasmkeep/wasmkeep/host/rooms"
 	"github.com/wasmkeep/wasmkeep/host/socket"
+	"github.com/wasmkeep/wasmkeep/host/store"
 )
 
 // Config holds the HTTP surface's settings; zero fields mean the defaults in
@@ -283,6 +284,12 @@ func (s *Server) roomError(w http.ResponseWriter, err error) {
 	switch {
 	case errors.Is(err, classes.ErrUnknownClass):
 		textError(w, http.StatusNotFound, err.Error())
+	case errors.Is(err, rooms.ErrNotDurable) && store.IsOutOfSpace(err):
+		// The event was undone: nothing about the request was wrong.
+		textError(w, http.StatusInsufficientStorage, err.Error())
+	case errors.Is(err, rooms.ErrNotDurable):
+		w.Header().Set("Retry-After", "5")
+		textError(w, http.StatusServiceUnavailable, err.Error())
 	case errors.As(err, &crash), errors.Is(err, rooms.ErrNoResponse):
 		textError(w, http.StatusInternalServerError, err.Error())
 	case errors.Is(err, rooms.ErrOverloaded), errors.Is(err, rooms.ErrNodeFull):
