@@ -78,12 +78,16 @@ type Registry struct {
 	mu       sync.Mutex
 	names    map[string]Record     // cache of classes/<name>
 	compiled map[string]*compiling // by hash
+	asks     uint64                // counts compile calls, for compiling.asked
 }
 
 type compiling struct {
 	done  chan struct{}
 	class *engine.Class
 	err   error
+	// asked orders the versions by their latest use (Registry.asks), for
+	// retireIdle; under the registry's lock.
+	asked uint64
 }
 
 // New returns a registry over bucket. maxBytes caps uploads (0 = 64 MiB).
@@ -142,9 +146,53 @@ func (r *Registry) Put(ctx context.Context, name string, wasm []byte, opts Optio
 		return Record{}, fmt.Errorf("storing class record: %w", err)
 	}
 	r.mu.Lock()
+	prev, had := r.names[name]
 	r.names[name] = rec
 	r.mu.Unlock()
+	if had && prev.Hash != hash {
+		r.retireIdle()
+	}
 	return rec, nil
+}
+
+// KeptIdleVersions is how many module versions that no class name points
+// at and no room runs stay compiled, the most recently used first: rooms
+// left on an older version (their snapshots name it) wake without
+// compiling it again, while a class uploaded a hundred times costs the
+// memory of a few versions, not of a hundred.
+const KeptIdleVersions = 2
+
+// retireIdle closes the compiled form of the idle module versions past
+// KeptIdleVersions: their machine code, their pool of blank instances and
+// the goroutine that fills it. A room that wakes on one later compiles it
+// again (from the compilation cache, when the node has one).
+func (r *Registry) retireIdle() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	current := map[string]bool{}
+	for _, rec := range r.names {
+		current[rec.Hash] = true
+	}
+	var idle []string
+	for hash, c := range r.compiled {
+		select {
+		case <-c.done:
+		default:
+			continue // still compiling
+		}
+		if c.class != nil && !current[hash] && c.class.InUse() == 0 {
+			idle = append(idle, hash)
+		}
+	}
+	if len(idle) <= KeptIdleVersions {
+		return
+	}
+	sort.Slice(idle, func(i, j int) bool { return r.compiled[idle[i]].asked > r.compiled[idle[j]].asked })
+	for _, hash := range idle[KeptIdleVersions:] {
+		if r.compiled[hash].class.Retire() {
+			delete(r.compiled, hash)
+		}
+	}
 }
 
 // Get returns the record a name points at.
@@ -209,6 +257,8 @@ func (r *Registry) compile(ctx context.Context, hash string, load func() ([]byte
 		c = &compiling{done: make(chan struct{})}
 		r.compiled[hash] = c
 	}
+	r.asks++
+	c.asked = r.asks
 	r.mu.Unlock()
 	if ok {
 		<-c.done
@@ -220,6 +270,9 @@ func (r *Registry) compile(ctx context.Context, hash string, load func() ([]byte
 	}
 	if err == nil {
 		c.class, err = r.engine.Compile(ctx, wasm)
+	}
+	if err == nil {
+		c.class.SetIdleHook(r.retireIdle)
 	}
 	c.err = err
 	close(c.done)
@@ -297,5 +350,6 @@ func (r *Registry) Remove(ctx context.Context, name string) error {
 	r.mu.Lock()
 	delete(r.names, name)
 	r.mu.Unlock()
+	r.retireIdle()
 	return nil
 }

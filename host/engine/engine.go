@@ -255,7 +255,21 @@ type Class struct {
 	refill   chan struct{}
 	closed   chan struct{}
 	closeOne sync.Once
+	filling  sync.WaitGroup // the pool's filler goroutine
+
+	// uses counts the instances handed out by Start and Restore and not
+	// yet closed; retiredUses (-1) marks a class that Retire closed.
+	uses atomic.Int64
+	// onIdle, if set, runs when uses falls to zero (SetIdleHook).
+	onIdle atomic.Pointer[func()]
 }
+
+// retiredUses is the value of Class.uses once the class is retired.
+const retiredUses = -1
+
+// ErrRetired: the class was retired (closed because nothing used it) after
+// the caller got it; ask the registry for the version again.
+var ErrRetired = errors.New("engine: class version retired")
 
 // Handles reports whether the class exports a handler for the event kind.
 func (c *Class) Handles(k Event) bool { return c.has[k] }
@@ -354,6 +368,7 @@ func (e *Engine) Compile(ctx context.Context, wasm []byte) (*Class, error) {
 		c.pool = make(chan *Instance, n)
 		c.refill = make(chan struct{}, 1)
 		c.pool <- inst
+		c.filling.Add(1)
 		go c.filler()
 		c.refill <- struct{}{}
 	} else {
@@ -492,6 +507,7 @@ func (c *Class) blank(ctx context.Context) (*Instance, error) {
 
 // filler keeps the pool full in the background.
 func (c *Class) filler() {
+	defer c.filling.Done()
 	for {
 		select {
 		case <-c.closed:
@@ -514,11 +530,15 @@ func (c *Class) filler() {
 	}
 }
 
-// Close releases the class's pool and compiled code. Instances already
-// created keep working until closed.
+// Close releases the class: its pool of blank instances and the goroutine
+// that fills it, its memory image, and its compiled code (wazero keeps the
+// machine code of instances still running until they are closed).
+// Instances already created keep working until closed; new ones cannot be
+// made.
 func (c *Class) Close() {
 	c.closeOne.Do(func() {
 		close(c.closed)
+		c.filling.Wait() // it may have been putting one more in the pool
 		if c.pool != nil {
 			for {
 				select {
@@ -531,17 +551,67 @@ func (c *Class) Close() {
 			}
 		}
 		c.releaseMemoryImage()
+		_ = c.compiled.Close(context.Background())
+		c.e.mu.Lock()
+		if c.e.classes != nil {
+			delete(c.e.classes, c)
+		}
+		c.e.mu.Unlock()
 	})
+}
+
+// SetIdleHook makes f run whenever the last instance handed out by Start
+// or Restore is closed (on the goroutine that closes it), so that a class
+// registry can retire versions nothing runs any more.
+func (c *Class) SetIdleHook(f func()) { c.onIdle.Store(&f) }
+
+// InUse counts the instances handed out by Start and Restore and not yet
+// closed (0 for a retired class).
+func (c *Class) InUse() int { return int(max(c.uses.Load(), 0)) }
+
+// Retire closes the class if no instance it handed out is open, and
+// reports whether it did; from then on Start and Restore fail with
+// ErrRetired. A class in use is left as it is.
+func (c *Class) Retire() bool {
+	if !c.uses.CompareAndSwap(0, retiredUses) {
+		return false
+	}
+	c.Close()
+	return true
+}
+
+// use counts a new instance handed out, unless the class is retired.
+func (c *Class) use() error {
+	for {
+		n := c.uses.Load()
+		if n == retiredUses {
+			return ErrRetired
+		}
+		if c.uses.CompareAndSwap(n, n+1) {
+			return nil
+		}
+	}
+}
+
+// unuse counts an instance handed out as closed.
+func (c *Class) unuse() {
+	if c.uses.Add(-1) == 0 {
+		if f := c.onIdle.Load(); f != nil {
+			(*f)()
+		}
+	}
 }
 
 // Stats describes an engine's state for metrics.
 type Stats struct {
 	LiveInstances int
+	// Classes counts the module versions compiled and not closed.
+	Classes int
 }
 
 // Stats returns counts for metrics.
 func (e *Engine) Stats() Stats {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return Stats{LiveInstances: len(e.live)}
+	return Stats{LiveInstances: len(e.live), Classes: len(e.classes)}
 }

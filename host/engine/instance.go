@@ -84,6 +84,8 @@ type Instance struct {
 	callStart atomic.Int64 // host nanotime when the running call began; 0 when idle
 	timedOut  atomic.Bool
 	dead      bool
+	// counted: handed out to a room, so a use of its class (Class.uses).
+	counted bool
 
 	// inbox is the guest region the host writes event payloads to, from
 	// its last wasmkeep_alloc call; the ABI lets the host reuse it for any
@@ -173,7 +175,7 @@ func (i *Instance) sleep(ns int64) {
 // Start creates a fresh room instance: the module's start function and its
 // WASI initializer run, once, now.
 func (c *Class) Start(ctx context.Context, host Host) (*Instance, error) {
-	inst, err := c.blank(ctx)
+	inst, err := c.handOut(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -204,7 +206,7 @@ func (c *Class) Restore(ctx context.Context, man *snapshot.Manifest, segs map[st
 	if len(man.Globals) != len(c.globals) {
 		return nil, fmt.Errorf("snapshot has %d globals, module has %d", len(man.Globals), len(c.globals))
 	}
-	inst, err := c.blank(ctx)
+	inst, err := c.handOut(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -219,6 +221,21 @@ func (c *Class) Restore(ctx context.Context, man *snapshot.Manifest, segs map[st
 	// wall clock was set back or the host restarted).
 	slept := max(time.Now().UnixNano()-man.WallUnixNano, 0)
 	inst.offset.Store(man.Nanotime + slept - c.e.nanotime())
+	return inst, nil
+}
+
+// handOut takes a blank instance for a room, counted as a use of the
+// class until it is closed.
+func (c *Class) handOut(ctx context.Context) (*Instance, error) {
+	if err := c.use(); err != nil {
+		return nil, err
+	}
+	inst, err := c.blank(ctx)
+	if err != nil {
+		c.unuse()
+		return nil, err
+	}
+	inst.counted = true
 	return inst, nil
 }
 
@@ -320,6 +337,10 @@ func (i *Instance) Close() {
 	i.cancel()
 	i.mod.Close(context.Background())
 	i.mod = nil
+	if i.counted {
+		i.counted = false
+		i.class.unuse()
+	}
 }
 
 // Dead reports whether the instance can no longer be used.

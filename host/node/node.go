@@ -122,6 +122,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		return n.Engine.Close(context.Background())
 	})
 	n.Classes = classes.New(n.Bucket, n.Engine, cfg.MaxModuleBytes)
+	n.Metrics.NewGauge(`wasmkeep_classes_compiled`, func() float64 { return float64(n.Engine.Stats().Classes) })
 
 	n.Hub = socket.NewHub(cfg.Sockets, n.Metrics)
 	n.closers = append(n.closers, func() error { n.Hub.Close(); return nil })

@@ -54,11 +54,17 @@ func (r *Room) load(ctx context.Context) (inst *engine.Instance, restored bool, 
 	m := r.m
 	body, etag, err := m.bucket.Get(ctx, r.key.manifestKey())
 	if errors.Is(err, store.ErrNotFound) {
-		class, err := m.classes.Current(ctx, r.key.Class)
-		if err != nil {
-			return nil, false, err
+		var inst *engine.Instance
+		err = engine.ErrRetired
+		// A version retired between the lookup and the start is compiled
+		// again by the next lookup.
+		for try := 0; errors.Is(err, engine.ErrRetired) && try < 3; try++ {
+			var class *engine.Class
+			if class, err = m.classes.Current(ctx, r.key.Class); err != nil {
+				return nil, false, err
+			}
+			inst, err = class.Start(ctx, r)
 		}
-		inst, err := class.Start(ctx, r)
 		if err != nil {
 			r.crashedAtStart(err)
 			return nil, false, fmt.Errorf("%w: the room crashed while initializing: %v", ErrUnavailable, err)
@@ -76,11 +82,14 @@ func (r *Room) load(ctx context.Context) (inst *engine.Instance, restored bool, 
 		m.unreadable(r.key, err)
 		return nil, false, fmt.Errorf("%w: its snapshot is unreadable: %v", ErrUnavailable, err)
 	}
-	class, err := m.classes.ByHash(ctx, man.ModuleHash)
-	if err != nil {
-		return nil, false, fmt.Errorf("%w: its module version: %v", ErrUnavailable, err)
+	err = engine.ErrRetired
+	for try := 0; errors.Is(err, engine.ErrRetired) && try < 3; try++ {
+		var class *engine.Class
+		if class, err = m.classes.ByHash(ctx, man.ModuleHash); err != nil {
+			return nil, false, fmt.Errorf("%w: its module version: %v", ErrUnavailable, err)
+		}
+		inst, err = class.Restore(ctx, man, segs, r)
 	}
-	inst, err = class.Restore(ctx, man, segs, r)
 	if err != nil {
 		if errors.Is(err, snapshot.ErrCorrupt) {
 			m.unreadable(r.key, err)
