@@ -154,6 +154,16 @@ const (
 	// once: a snapshot taken in the middle of the call could not be resumed.
 	ImportCheckpoint = "checkpoint"
 
+	// ImportStateDelete is () -> i32: delete the room's state. When the
+	// current event returns, the host deletes the room's stored snapshot
+	// and drops its instance without writing it, before any output of the
+	// event leaves the host; the room's next event starts it fresh, as if
+	// it had never run. Its sockets stay open: the fresh instance gets an
+	// open event for each. If the event crashes, nothing is deleted. It
+	// returns Success at once. Added in v1 after its first release: a host
+	// without it refuses the module at upload, as for any unknown import.
+	ImportStateDelete = "state_delete"
+
 	// ImportAlarmSet is (at_ms i64) -> i32 and ImportAlarmClear is () -> i32:
 	// reserved: v1 hosts provide them and answer StatusUnsupported, so
 	// guests may import them already.

@@ -197,6 +197,30 @@ func TestRoomsCommands(t *testing.T) {
 		t.Fatalf("counter/x, unpinned: %q", got)
 	}
 	n.fails("no such room", "rooms", "pin", "counter", "nobody")
+
+	// Per class, after the rooms: how many, how many resident, what they
+	// take in the store.
+	classes := map[string][]string{}
+	out := n.ok("rooms")
+	summary := out[strings.Index(out, "\n\n")+2:]
+	for _, r := range table(t, summary, "CLASS", "ROOMS", "RESIDENT", "STORED") {
+		classes[r[0]] = r[1:]
+	}
+	if c := classes["counter"]; len(c) != 3 || c[0] != "1" || !strings.HasSuffix(c[2], "KiB") {
+		t.Fatalf("per-class summary of counter: %q in\n%s", c, out)
+	}
+
+	// rm deletes the room: its state is gone, the next request starts it.
+	if got := n.ok("rooms", "rm", "counter", "x"); got != "room counter/x deleted\n" {
+		t.Fatalf("rooms rm printed %q", got)
+	}
+	if _, listed := rooms()["counter/x"]; listed {
+		t.Fatalf("rooms lists counter/x after rm:\n%s", n.ok("rooms"))
+	}
+	if got := expectHTTP(t, 200, "POST", n.url+"/actor/counter/x"); got != "1" {
+		t.Fatalf("POST after rm: %q, want a fresh room", got)
+	}
+	n.fails("no such room", "rooms", "rm", "counter", "nobody")
 }
 
 // TestUsageErrors: wrong usage exits with code 2 and a usage line, before

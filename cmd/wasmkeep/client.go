@@ -231,7 +231,7 @@ func roomsCommand() *cli.Command {
 		),
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 0 {
-				return usage(c, "rooms [--server URL] [--watch [--interval D]]\n       wasmkeep rooms hibernate|pin|unpin [--server URL] CLASS NAME")
+				return usage(c, "rooms [--server URL] [--watch [--interval D]]\n       wasmkeep rooms hibernate|pin|unpin|rm [--server URL] CLASS NAME")
 			}
 			interval := c.Duration("interval")
 			if interval <= 0 {
@@ -252,6 +252,7 @@ func roomsCommand() *cli.Command {
 			roomAction("hibernate", "hibernate a room now", "hibernated"),
 			roomAction("pin", "keep a room in memory (waking it): the idle timeout and --max-resident leave it until unpinned; a restart forgets pins", "pinned"),
 			roomAction("unpin", "let a pinned room sleep again when idle", "unpinned"),
+			roomRemove(),
 		},
 	}
 }
@@ -279,7 +280,31 @@ func roomAction(verb, help, done string) *cli.Command {
 	}
 }
 
-// writeRooms fetches the node's rooms and writes them as a table.
+// roomRemove is `wasmkeep rooms rm CLASS NAME`: the room's instance,
+// sockets and stored state are deleted; its next request starts it fresh.
+func roomRemove() *cli.Command {
+	return &cli.Command{
+		Name:      "rm",
+		Usage:     "delete a room: its memory, sockets (closed with 1000) and stored state; its next event starts it fresh",
+		ArgsUsage: "CLASS NAME",
+		Flags:     clientFlags(),
+		Action: func(c *cli.Context) error {
+			if c.NArg() != 2 {
+				return usage(c, "rooms rm [--server URL] CLASS NAME")
+			}
+			path := "/admin/rooms/" + url.PathEscape(c.Args().Get(0)) + "/" + url.PathEscape(c.Args().Get(1))
+			if err := newAdminClient(c).do(http.MethodDelete, path, nil, nil); err != nil {
+				return err
+			}
+			fmt.Fprintf(c.App.Writer, "room %s/%s deleted\n", c.Args().Get(0), c.Args().Get(1))
+			return nil
+		},
+	}
+}
+
+// writeRooms fetches the node's rooms and writes them as a table, then,
+// after a blank line, what each class's rooms hold: how many, how many
+// resident, and the bytes their snapshots take in the store.
 func writeRooms(w io.Writer, client *adminClient) error {
 	var list []roomRecord
 	if err := client.do(http.MethodGet, "/admin/rooms", nil, &list); err != nil {
@@ -293,6 +318,34 @@ func writeRooms(w io.Writer, client *adminClient) error {
 			last = shortDuration(time.Duration(*r.IdleSeconds * float64(time.Second)))
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", r.Class, r.Name, r.State, r.Sockets, awake, size(r.Memory), last, size(r.SnapshotBytes))
+	}
+	if err := tw.Flush(); err != nil || len(list) == 0 {
+		return err
+	}
+	type total struct {
+		rooms, resident int
+		stored          uint64
+	}
+	var names []string
+	totals := map[string]*total{}
+	for _, r := range list {
+		t := totals[r.Class]
+		if t == nil {
+			t = &total{}
+			totals[r.Class] = t
+			names = append(names, r.Class)
+		}
+		t.rooms++
+		if r.State == "resident" {
+			t.resident++
+		}
+		t.stored += r.SnapshotBytes
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(tw, "CLASS\tROOMS\tRESIDENT\tSTORED")
+	for _, name := range names { // the listing is sorted by class
+		t := totals[name]
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", name, t.rooms, t.resident, size(t.stored))
 	}
 	return tw.Flush()
 }

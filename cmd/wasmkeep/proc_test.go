@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -442,6 +443,9 @@ func expectHTTP(t *testing.T, want int, method, url string) string {
 func table(t *testing.T, out string, header ...string) [][]string {
 	t.Helper()
 	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	if i := slices.Index(lines, ""); i > 0 {
+		lines = lines[:i] // a table ends at a blank line (another may follow)
+	}
 	if got := strings.Fields(lines[0]); strings.Join(got, " ") != strings.Join(header, " ") {
 		t.Fatalf("table header %q, want %q; output:\n%s", got, header, out)
 	}

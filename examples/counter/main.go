@@ -2,8 +2,10 @@
 // holds one counter in an ordinary Go variable, which survives hibernation
 // because the host snapshots the room's memory.
 //
-//	POST /actor/counter/<name>  increments the room's counter and answers the new count
-//	GET  /actor/counter/<name>  answers the count
+//	POST   /actor/counter/<name>  increments the room's counter and answers the new count
+//	GET    /actor/counter/<name>  answers the count
+//	DELETE /actor/counter/<name>  deletes the room (wk.DeleteState): its stored
+//	                              state is gone, and its next request finds 0
 //
 // Answers are plain decimal text without a newline. Other methods get 405
 // with an Allow header, other paths 404.
@@ -33,8 +35,13 @@ func serve(r *wk.Request) *wk.Response {
 	case "GET":
 	case "POST":
 		count++
+	case "DELETE":
+		if err := wk.DeleteState(); err != nil {
+			return wk.Text(500, err.Error())
+		}
+		return wk.Text(200, "deleted")
 	default:
-		return wk.Text(405, "method not allowed").SetHeader("Allow", "GET, POST")
+		return wk.Text(405, "method not allowed").SetHeader("Allow", "GET, POST, DELETE")
 	}
 	return wk.Text(200, strconv.FormatUint(count, 10))
 }

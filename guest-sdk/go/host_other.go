@@ -18,6 +18,7 @@ type nativeHost interface {
 	RoomInfo(b []byte) int32
 	Log(level int32, b []byte) int32
 	Checkpoint() int32
+	StateDelete() int32
 	AlarmSet(atMs int64) int32
 	AlarmClear() int32
 	// Channel stands for the channel functions: name is the import's
@@ -94,6 +95,13 @@ func hostCheckpoint() int32 {
 		return unsupported
 	}
 	return native.Checkpoint()
+}
+
+func hostStateDelete() int32 {
+	if native == nil {
+		return unsupported
+	}
+	return native.StateDelete()
 }
 
 func hostAlarmSet(atMs int64) int32 {

@@ -30,6 +30,9 @@ func hostLog(level int32, ptr unsafe.Pointer, n uint32) int32
 //go:wasmimport wasmkeep checkpoint
 func hostCheckpoint() int32
 
+//go:wasmimport wasmkeep state_delete
+func hostStateDelete() int32
+
 //go:wasmimport wasmkeep alarm_set
 func hostAlarmSet(atMs int64) int32
 

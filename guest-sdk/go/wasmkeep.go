@@ -341,6 +341,18 @@ func Checkpoint() error {
 	return status("checkpoint", hostCheckpoint())
 }
 
+// DeleteState deletes the room's state: when the current handler returns,
+// the host deletes the room's stored snapshot and drops its memory without
+// writing it, before any of the handler's output (response, sends) leaves
+// the host. The room's next event starts it fresh, from init, as if it had
+// never run; its sockets stay open, and the fresh room gets an open event
+// for each. Use it for a room that is done (a finished game, a closed
+// ticket) so that it costs no storage. If the handler panics, nothing is
+// deleted.
+func DeleteState() error {
+	return status("state_delete", hostStateDelete())
+}
+
 // SetAlarm asks the host to wake the room at t. Reserved: ABI v1 hosts
 // answer ErrUnsupported, and v1 has no alarm event yet.
 func SetAlarm(t time.Time) error {

@@ -73,6 +73,7 @@ func (h *fakeHost) Log(level int32, b []byte) int32 {
 }
 
 func (h *fakeHost) Checkpoint() int32    { return int32(abi.StatusUnsupported) }
+func (h *fakeHost) StateDelete() int32   { return int32(abi.StatusUnsupported) }
 func (h *fakeHost) AlarmSet(int64) int32 { return int32(abi.StatusUnsupported) }
 func (h *fakeHost) AlarmClear() int32    { return int32(abi.StatusUnsupported) }
 func (h *fakeHost) Channel(name string, arg uint32, b []byte) int32 {

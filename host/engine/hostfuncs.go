@@ -34,6 +34,7 @@ func (e *Engine) instantiateHostModule(ctx context.Context) error {
 	def(abi.ImportRoomInfo, roomInfo, i32, i32)
 	def(abi.ImportLog, logLine, i32, i32, i32)
 	def(abi.ImportCheckpoint, checkpoint)
+	def(abi.ImportStateDelete, stateDelete)
 	def(abi.ImportChannelReply, e.channelReply, i32, i32, i32)
 	def(abi.ImportChannelPush, channelPush, i32, i32, i32)
 	def(abi.ImportChannelBroadcast, channelBroadcast, i32, i32, i32)
@@ -335,6 +336,17 @@ func checkpoint(ctx context.Context, _ api.Module, stack []uint64) {
 		return
 	}
 	inst.checkpoint = true
+	ret(stack, abi.Success)
+}
+
+// stateDelete marks the event: when it returns, the room deletes its
+// stored state and drops the instance (see abi.ImportStateDelete).
+func stateDelete(ctx context.Context, _ api.Module, stack []uint64) {
+	inst := eventInstance(ctx, stack)
+	if inst == nil {
+		return
+	}
+	inst.deleteState = true
 	ret(stack, abi.Success)
 }
 

@@ -97,6 +97,8 @@ type Instance struct {
 	// checkpoint is set by the guest's checkpoint() during an event: the
 	// room makes its state durable before the event's output goes out.
 	checkpoint bool
+	// deleteState is set by the guest's state_delete() during an event.
+	deleteState bool
 
 	// State of the request being handled.
 	inRequest bool
@@ -316,6 +318,14 @@ func (i *Instance) CheckpointRequested() bool {
 	c := i.checkpoint
 	i.checkpoint = false
 	return c
+}
+
+// DeleteRequested reports (and forgets) whether the guest asked, during
+// the event that just returned, for its state to be deleted.
+func (i *Instance) DeleteRequested() bool {
+	d := i.deleteState
+	i.deleteState = false
+	return d
 }
 
 // Nanotime is the guest's monotonic clock now.

@@ -148,6 +148,29 @@ func TestAssemblyScriptSDK(t *testing.T) {
 		}
 	})
 
+	t.Run("delete state", func(t *testing.T) {
+		room := n.URL() + "/actor/asguest/deleted"
+		expect(t, 200, "POST", room, nil)
+		c := wstest.Dial(t, room)
+		if got := c.ReadText(); got != "open /? remote" {
+			t.Fatalf("open: %q", got)
+		}
+		if got := expect(t, 200, "DELETE", room, nil); got != "0" {
+			t.Fatalf("deleteState: %q", got)
+		}
+		if got := expect(t, 200, "GET", room, nil); got != "0" {
+			t.Fatalf("after deleteState the counter is %q, want 0", got)
+		}
+		// The socket stayed open, and the fresh room was told of it.
+		if got := c.ReadText(); got != "open /? remote" {
+			t.Fatalf("the fresh room's open: %q", got)
+		}
+		c.Send("still here")
+		if got := c.ReadText(); got != "still here" {
+			t.Fatalf("echo after deleteState: %q", got)
+		}
+	})
+
 	t.Run("traps roll back", func(t *testing.T) {
 		for i := 1; i <= 2; i++ {
 			expect(t, 200, "POST", room, nil)
@@ -306,7 +329,7 @@ func TestAssemblyScriptNames(t *testing.T) {
 	imports := map[string]bool{
 		abi.ImportHTTPRespond: true, abi.ImportSocketSend: true, abi.ImportSocketClose: true,
 		abi.ImportSocketList: true, abi.ImportBroadcast: true, abi.ImportRoomInfo: true, abi.ImportLog: true,
-		abi.ImportCheckpoint: true, abi.ImportAlarmSet: true, abi.ImportAlarmClear: true,
+		abi.ImportCheckpoint: true, abi.ImportStateDelete: true, abi.ImportAlarmSet: true, abi.ImportAlarmClear: true,
 		abi.ImportChannelReply: true, abi.ImportChannelPush: true, abi.ImportChannelBroadcast: true,
 		abi.ImportChannelClose: true, abi.ImportPresenceTrack: true, abi.ImportPresenceUntrack: true,
 	}

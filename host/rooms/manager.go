@@ -396,6 +396,12 @@ func (m *Manager) snapshotCreated() {
 	m.mu.Unlock()
 }
 
+func (m *Manager) snapshotDeleted() {
+	m.mu.Lock()
+	m.stored--
+	m.mu.Unlock()
+}
+
 // sweeper hibernates rooms idle past the idle timeout.
 func (m *Manager) sweeper() {
 	tick := min(max(m.cfg.IdleTimeout/4, 10*time.Millisecond), time.Second)
@@ -458,6 +464,27 @@ func (m *Manager) Hibernate(ctx context.Context, key Key) error {
 	}
 	done := make(chan error, 1)
 	r.requestHibernate(reasonAdmin, done)
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Delete deletes a room: its instance is dropped without being written,
+// its sockets are closed (1000, "room deleted"), and its snapshot and
+// segments are deleted from the store. Its next event starts it fresh, as
+// if it had never run. A room the node has never seen is ErrUnknownRoom.
+func (m *Manager) Delete(ctx context.Context, key Key) error {
+	r, err := m.knownRoom(ctx, key)
+	if err != nil {
+		return err
+	}
+	done := make(chan error, 1)
+	if err := r.enqueue(&event{kind: evDelete, ctx: ctx, done: done}, false); err != nil {
+		return err
+	}
 	select {
 	case err := <-done:
 		return err

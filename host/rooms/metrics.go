@@ -25,6 +25,7 @@ type roomMetrics struct {
 	compactions        *metrics.Counter
 	segmentsDeleted    *metrics.Counter
 	orphansDeleted     *metrics.Counter
+	deletions          *metrics.Counter
 	gcErrors           *metrics.Counter
 	checkpointSeconds  *metrics.Histogram
 	joins              map[string]*metrics.Counter
@@ -63,6 +64,7 @@ func newRoomMetrics(set *metrics.Set, m *Manager) *roomMetrics {
 		compactions:        set.NewCounter(`wasmkeep_snapshot_compactions_total`),
 		segmentsDeleted:    set.NewCounter(`wasmkeep_snapshot_segments_deleted_total`),
 		orphansDeleted:     set.NewCounter(`wasmkeep_snapshot_orphans_deleted_total`),
+		deletions:          set.NewCounter(`wasmkeep_rooms_deleted_total`),
 		gcErrors:           set.NewCounter(`wasmkeep_snapshot_gc_errors_total`),
 		checkpointSeconds:  set.NewHistogram(`wasmkeep_room_checkpoint_seconds`),
 		hibernations:       map[string]*metrics.Counter{},

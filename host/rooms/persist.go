@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/wasmkeep/wasmkeep/abi"
 	"github.com/wasmkeep/wasmkeep/host/engine"
 	"github.com/wasmkeep/wasmkeep/host/snapshot"
 	"github.com/wasmkeep/wasmkeep/host/store"
@@ -415,4 +416,79 @@ func (m *Manager) sweepLoop() {
 		}
 		delay = m.cfg.SweepInterval
 	}
+}
+
+// deleteStored deletes the room's stored state: its manifest first, so
+// that no reader ever finds a manifest whose segments are gone, then its
+// segments (those it cannot delete now go to the collector, and the
+// orphan sweep finds any the collector loses).
+func (r *Room) deleteStored(ctx context.Context) error {
+	m := r.m
+	if err := m.bucket.Delete(ctx, r.key.manifestKey(), ""); err != nil {
+		return fmt.Errorf("deleting its manifest: %w", err)
+	}
+	r.man, r.etag, r.pages = nil, "", nil
+	if r.everStored.Swap(false) {
+		m.snapshotDeleted()
+	}
+	m.snaps.invalidate(r.key)
+	keys, err := m.bucket.List(ctx, r.key.prefix())
+	if err != nil {
+		m.log.Warn("listing a deleted room's segments failed; the orphan sweep will delete them", "room", r.key.String(), "err", err)
+		return nil
+	}
+	for _, k := range keys {
+		if err := m.bucket.Delete(ctx, k, ""); err != nil {
+			m.gc.add(k)
+			continue
+		}
+		m.met.segmentsDeleted.Inc()
+	}
+	m.met.deletions.Inc()
+	return nil
+}
+
+// deleteForGuest ends an event whose guest asked for its state to be
+// deleted (abi.ImportStateDelete): the stored state goes before any of the
+// event's output, as a durable write would, then the instance is dropped
+// unwritten. The room's sockets stay: the next event starts the room fresh
+// and tells it of each (reconcile), as after a rollback. If the delete
+// fails the event is undone like a crash.
+func (r *Room) deleteForGuest(first func()) error {
+	r.inst.CheckpointRequested() // nothing to make durable: the state goes
+	if err := r.deleteStored(context.Background()); err != nil {
+		r.effects = r.effects[:0]
+		err = fmt.Errorf("%w: %w", ErrNotDurable, err)
+		r.crashed(err)
+		return err
+	}
+	if first != nil {
+		first()
+	}
+	r.applyEffects()
+	r.known, r.joins, r.gone, r.skipClose = nil, nil, map[uint32]closed{}, nil
+	clear(r.goneJoins)
+	r.dropInstance()
+	return nil
+}
+
+// delete deletes the room for an operator (Manager.Delete): the instance
+// is dropped unwritten, every socket is closed, the stored state goes, and
+// a pin is lifted. Its next event starts it fresh.
+func (r *Room) delete(ctx context.Context) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	r.dropInstance()
+	for id, s := range r.sockets {
+		delete(r.sockets, id)
+		r.socketCount.Add(-1)
+		s.conn.Close(abi.CloseNormal, "room deleted")
+	}
+	r.known, r.joins, r.gone, r.skipClose = nil, nil, map[uint32]closed{}, nil
+	clear(r.goneJoins)
+	clear(r.joinPayloads)
+	clear(r.presence)
+	r.pinned.Store(false)
+	return r.deleteStored(ctx)
 }

@@ -74,10 +74,11 @@ const (
 	evChannel
 	evCheckpoint // write the state now without hibernating (export)
 	evHibernate
-	evWake // make the room resident without an event for its guest (pin)
+	evWake   // make the room resident without an event for its guest (pin)
+	evDelete // delete the room: its instance, sockets and stored state (Manager.Delete)
 )
 
-var eventNames = [...]string{"request", "socket_open", "socket_message", "socket_close", "channel", "", "", ""}
+var eventNames = [...]string{"request", "socket_open", "socket_message", "socket_close", "channel", "", "", "", ""}
 
 type event struct {
 	kind    eventKind
@@ -233,7 +234,7 @@ func (r *Room) enqueue(ev *event, wait bool) error {
 		return ErrStopping // the manager is closed: no worker may start
 	}
 	r.mu.Lock()
-	for ev.kind != evSocketClose && ev.kind != evHibernate && len(r.queue)-r.head >= r.m.cfg.MailboxSize {
+	for ev.kind != evSocketClose && ev.kind != evHibernate && ev.kind != evDelete && len(r.queue)-r.head >= r.m.cfg.MailboxSize {
 		if !wait {
 			r.mu.Unlock()
 			r.m.met.queueFull.Inc()
@@ -366,6 +367,10 @@ func (r *Room) handle(ev *event, more bool) {
 		ev.done <- r.ensureResident(context.Background())
 		return
 	}
+	if ev.kind == evDelete {
+		ev.done <- r.delete(ev.ctx)
+		return
+	}
 	if ev.kind == evHibernate {
 		var err error
 		// An idle or eviction request that finds work queued behind it is
@@ -487,6 +492,12 @@ func (r *Room) handleMessage(ev *event) {
 		return
 	}
 	for _, m := range ev.batch {
+		if r.inst == nil { // the message before deleted the room's state: start it fresh
+			if err := r.ensureResident(context.Background()); err != nil {
+				r.refuseSocket(s, err)
+				return
+			}
+		}
 		if err := r.deliver(func(inst *engine.Instance) error { return inst.SocketMessage(s.id, m.Kind, m.Data) }); err != nil {
 			r.dropSocket(s, abi.CloseInternalError, "room crashed")
 			return
@@ -568,6 +579,9 @@ func (r *Room) deliverThen(call func(*engine.Instance) error, first func()) erro
 	}
 	r.changed = true
 	r.memory.Store(r.inst.MemorySize())
+	if r.inst.DeleteRequested() {
+		return r.deleteForGuest(first)
+	}
 	if r.inst.CheckpointRequested() || r.durable {
 		if err := r.checkpoint(context.Background()); err != nil {
 			r.effects = r.effects[:0]

@@ -118,6 +118,29 @@ func (s *Server) pinRoom(pin bool) http.HandlerFunc {
 	}
 }
 
+// deleteRoom deletes a room's instance, sockets and stored state: see
+// rooms.Manager.Delete.
+func (s *Server) deleteRoom(w http.ResponseWriter, r *http.Request) {
+	key, _, err := s.roomKey(r)
+	if err != nil {
+		jsonError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if err := s.rooms.Delete(r.Context(), key); err != nil {
+		status := http.StatusInternalServerError
+		switch {
+		case errors.Is(err, rooms.ErrUnknownRoom):
+			status = http.StatusNotFound
+		case errors.Is(err, rooms.ErrStopping):
+			status = http.StatusServiceUnavailable
+		}
+		jsonError(w, status, err.Error())
+		return
+	}
+	s.log.Info("room deleted", "room", key.String())
+	w.WriteHeader(http.StatusNoContent)
+}
+
 func (s *Server) hibernateRoom(w http.ResponseWriter, r *http.Request) {
 	key, _, err := s.roomKey(r)
 	if err != nil {

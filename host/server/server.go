@@ -102,6 +102,7 @@ func New(cfg Config, reg *classes.Registry, mgr *rooms.Manager, hub *socket.Hub,
 	s.mux.Handle("POST /admin/rooms/{class}/{name}/pin", s.admin(s.pinRoom(true)))
 	s.mux.Handle("POST /admin/rooms/{class}/{name}/unpin", s.admin(s.pinRoom(false)))
 	s.mux.Handle("GET /admin/rooms/{class}/{name}", s.admin(http.HandlerFunc(s.inspectRoom)))
+	s.mux.Handle("DELETE /admin/rooms/{class}/{name}", s.admin(http.HandlerFunc(s.deleteRoom)))
 	s.mux.Handle("GET /admin/rooms/{class}/{name}/export", s.admin(http.HandlerFunc(s.exportRoom)))
 	s.mux.Handle("POST /admin/rooms/import", s.admin(http.HandlerFunc(s.importRoom)))
 	s.dashboardRoutes()

@@ -68,6 +68,7 @@ var (
 		abi.ImportRoomInfo:    "(i32,i32)->(i32)",
 		abi.ImportLog:         "(i32,i32,i32)->(i32)",
 		abi.ImportCheckpoint:  "()->(i32)",
+		abi.ImportStateDelete: "()->(i32)",
 		abi.ImportAlarmSet:    "(i64)->(i32)",
 		abi.ImportAlarmClear:  "()->(i32)",
 
@@ -122,7 +123,7 @@ func TestImportPathAndMemo(t *testing.T) {
 // fixture's raw declarations) import against abi.go's signatures.
 func TestSDKImports(t *testing.T) {
 	seen := map[string]bool{}
-	for _, pkg := range []string{"./testdata/guests/echo", "./testdata/guests/hostile", "./examples/chat", "./testdata/guests/channels"} {
+	for _, pkg := range []string{"./testdata/guests/echo", "./testdata/guests/hostile", "./examples/chat", "./examples/counter", "./testdata/guests/channels"} {
 		for _, f := range compile(t, Build(t, pkg)).ImportedFunctions() {
 			mod, name, _ := f.Import()
 			if mod != abi.ImportModule {

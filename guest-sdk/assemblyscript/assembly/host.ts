@@ -37,6 +37,10 @@ export declare function log(level: i32, ptr: usize, len: usize): i32;
 export declare function checkpoint(): i32;
 
 // @ts-ignore: decorator
+@external("wasmkeep", "state_delete")
+export declare function state_delete(): i32;
+
+// @ts-ignore: decorator
 @external("wasmkeep", "alarm_set")
 export declare function alarm_set(atMs: i64): i32;
 

@@ -643,6 +643,17 @@ export function checkpoint(): i32 {
   return host.checkpoint();
 }
 
+/**
+ * Deletes the room's state: when this event returns, the host deletes the
+ * room's stored snapshot and drops its memory without writing it, before
+ * any of the event's output leaves the host. The next event starts the room
+ * fresh; its sockets stay open and the fresh room gets an open for each.
+ * Nothing is deleted if the event traps.
+ */
+export function deleteState(): i32 {
+  return host.state_delete();
+}
+
 /** Reserved: v1 hosts answer Status.Unsupported. */
 export function setAlarm(atMs: i64): i32 {
   return host.alarm_set(atMs);

@@ -5,6 +5,7 @@
 //
 //	GET  /                   the counter
 //	POST /                   increments the counter and answers it
+//	DELETE /                 deleteState(): answers its status; the room starts fresh next
 //	POST /abort              increments the counter, then fails an assertion (a trap)
 //	POST /throw              increments the counter, then throws
 //	GET  /sockets            the room's open socket ids, comma-separated
@@ -51,6 +52,7 @@ wk.handleRequest((r: wk.Request): wk.Response | null => {
     counter++;
     return wk.text(200, counter.toString());
   }
+  if (p == "/" && r.method == "DELETE") return wk.text(200, wk.deleteState().toString());
   if (p == "/abort") {
     counter++;
     assert(counter < 0, "the counter is positive");
