@@ -3,6 +3,7 @@ package node
 import (
 	"fmt"
 	"net/http"
+	"os"
 	"runtime"
 	"testing"
 
@@ -25,35 +26,43 @@ func withCustomSection(wasm []byte, i int) []byte {
 // fills it. Now the versions nobody runs are closed, past the two most
 // recently used: compiled classes, goroutines and memory stay flat, and a
 // room on an old version still wakes on it.
+//
+// With WASMKEEP_UPLOADS_GO=1 the class is the Go counter, uploaded 23
+// times (compiling a Go module takes about a second), for
+// docs/PERFORMANCE.md.
 func TestClassUploadsFreeOldVersions(t *testing.T) {
 	n := startNode(t, Config{})
-	wasm := testwasm.AssemblyScript(t, "examples/chat/index.ts")
-	upload := func(i int) {
-		expect(t, http.StatusCreated, http.MethodPut, n.URL()+"/admin/classes/chat", withCustomSection(wasm, i))
-		url := fmt.Sprintf("%s/actor/chat/v%d", n.URL(), i)
-		expect(t, 200, "GET", url, nil)
-		hibernate(t, n, "chat", fmt.Sprint("v", i))
+	wasm, uploads := func() []byte { return testwasm.AssemblyScript(t, "examples/chat/index.ts") }, 100
+	if os.Getenv("WASMKEEP_UPLOADS_GO") == "1" {
+		wasm, uploads = func() []byte { return buildGuest(t, "./examples/counter") }, 23
 	}
-	for i := range 5 { // warm up: pools, caches, the HTTP client
+	module := wasm()
+	upload := func(i int) {
+		expect(t, http.StatusCreated, http.MethodPut, n.URL()+"/admin/classes/c", withCustomSection(module, i))
+		expect(t, 200, "GET", fmt.Sprintf("%s/actor/c/v%d", n.URL(), i), nil)
+		hibernate(t, n, "c", fmt.Sprint("v", i))
+	}
+	const warm = 3 // pools, caches, the HTTP client
+	for i := range warm {
 		upload(i)
 	}
 	before, goroutines := memtest.Take(t), runtime.NumGoroutine()
-	for i := 5; i < 100; i++ {
+	for i := warm; i < uploads; i++ {
 		upload(i)
 	}
 	after := memtest.Take(t)
-	t.Logf("95 more uploads: %d compiled versions, goroutines %d → %d, RSS %+.1f MiB, heap %+.1f MiB",
-		n.Engine.Stats().Classes, goroutines, runtime.NumGoroutine(),
+	t.Logf("%d more uploads: %d compiled versions, goroutines %d → %d, RSS %+.1f MiB, heap %+.1f MiB",
+		uploads-warm, n.Engine.Stats().Classes, goroutines, runtime.NumGoroutine(),
 		(float64(after.RSS)-float64(before.RSS))/(1<<20), (float64(after.Heap)-float64(before.Heap))/(1<<20))
 	if c := n.Engine.Stats().Classes; c > 3 {
-		t.Fatalf("%d module versions compiled after 100 uploads, want at most the current one and 2 idle", c)
+		t.Fatalf("%d module versions compiled after %d uploads, want at most the current one and 2 idle", c, uploads)
 	}
 	if g := runtime.NumGoroutine(); g > goroutines+10 {
-		t.Fatalf("goroutines grew from %d to %d over 95 uploads", goroutines, g)
+		t.Fatalf("goroutines grew from %d to %d over %d uploads", goroutines, g, uploads-warm)
 	}
 	// The room of the first version wakes on it, compiled again.
 	if got := metric(t, n, "wasmkeep_classes_compiled"); got > 3 {
 		t.Fatalf("wasmkeep_classes_compiled = %v", got)
 	}
-	expect(t, 200, "GET", n.URL()+"/actor/chat/v0", nil)
+	expect(t, 200, "GET", n.URL()+"/actor/c/v0", nil)
 }

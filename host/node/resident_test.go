@@ -5,6 +5,8 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -25,8 +27,18 @@ import (
 // and waits for an eviction when there is none: at no moment are more
 // than 100 rooms resident, and every request is answered (a refusal after
 // --wake-wait would be a 503, which the clients retry).
+//
+// WASMKEEP_RESIDENT_NAMES sets another number of names (docs/PERFORMANCE.md
+// measures 10,000).
 func TestMaxResidentUnderConcurrency(t *testing.T) {
-	const clients, names, limit = 16, 2000, 100
+	const clients, limit = 16, 100
+	names := 2000
+	if v := os.Getenv("WASMKEEP_RESIDENT_NAMES"); v != "" {
+		var err error
+		if names, err = strconv.Atoi(v); err != nil || names < 1 {
+			t.Fatalf("WASMKEEP_RESIDENT_NAMES=%q: want a count", v)
+		}
+	}
 	n := startNode(t, Config{Rooms: rooms.Config{MaxResident: limit}})
 	putClass(t, n, "counter", "./examples/counter")
 	memtest.ResetPeakRSS(t)
@@ -61,7 +73,7 @@ func TestMaxResidentUnderConcurrency(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := next.Add(1); i <= names; i = next.Add(1) {
+			for i := next.Add(1); i <= int64(names); i = next.Add(1) {
 				for {
 					resp, err := client.Post(fmt.Sprintf("%s/actor/counter/n%d", n.URL(), i), "text/plain", nil)
 					if err != nil {
@@ -74,7 +86,7 @@ func TestMaxResidentUnderConcurrency(t *testing.T) {
 						refused.Add(1)
 						continue
 					}
-					if resp.StatusCode != 200 || string(body) != "1" {
+					if resp.StatusCode != http.StatusOK || string(body) != "1" {
 						errs <- fmt.Errorf("room n%d: %d %q", i, resp.StatusCode, body)
 						return
 					}
