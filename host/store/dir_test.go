@@ -22,7 +22,8 @@ import (
 
 // The test binary re-executes itself as a child process when childEnv is
 // set: "cas <n>" does n increments of casKey, "crash <seed>" writes until it
-// is killed. dirEnv names the bucket's directory.
+// is killed, "hold" holds the directory (HoldDir) until its standard input
+// ends. dirEnv names the bucket's directory.
 const (
 	childEnv = "WASMKEEP_STORE_TEST_CHILD"
 	dirEnv   = "WASMKEEP_STORE_TEST_DIR"
@@ -41,6 +42,9 @@ func TestMain(m *testing.M) {
 }
 
 func child(mode, dir string) error {
+	if mode == "hold" {
+		return holdChild(dir)
+	}
 	d, err := store.OpenDir(dir)
 	if err != nil {
 		return err

@@ -109,4 +109,12 @@
 // Dir needs a case-sensitive filesystem with flock(2) and atomic rename
 // (ext4, xfs, btrfs, zfs, tmpfs; not NFS). OpenDir refuses a case-insensitive
 // one.
+//
+// # Holding a directory
+//
+// A Dir may be shared by processes; a node's data directory may not, since
+// each node keeps its resident rooms in memory and would overwrite the
+// other's. [HoldDir] gives one process the directory: a flock(2) on its
+// [HoldFile], which names the holder so that a refused process can say
+// who it is ([InUseError]).
 package store
