@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -29,8 +30,15 @@ import (
 // packages they configure (documented in docs/configuration.md).
 type Config struct {
 	// DataDir holds the local bucket and the compilation cache
-	// (default ./wasmkeep-data).
+	// (default ./wasmkeep-data). A node that keeps its bucket there holds
+	// the directory while it runs (HoldDataDir): a second node on it is
+	// refused with a *store.InUseError naming the first.
 	DataDir string
+	// Hold is DataDir's hold if the caller took it (HoldDataDir) before
+	// Start, to be refused before work of its own there: the demo builds
+	// its classes into DataDir first. The node releases it when it stops,
+	// or when Start fails.
+	Hold *store.DirHold
 	// Listen is the HTTP address (default 127.0.0.1:8080; port 0 picks one).
 	Listen string
 	// Bucket overrides the local directory store (tests, later S3).
@@ -96,6 +104,18 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		}
 	}()
 
+	// First of all: a node that is refused its data directory must not
+	// have touched anything in it.
+	hold := cfg.Hold
+	if hold == nil && cfg.Bucket == nil {
+		if hold, err = HoldDataDir(cfg.DataDir); err != nil {
+			return nil, err
+		}
+	}
+	if hold != nil {
+		n.closers = append(n.closers, hold.Release)
+	}
+
 	n.Bucket = cfg.Bucket
 	if n.Bucket == nil {
 		dir, err := store.OpenDir(filepath.Join(cfg.DataDir, "store"))
@@ -160,6 +180,20 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	go func() { n.served <- n.http.Serve(n.listener) }()
 	cfg.Logger.Info("wasmkeep node serving", "addr", n.Addr(), "data", cfg.DataDir)
 	return n, nil
+}
+
+// HoldDataDir takes the exclusive hold on a node's data directory for
+// this process (see store.HoldDir), creating the directory if needed. It
+// fails at once, with a *store.InUseError naming the holder, if another
+// node (or process) holds it. Start takes the hold itself; take it first
+// only to be refused before doing work of your own in the directory, and
+// pass it in Config.Hold.
+func HoldDataDir(dir string) (*store.DirHold, error) {
+	host, err := os.Hostname()
+	if err != nil {
+		host = "unknown"
+	}
+	return store.HoldDir(dir, store.Holder{PID: os.Getpid(), Host: host, Started: time.Now()})
 }
 
 // Addr is the address the node listens on.
