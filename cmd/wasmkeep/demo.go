@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 
@@ -30,20 +31,16 @@ func demoCommand() *cli.Command {
 			if err != nil {
 				return fmt.Errorf("the demo builds the examples from the wasmkeep source tree; run it there: %w", err)
 			}
-			out := filepath.Join(cfg.DataDir, "examples")
-			if err := os.MkdirAll(out, 0o755); err != nil {
-				return err
+			// Held before the build, which writes into the directory and
+			// can take minutes: a second demo is refused at once. From
+			// run on, the node releases it.
+			if cfg.Hold, err = node.HoldDataDir(cfg.DataDir); err != nil {
+				return dataDirAdvice(err)
 			}
-			modules := map[string][]byte{}
-			for _, name := range demoClasses {
-				file := filepath.Join(out, name+".wasm")
-				cfg.Logger.Info("building example", "class", name, "out", file)
-				if err := wasmbuild.BuildTo(filepath.Join(root, "examples", name), file); err != nil {
-					return fmt.Errorf("building examples/%s: %w", name, err)
-				}
-				if modules[name], err = os.ReadFile(file); err != nil {
-					return err
-				}
+			modules, err := buildExamples(cfg.Logger, root, filepath.Join(cfg.DataDir, "examples"))
+			if err != nil {
+				_ = cfg.Hold.Release()
+				return err
 			}
 			return run(c.Context, cfg, func(n *node.Node) error {
 				for _, name := range demoClasses {
@@ -63,4 +60,25 @@ func demoCommand() *cli.Command {
 			})
 		},
 	}
+}
+
+// buildExamples builds the demo's classes from the source tree at root
+// into the directory out and returns them by class name.
+func buildExamples(log *slog.Logger, root, out string) (map[string][]byte, error) {
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return nil, err
+	}
+	modules := map[string][]byte{}
+	for _, name := range demoClasses {
+		file := filepath.Join(out, name+".wasm")
+		log.Info("building example", "class", name, "out", file)
+		if err := wasmbuild.BuildTo(filepath.Join(root, "examples", name), file); err != nil {
+			return nil, fmt.Errorf("building examples/%s: %w", name, err)
+		}
+		var err error
+		if modules[name], err = os.ReadFile(file); err != nil {
+			return nil, err
+		}
+	}
+	return modules, nil
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -17,6 +18,7 @@ import (
 	"github.com/wasmkeep/wasmkeep/host/rooms"
 	"github.com/wasmkeep/wasmkeep/host/server"
 	"github.com/wasmkeep/wasmkeep/host/socket"
+	"github.com/wasmkeep/wasmkeep/host/store"
 )
 
 // env names a flag's environment variable: WASMKEEP_ and the flag's name in
@@ -189,7 +191,7 @@ func run(ctx context.Context, cfg node.Config, preload func(*node.Node) error) e
 	defer stop()
 	n, err := node.Start(ctx, cfg)
 	if err != nil {
-		return err
+		return dataDirAdvice(err)
 	}
 	if preload != nil {
 		if err := preload(n); err != nil {
@@ -201,6 +203,15 @@ func run(ctx context.Context, cfg node.Config, preload func(*node.Node) error) e
 	stop() // a second signal kills the process the usual way
 	cfg.Logger.Info("stopping: hibernating rooms, then closing sockets with 1012")
 	return n.Stop(context.Background())
+}
+
+// dataDirAdvice adds what to do to the error of a data directory another
+// node holds.
+func dataDirAdvice(err error) error {
+	if inUse := (*store.InUseError)(nil); errors.As(err, &inUse) {
+		return fmt.Errorf("%w; stop it or use another --data", err)
+	}
+	return err
 }
 
 func newLogger(level, format string) (*slog.Logger, error) {
