@@ -44,6 +44,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wasmkeep/wasmkeep/internal/testenv"
 	"github.com/wasmkeep/wasmkeep/internal/testwasm"
 )
 
@@ -505,15 +506,11 @@ func TestDocCommands(t *testing.T) {
 				t.Fatalf("%s has no commands in ```sh blocks", name)
 			}
 			if needsNode(script) {
-				if _, err := exec.LookPath("npx"); err != nil {
-					missingTool(t, "node and npm are not installed")
-				}
+				testenv.Tool(t, "npx")
 				// The doc's `npm ci` is not run (it would replace the
 				// packages under other tests): install them the tests' way
 				// if they are missing.
-				if _, err := os.Stat(filepath.Join(root, testwasm.ASDir, "node_modules", "assemblyscript")); err != nil {
-					testwasm.AssemblyScript(t, "examples/chat/index.ts")
-				}
+				testenv.NPMPackages(t, testwasm.ASDir, "assemblyscript/bin/asc.js")
 			}
 			start := time.Now()
 			for attempt := 1; ; attempt++ {
@@ -530,16 +527,6 @@ func TestDocCommands(t *testing.T) {
 			}
 		})
 	}
-}
-
-// missingTool skips a test whose tool is not installed, except in CI,
-// which installs it (.ci/run).
-func missingTool(t *testing.T, why string) {
-	t.Helper()
-	if os.Getenv("CI") != "" {
-		t.Fatal(why + "; .ci/run installs it")
-	}
-	t.Skip(why + "; CI installs it")
 }
 
 // TestDocCommandsCanFail: the runner fails on a command that fails, on

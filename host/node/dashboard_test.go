@@ -16,6 +16,7 @@ import (
 	"github.com/wasmkeep/wasmkeep/host/engine"
 	"github.com/wasmkeep/wasmkeep/host/rooms"
 	"github.com/wasmkeep/wasmkeep/host/server"
+	"github.com/wasmkeep/wasmkeep/internal/testenv"
 	"github.com/wasmkeep/wasmkeep/internal/wasmbuild"
 	"github.com/wasmkeep/wasmkeep/internal/wstest"
 )
@@ -237,30 +238,12 @@ type dashboardExpect struct {
 }
 
 func checkDashboardBrowser(t *testing.T, n *Node) {
-	node, err := exec.LookPath("node")
-	if err != nil {
-		missing(t, "node is not installed")
-	}
-	browser := os.Getenv("CHROMIUM")
-	if browser == "" {
-		browser = "/usr/bin/chromium"
-	}
-	if _, err := os.Stat(browser); err != nil {
-		missing(t, "chromium is not installed (apt-get install chromium)")
-	}
+	node := testenv.Tool(t, "node")
+	browser := testenv.Chromium(t)
+	dir := testenv.NPMPackages(t, "test/dashboard", "playwright-core")
 	root, err := wasmbuild.ModuleRoot()
 	if err != nil {
 		t.Fatal(err)
-	}
-	dir := filepath.Join(root, "test", "dashboard")
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "playwright-core")); err != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, "npm", "ci", "--no-audit", "--no-fund")
-		cmd.Dir = dir
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("npm ci in test/dashboard: %v\n%s", err, out)
-		}
 	}
 	artifacts := os.Getenv("WASMKEEP_ARTIFACTS")
 	if artifacts == "" {
@@ -320,16 +303,6 @@ func checkDashboardBrowser(t *testing.T, n *Node) {
 	if err != nil || !strings.Contains(out.String(), "ok dashboard") {
 		t.Fatalf("check.mjs: %v\n%s", err, out.String())
 	}
-}
-
-// missing skips a test whose tool is not installed, except in CI, which
-// installs it (.ci/run).
-func missing(t *testing.T, why string) {
-	t.Helper()
-	if os.Getenv("CI") != "" {
-		t.Fatal(why + "; .ci/run installs it")
-	}
-	t.Skip(why + "; CI installs it")
 }
 
 // post sends an empty POST and ignores the answer.

@@ -11,34 +11,18 @@ import (
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/wasmkeep/wasmkeep/internal/testenv"
 )
 
-// phoenixVersion is the npm client the interop tests run against.
-const phoenixVersion = "1.8.16"
-
-// phoenixJS installs the phoenix npm package into a temporary directory
-// and returns the package's directory, or skips the test when Node or the
-// npm registry is not available.
+// phoenixJS returns the directory of the phoenix npm client that `npm ci`
+// installs in test/phoenix, whose package-lock.json pins it (1.8.16): the
+// same client host/node's scenarios run. Without node the test skips, and
+// under CI=1 fails, as it does without the package.
 func phoenixJS(t *testing.T) string {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("skipped in -short mode: installs phoenix from npm")
-	}
-	for _, tool := range []string{"node", "npm"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not installed: the phoenix.js interop test needs Node and npm", tool)
-		}
-	}
-	dir := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "npm", "install", "--prefix", dir, "--no-audit", "--no-fund",
-		"--no-package-lock", "--loglevel=error", "phoenix@"+phoenixVersion)
-	cmd.Env = append(os.Environ(), "npm_config_update_notifier=false")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Skipf("npm install phoenix@%s failed (is the npm registry reachable?): %v\n%s", phoenixVersion, err, out)
-	}
-	return filepath.Join(dir, "node_modules", "phoenix")
+	testenv.Tool(t, "node")
+	return filepath.Join(testenv.NPMPackages(t, "test/phoenix", "phoenix"), "node_modules", "phoenix")
 }
 
 // runNode runs script with the phoenix package's path as its argument,

@@ -76,7 +76,7 @@ func rule(p, imp string) string {
 		return "cluster imports only host/store of host"
 	case within(p, "host/store") && strings.HasPrefix(imp, module+"/") && !within(imp, "host/store"):
 		return "the store is a leaf: it imports no other package of the module"
-	case (within(imp, "internal/testwasm") || within(imp, "internal/wstest") || within(imp, "internal/memtest")) && !within(p, "internal"):
+	case (within(imp, "internal/testwasm") || within(imp, "internal/wstest") || within(imp, "internal/memtest") || within(imp, "internal/testenv")) && !within(p, "internal"):
 		return "test helpers are for tests only"
 	}
 	return ""
