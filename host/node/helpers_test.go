@@ -21,6 +21,10 @@ import (
 var sharedCacheDir string
 
 func TestMain(m *testing.M) {
+	if urls := os.Getenv(envClientURLs); urls != "" {
+		n, _ := strconv.Atoi(os.Getenv(envClientN))
+		os.Exit(socketClients(strings.Fields(urls), n))
+	}
 	dir, err := os.MkdirTemp("", "wasmkeep-node-test-cache-")
 	if err != nil {
 		panic(err)

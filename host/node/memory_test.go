@@ -22,7 +22,8 @@ import (
 )
 
 // The clients of TestIdleSocketMemory run in a child process (this test
-// binary, running TestHelperSocketClients), so that only the node is measured.
+// binary, whose TestMain runs socketClients when envClientURLs is set), so
+// that only the node is measured.
 const (
 	envClientURLs = "WASMKEEP_NODE_TEST_CLIENT_URLS"
 	envClientN    = "WASMKEEP_NODE_TEST_CLIENT_N"
@@ -33,9 +34,13 @@ const (
 // room's record of the socket and its open event, kept to replay it after a
 // rollback). 10,000 sockets over 100 chat rooms; the figure goes to
 // docs/PERFORMANCE.md.
+//
+// Under -race it opens 2,000 sockets: the race detector caps a process at
+// 8,128 live goroutines, which the goroutine reader's 10,000 would pass.
+// Its memory is then not the figure of docs/PERFORMANCE.md.
 func TestIdleSocketMemory(t *testing.T) {
-	if testing.Short() || raceEnabled {
-		t.Skip("opens 10,000 sockets; skipped under -short and -race")
+	if testing.Short() {
+		t.Skip("opens 10,000 sockets; not in -short")
 	}
 	for _, mode := range []socket.ReadMode{socket.ReadEpoll, socket.ReadGoroutine} {
 		t.Run(mode.String(), func(t *testing.T) { idleSocketMemory(t, mode) })
@@ -44,7 +49,11 @@ func TestIdleSocketMemory(t *testing.T) {
 
 func idleSocketMemory(t *testing.T, mode socket.ReadMode) {
 	const rooms_ = 100
-	n := memtest.IdleSockets(t, 10000)
+	sockets := 10000
+	if raceEnabled {
+		sockets = 2000
+	}
+	n := memtest.IdleSockets(t, sockets)
 	// Leave the node room for its other descriptors: near the limit,
 	// accepts fail now and then with EMFILE.
 	if limit := memtest.RaiseFileLimit(t, uint64(n)+2000); limit < uint64(n)+2000 {
@@ -65,7 +74,7 @@ func idleSocketMemory(t *testing.T, mode socket.ReadMode) {
 	}
 	before := memtest.Take(t)
 
-	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperSocketClients$", "-test.count=1")
+	cmd := exec.Command(os.Args[0]) // its TestMain runs socketClients
 	cmd.Env = append(os.Environ(), envClientURLs+"="+strings.Join(urls, " "), envClientN+"="+strconv.Itoa(n))
 	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()
@@ -94,20 +103,39 @@ func idleSocketMemory(t *testing.T, mode socket.ReadMode) {
 	t.Logf("%d idle sockets read with %v over %d hibernated rooms, node side, per socket: heap %.0f B + stack %.0f B = %.0f B; RSS %.0f B",
 		n, mode, rooms_, heap, stack, heap+stack, rss)
 	// A loose bound, well above the measured figure, so a leak or a buffer
-	// kept per idle socket shows up here.
-	if heap+stack > 8192 {
-		t.Errorf("an idle socket costs %.0f B of heap and stack", heap+stack)
+	// kept per idle socket shows up here. The race detector's larger
+	// frames grow a reader goroutine's stack past 4 KiB (5.6-7.4 KB a
+	// socket measured under -race, against 3.5 KB).
+	bound := 8192.0
+	if raceEnabled {
+		bound = 16384
 	}
+	if heap+stack > bound {
+		t.Errorf("an idle socket costs %.0f B of heap and stack, over %.0f B", heap+stack, bound)
+	}
+
+	// The clients leave, and the node stops only once every room has
+	// woken for their closes: a stop while a room is still waking unmaps
+	// the memory the wake restores into (a fault of the stop, not of what
+	// this test measures).
+	stdin.Close()
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("client process: %v", err)
+	}
+	waitFor(t, "every room woken for its sockets' closes", func() bool {
+		return metric(t, node, `wasmkeep_room_events_total{kind="socket_close"}`) == float64(n) && node.Rooms.Counts().Resident == rooms_
+	})
 }
 
-// TestHelperSocketClients is the client side of TestIdleSocketMemory.
-func TestHelperSocketClients(t *testing.T) {
-	urls := strings.Fields(os.Getenv(envClientURLs))
-	if len(urls) == 0 {
-		t.Skip("helper process for TestIdleSocketMemory")
+// socketClients is the client side of TestIdleSocketMemory, run by
+// TestMain in a child process: it opens n sockets over urls, says "ready",
+// and holds them until its standard input ends. It returns the process's
+// exit code.
+func socketClients(urls []string, n int) int {
+	if _, err := memtest.RaiseFileLimitTo(uint64(n) + 1000); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
 	}
-	n, _ := strconv.Atoi(os.Getenv(envClientN))
-	memtest.RaiseFileLimit(t, uint64(n)+1000)
 	clients := make([]*wstest.Client, n)
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -130,4 +158,5 @@ func TestHelperSocketClients(t *testing.T) {
 	wg.Wait()
 	fmt.Println("ready")
 	bufio.NewScanner(os.Stdin).Scan() // hold the sockets until the parent is done
+	return 0
 }
