@@ -6,7 +6,7 @@ demo *ARGS:
 
 # The test suite, as CI runs it.
 test:
-    go test -race -timeout 20m ./...
+    go test -race -timeout 30m ./...
 
 # Formatting, vet and staticcheck.
 check:

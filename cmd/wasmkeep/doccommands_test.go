@@ -654,3 +654,44 @@ func TestReadmeDocList(t *testing.T) {
 		}
 	}
 }
+
+// TestTestCommandIsCIs: the test command the README and the
+// getting-started guide give is the one .ci/run runs, -timeout included,
+// and the one `just test` runs.
+func TestTestCommandIsCIs(t *testing.T) {
+	ci, err := os.ReadFile("../../.ci/run")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ciTests []string
+	for _, line := range strings.Split(string(ci), "\n") {
+		if strings.HasPrefix(strings.TrimSpace(line), "go test ") {
+			ciTests = append(ciTests, strings.TrimSpace(line))
+		}
+	}
+	if len(ciTests) != 1 || !strings.Contains(ciTests[0], " -timeout ") {
+		t.Fatalf(".ci/run runs %q; want one go test command, with its -timeout", ciTests)
+	}
+	if got := justRecipe(t, "test"); len(got) != 1 || got[0] != ciTests[0] {
+		t.Errorf("just test runs %q; .ci/run runs %q", got, ciTests[0])
+	}
+	for _, name := range []string{"README.md", "docs/getting-started.md"} {
+		data, err := os.ReadFile(filepath.Join("../..", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		script, err := parseDoc(name, string(data))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var given []string
+		for _, st := range script.steps {
+			if strings.HasPrefix(st.command, "go test ") {
+				given = append(given, st.command)
+			}
+		}
+		if len(given) != 1 || given[0] != ciTests[0] {
+			t.Errorf("%s gives %q as the test command; .ci/run runs %q", name, given, ciTests[0])
+		}
+	}
+}

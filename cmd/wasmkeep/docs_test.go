@@ -198,24 +198,9 @@ func TestBenchCommandsInJustfile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	just, err := os.ReadFile("../../Justfile")
-	if err != nil {
-		t.Fatal(err)
-	}
 	recipe := map[string]bool{}
-	in := false
-	for _, line := range strings.Split(string(just), "\n") {
-		switch {
-		case line == "bench:":
-			in = true
-		case in && strings.HasPrefix(line, "    "):
-			recipe[strings.TrimSpace(line)] = true
-		case in:
-			in = false
-		}
-	}
-	if len(recipe) == 0 {
-		t.Fatal("the Justfile has no bench recipe")
+	for _, line := range justRecipe(t, "bench") {
+		recipe[line] = true
 	}
 	fenced, found := false, 0
 	for i, line := range strings.Split(string(perf), "\n") {
@@ -235,4 +220,29 @@ func TestBenchCommandsInJustfile(t *testing.T) {
 	if found == 0 {
 		t.Fatal("found no go test command in docs/PERFORMANCE.md")
 	}
+}
+
+// justRecipe returns the command lines of a recipe of the Justfile.
+func justRecipe(t *testing.T, name string) []string {
+	t.Helper()
+	just, err := os.ReadFile("../../Justfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var recipe []string
+	in := false
+	for _, line := range strings.Split(string(just), "\n") {
+		switch {
+		case line == name+":":
+			in = true
+		case in && strings.HasPrefix(line, "    "):
+			recipe = append(recipe, strings.TrimSpace(line))
+		case in:
+			in = false
+		}
+	}
+	if len(recipe) == 0 {
+		t.Fatalf("the Justfile has no %s recipe", name)
+	}
+	return recipe
 }
