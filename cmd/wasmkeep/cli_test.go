@@ -459,3 +459,44 @@ func TestDemo(t *testing.T) {
 		t.Fatalf("after SIGINT: exit code %d, want 0", code)
 	}
 }
+
+// TestDemoUnderGoRun: started with `go run`, the demo stops cleanly also
+// when only the go command gets SIGTERM, which the go command does not pass
+// on (it dies of it): rooms hibernated, sockets closed with 1012, the port
+// and the data directory free again, every room's state kept.
+func TestDemoUnderGoRun(t *testing.T) {
+	t.Parallel()
+	data := t.TempDir()
+	n := startNode(t, nodeOpts{command: "demo", goRun: true, args: []string{"--data", data}, deadline: goRunDeadline})
+	n.waitOutput("wasmkeep demo is up", goRunDeadline)
+	ws := wstest.Dial(t, n.url+"/actor/chat/lobby")
+	ws.Send("before the stop")
+	if got := ws.ReadText(); got != "before the stop" {
+		t.Fatalf("chat echoed %q", got)
+	}
+	if got := expectHTTP(t, 200, "POST", n.url+"/actor/counter/x"); got != "1" {
+		t.Fatalf("POST /actor/counter/x: %q", got)
+	}
+
+	n.signal(syscall.SIGTERM) // the go command's pid: not the demo, not the group
+	ws.ExpectClose(1012)
+	// Wait returns once the go command has died and the demo, which
+	// shares its output pipes, has exited too.
+	n.wait(stopDeadline)
+	if log := n.stderr.String(); !strings.Contains(log, "wasmkeep node stopped") || strings.Contains(log, "level=ERROR") {
+		t.Fatalf("the demo did not stop cleanly:\n%s", log)
+	}
+	l, err := net.Listen("tcp", strings.TrimPrefix(n.url, "http://"))
+	if err != nil {
+		t.Fatalf("the demo's port after the stop: %v", err)
+	}
+	l.Close()
+
+	next := serveNode(t, data) // the data directory is free, and has the rooms
+	if got := expectHTTP(t, 200, "POST", next.url+"/actor/counter/x"); got != "2" {
+		t.Fatalf("POST after the stop: %q, want 2", got)
+	}
+	if got := wstest.Dial(t, next.url+"/actor/chat/lobby").ReadText(); got != "before the stop" {
+		t.Fatalf("chat history after the stop: %q", got)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -17,6 +18,10 @@ import (
 // demoClasses are the examples the demo serves, by class name.
 var demoClasses = []string{"counter", "chat"}
 
+// parentPoll is how often the demo checks that the process that started
+// it is still there.
+const parentPoll = 100 * time.Millisecond
+
 func demoCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "demo",
@@ -27,6 +32,8 @@ func demoCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
+			ctx, stop := stopWithParent(c.Context, cfg.Logger)
+			defer stop()
 			root, err := wasmbuild.ModuleRoot()
 			if err != nil {
 				return fmt.Errorf("the demo builds the examples from the wasmkeep source tree; run it there: %w", err)
@@ -42,7 +49,11 @@ func demoCommand() *cli.Command {
 				_ = cfg.Hold.Release()
 				return err
 			}
-			return run(c.Context, cfg, func(n *node.Node) error {
+			if ctx.Err() != nil { // stopped while building
+				_ = cfg.Hold.Release()
+				return nil
+			}
+			return run(ctx, cfg, func(n *node.Node) error {
 				for _, name := range demoClasses {
 					rec, err := n.Classes.Put(context.Background(), name, modules[name], classes.Options{})
 					if err != nil {
@@ -81,4 +92,39 @@ func buildExamples(log *slog.Logger, root, out string) (map[string][]byte, error
 		}
 	}
 	return modules, nil
+}
+
+// stopWithParent returns a context that is also cancelled when the process
+// that started this one ends, so that the demo stops cleanly when started
+// by `go run` and the go command is what gets the signal. The go command
+// runs the program as its child and waits: it ignores SIGINT and SIGQUIT
+// (a terminal sends those to the whole process group, the program
+// included) and dies of SIGTERM, which it does not pass on. The program
+// would then go on serving, orphaned, with the port and the data directory
+// held. An orphan's parent process id changes (to 1, or to the nearest
+// subreaper), which is what the demo watches for. A SIGINT sent to the go
+// command alone reaches nothing at all: send SIGTERM, or signal the group.
+//
+// serve does not do this: a service manager signals it directly, and a
+// node started with nohup from a shell must outlive the shell.
+func stopWithParent(ctx context.Context, log *slog.Logger) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	parent := os.Getppid()
+	go func() {
+		tick := time.NewTicker(parentPoll)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				if os.Getppid() != parent {
+					log.Info("the process that started the demo has ended (go run was stopped)", "parent_pid", parent)
+					cancel()
+					return
+				}
+			}
+		}
+	}()
+	return ctx, cancel
 }

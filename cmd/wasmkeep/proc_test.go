@@ -30,6 +30,9 @@ const (
 	// builds the examples first (slow when Go's build cache is cold).
 	healthDeadline = 60 * time.Second
 	demoDeadline   = 3 * time.Minute
+	// goRunDeadline bounds a demo started with go run, which first builds
+	// the wasmkeep command (without -race: a build of its own).
+	goRunDeadline = demoDeadline + commandDeadline
 	// stopDeadline bounds a clean stop (the node's own bound is 30 s).
 	stopDeadline = 40 * time.Second
 	// commandDeadline bounds one client command (an upload compiles the
@@ -148,8 +151,14 @@ type proc struct {
 // killed at the end of the test if it is still running.
 func spawn(t *testing.T, dir string, env []string, args ...string) *proc {
 	t.Helper()
+	return spawnProgram(t, dir, env, wasmkeepBin(t), args...)
+}
+
+// spawnProgram is spawn for any program: `go run ./cmd/wasmkeep` too.
+func spawnProgram(t *testing.T, dir string, env []string, program string, args ...string) *proc {
+	t.Helper()
 	p := &proc{t: t, exited: make(chan struct{})}
-	p.cmd = exec.Command(wasmkeepBin(t), args...)
+	p.cmd = exec.Command(program, args...)
 	p.cmd.Dir = dir
 	p.cmd.Env = childEnv(env...)
 	p.cmd.Stdout = &p.stdout
@@ -286,6 +295,7 @@ type nodeOpts struct {
 	dir       string // working directory
 	host      string // IP address to listen on (default 127.0.0.1)
 	listenEnv bool   // give the address as WASMKEEP_LISTEN rather than --listen
+	goRun     bool   // start it with go run ./cmd/wasmkeep, in the module root
 	deadline  time.Duration
 }
 
@@ -311,7 +321,12 @@ func startNode(t *testing.T, o nodeOpts) *proc {
 		} else {
 			args = append(args, "--listen", addr)
 		}
-		p := spawn(t, o.dir, env, args...)
+		var p *proc
+		if o.goRun {
+			p = spawnProgram(t, moduleRoot(t), env, "go", append([]string{"run", "./cmd/wasmkeep"}, args...)...)
+		} else {
+			p = spawn(t, o.dir, env, args...)
+		}
 		p.url = "http://" + addr
 		err := p.waitHealthy(o.deadline)
 		if err == nil {
