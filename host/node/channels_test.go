@@ -3,7 +3,9 @@ package node
 import (
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/wasmkeep/wasmkeep/internal/wstest"
@@ -268,4 +270,62 @@ func TestChannelJoinsAndLeaves(t *testing.T) {
 	if got := expect(t, 200, "GET", n.URL()+"/actor/channels/j/joins", nil); got != "" {
 		t.Fatalf("joins after restart: %q", got)
 	}
+}
+
+// TestChannelInvalidReply: a reply of the room's that is not valid JSON
+// text (invalid UTF-8 in a string, which the engine's json.Valid lets
+// through) reaches the client as an error reply saying so, instead of
+// never: to a join, which is refused (the room, which accepted it, hears
+// that it ended), and to a message, whose topic goes on. Each is logged
+// once.
+func TestChannelInvalidReply(t *testing.T) {
+	var log logBuffer
+	n := startNode(t, Config{Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	putClass(t, n, "channels", "./testdata/guests/channels")
+	room := n.URL() + "/actor/channels/i"
+	p := dialPhx(t, n, "channels", "i")
+	p.skipPresence = true
+	if _, st, resp := p.join("badreply", nil); st != "error" || string(resp) != `{"reason":"invalid reply"}` {
+		t.Fatalf("join answered with invalid JSON: %s %s", st, resp)
+	}
+	waitFor(t, "the room to hear that its join ended", func() bool {
+		return expect(t, 200, "GET", room+"/leaves", nil) == "1 badreply closed"
+	})
+	if got := expect(t, 200, "GET", room+"/joins", nil); got != "" {
+		t.Fatalf("joins the room still holds: %q", got)
+	}
+	a, st, _ := p.join("a", nil)
+	if st != "ok" {
+		t.Fatalf("join a: %s", st)
+	}
+	if st, resp := p.reply(p.send(a, "a", "badreply", nil)); st != "error" || string(resp) != `{"reason":"invalid reply"}` {
+		t.Fatalf("message answered with invalid JSON: %s %s", st, resp)
+	}
+	if st, resp := p.reply(p.send(a, "a", "echo", map[string]any{"x": 1})); st != "ok" || string(resp) != `{"x":1}` {
+		t.Fatalf("the topic after an invalid reply: %s %s", st, resp)
+	}
+	if got := metric(t, n, `wasmkeep_channel_joins_total{result="rejected"}`); got != 1 {
+		t.Fatalf("rejected joins: %v, want 1", got)
+	}
+	if got := strings.Count(log.String(), "not valid JSON"); got != 2 {
+		t.Fatalf("%d log records of an invalid reply, want 2:\n%s", got, log.String())
+	}
+}
+
+// logBuffer collects a node's log while the node writes it.
+type logBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

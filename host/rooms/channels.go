@@ -136,9 +136,10 @@ func (s *Socket) joined(topic string) (phoenix.Ref, bool) {
 func ok(f phoenix.Frame, err error) (phoenix.Frame, bool) { return f, err == nil }
 
 var (
-	joinCrashed = json.RawMessage(`{"reason":"join crashed"}`)
-	joinRefused = json.RawMessage(`{"reason":"join refused"}`)
-	unavailable = json.RawMessage(`{"reason":"room unavailable"}`)
+	joinCrashed  = json.RawMessage(`{"reason":"join crashed"}`)
+	joinRefused  = json.RawMessage(`{"reason":"join refused"}`)
+	unavailable  = json.RawMessage(`{"reason":"room unavailable"}`)
+	invalidReply = json.RawMessage(`{"reason":"invalid reply"}`)
 )
 
 // handleChannel runs a join, message or leave of a channel socket.
@@ -182,27 +183,44 @@ func (r *Room) handleJoin(s *Socket, msg phoenix.Message) {
 	}, func() {
 		// Before the handler's own effects: a push made while joining
 		// must follow the accept on the wire.
+		body, invalid := orEmpty(reply.Body), false
 		if reply.Given && reply.Status == abi.ReplyOK {
 			s.session(func(ss *phoenix.Session) (phoenix.Frame, bool) {
-				return ok(ss.AcceptJoin(msg.Topic, msg.JoinRef, orEmpty(reply.Body)))
+				f, err := ss.AcceptJoin(msg.Topic, msg.JoinRef, body)
+				invalid = errors.Is(err, phoenix.ErrInvalidJSON)
+				return ok(f, err)
 			})
+			key := joinKey{s.id, msg.Topic, msg.JoinRef.Value}
 			if _, joined := s.joined(msg.Topic); joined {
-				key := joinKey{s.id, msg.Topic, msg.JoinRef.Value}
 				r.joins[key] = true
 				r.joinPayloads[key] = payload
 				m.met.joins["accepted"].Inc()
 				r.sendPresenceState(s, msg.Topic)
+				return
 			}
-			return
+			if !invalid {
+				return
+			}
+			// The guest holds the join as accepted; it hears that the
+			// join ended, in turn, as when it closes a topic itself.
+			r.joins[key] = true
+			r.enqueueLeave(s, msg.Topic, msg.JoinRef)
 		}
 		m.met.joins["rejected"].Inc()
-		body := orEmpty(reply.Body)
 		if !reply.Given {
 			body = joinRefused // unanswered joins fail closed
 		}
 		s.session(func(ss *phoenix.Session) (phoenix.Frame, bool) {
-			return ok(ss.RejectJoin(msg.Topic, msg.JoinRef, body))
+			f, err := ss.RejectJoin(msg.Topic, msg.JoinRef, body)
+			if errors.Is(err, phoenix.ErrInvalidJSON) {
+				invalid = true
+				f, err = ss.RejectJoin(msg.Topic, msg.JoinRef, invalidReply)
+			}
+			return ok(f, err)
 		})
+		if invalid {
+			r.invalidReply(msg, reply.Status)
+		}
 	})
 	if err != nil {
 		m.met.joins["crashed"].Inc()
@@ -238,10 +256,38 @@ func (r *Room) handleChannelMessage(s *Socket, msg phoenix.Message) {
 		if reply.Status == abi.ReplyError {
 			status = "error"
 		}
+		invalid := false
 		s.session(func(ss *phoenix.Session) (phoenix.Frame, bool) {
-			return ok(ss.Reply(msg.Topic, msg.JoinRef, msg.Ref, status, orEmpty(reply.Body)))
+			f, err := ss.Reply(msg.Topic, msg.JoinRef, msg.Ref, status, orEmpty(reply.Body))
+			if errors.Is(err, phoenix.ErrInvalidJSON) {
+				invalid = true
+				f, err = ss.Reply(msg.Topic, msg.JoinRef, msg.Ref, "error", invalidReply)
+			}
+			return ok(f, err)
 		})
+		if invalid {
+			r.invalidReply(msg, reply.Status)
+		}
 	}
+}
+
+// invalidReply logs a reply the room gave that is not valid JSON text: its
+// client sees only an error reply, and the fix is in the room's code.
+func (r *Room) invalidReply(msg phoenix.Message, status int) {
+	answered := "ok"
+	if status == abi.ReplyError {
+		answered = "error"
+	}
+	r.m.log.Warn("room replied with a payload that is not valid JSON; the client got an error reply",
+		"room", r.key.String(), "topic", msg.Topic, "event", msg.Event, "reply_status", answered)
+}
+
+// enqueueLeave tells the guest, in turn, that its join of topic ended on
+// the host's side.
+func (r *Room) enqueueLeave(s *Socket, topic string, joinRef phoenix.Ref) {
+	leave := phoenix.Delivery{Kind: phoenix.DeliverLeave, Reason: phoenix.LeaveClosed,
+		Message: phoenix.Message{Topic: topic, JoinRef: joinRef, Event: "phx_leave"}}
+	_ = r.enqueue(&event{kind: evChannel, sock: s, delivery: leave}, false)
 }
 
 // failChannel answers a join or message the room could not take.
@@ -571,10 +617,7 @@ func (r *Room) applyChannelEffect(e *effect) {
 			return
 		}
 		s.session(func(ss *phoenix.Session) (phoenix.Frame, bool) { return ok(ss.Close(topic, ref)) })
-		// The guest hears of it as a leave, in turn.
-		leave := phoenix.Delivery{Kind: phoenix.DeliverLeave, Reason: phoenix.LeaveClosed,
-			Message: phoenix.Message{Topic: topic, JoinRef: ref, Event: "phx_leave"}}
-		_ = r.enqueue(&event{kind: evChannel, sock: s, delivery: leave}, false)
+		r.enqueueLeave(s, topic, ref) // the guest hears of it as a leave
 	case opPresenceTrack:
 		p := e.presence
 		if _, joined := e.sock.joined(p.Topic); !joined {

@@ -4,9 +4,12 @@
 //	join "trap"            panics (the join must be rejected: "join crashed")
 //	join "silent"          returns no answer (the join must be refused: fail closed)
 //	join "reject"          answers error {"reason":"rejected"}
+//	join "badreply"        accepts it as any other, but answers ok with invalid UTF-8 in a JSON string
+//	                       (json.Valid takes it, so the host's channel_reply does; no client can)
 //	join anything else     answers ok {} and tracks presence key "s<socket>"
 //	event "trap"           panics (the topic must close with phx_error)
 //	event "echo" p         replies ok p
+//	event "badreply"       replies ok with invalid UTF-8 in a JSON string
 //	event "push" p         pushes "pushed" p to the sender, replies ok {}
 //	event "shout" p        broadcasts "shout" p to the topic, no reply
 //	event "close"          closes the sender's join of the topic
@@ -29,6 +32,9 @@ var (
 	leaves []string
 )
 
+// badReply is not valid JSON text: a JSON string must be UTF-8.
+var badReply = []byte("{\"bad\":\"\xff\"}")
+
 func init() {
 	wk.HandleJoin(func(s wk.Socket, j *wk.Join) *wk.Reply {
 		switch j.Topic {
@@ -41,6 +47,9 @@ func init() {
 		}
 		joins[fmt.Sprintf("%d %s", s, j.Topic)] = true
 		s.Track(j.Topic, fmt.Sprintf("s%d", s), []byte(`{}`))
+		if j.Topic == "badreply" {
+			return wk.OK(badReply)
+		}
 		return wk.OK(nil)
 	})
 	wk.HandleChannelMessage(func(s wk.Socket, m *wk.ChannelMessage) *wk.Reply {
@@ -49,6 +58,8 @@ func init() {
 			panic("trap in a channel message")
 		case "echo":
 			return wk.OK(append([]byte(nil), m.Payload...))
+		case "badreply":
+			return wk.OK(badReply)
 		case "push":
 			s.Push(m.Topic, "pushed", m.Payload)
 			return wk.OK(nil)
