@@ -221,6 +221,11 @@ func (e *Engine) channelReply(ctx context.Context, mod api.Module, stack []uint6
 	case len(body) > e.cfg.MaxResponseBytes:
 		ret(stack, abi.StatusTooLarge)
 	case len(body) > 0 && !json.Valid(body):
+		// Kept as the answer, so that the room answers the client with an
+		// error (the Phoenix encoder refuses the body) rather than leaving
+		// it to time out; the guest learns that its reply was refused.
+		inst.reply.Given, inst.reply.Status = true, status
+		inst.reply.Body = append(inst.reply.Body[:0], body...)
 		ret(stack, abi.StatusInvalid)
 	default:
 		inst.reply.Given, inst.reply.Status = true, status

@@ -383,7 +383,7 @@ const (
 type ChannelReply struct {
 	Given  bool   // the guest called channel_reply
 	Status int    // abi.ReplyOK or abi.ReplyError
-	Body   []byte // JSON
+	Body   []byte // JSON, or bytes the guest gave that are not (channel_reply answered it StatusInvalid)
 }
 
 // Join delivers an encoded abi.Join for socket id and returns the guest's

@@ -301,13 +301,16 @@ func TestChannelInvalidReply(t *testing.T) {
 	if st, resp := p.reply(p.send(a, "a", "badreply", nil)); st != "error" || string(resp) != `{"reason":"invalid reply"}` {
 		t.Fatalf("message answered with invalid JSON: %s %s", st, resp)
 	}
+	if st, resp := p.reply(p.send(a, "a", "notjson", nil)); st != "error" || string(resp) != `{"reason":"invalid reply"}` {
+		t.Fatalf("message answered with a body that is not JSON: %s %s", st, resp)
+	}
 	if st, resp := p.reply(p.send(a, "a", "echo", map[string]any{"x": 1})); st != "ok" || string(resp) != `{"x":1}` {
 		t.Fatalf("the topic after an invalid reply: %s %s", st, resp)
 	}
 	if got := metric(t, n, `wasmkeep_channel_joins_total{result="rejected"}`); got != 1 {
 		t.Fatalf("rejected joins: %v, want 1", got)
 	}
-	if got := strings.Count(log.String(), "not valid JSON"); got != 2 {
+	if got := strings.Count(log.String(), "not valid JSON"); got != 3 {
 		t.Fatalf("%d log records of an invalid reply, want 2:\n%s", got, log.String())
 	}
 }

@@ -10,6 +10,7 @@
 //	event "trap"           panics (the topic must close with phx_error)
 //	event "echo" p         replies ok p
 //	event "badreply"       replies ok with invalid UTF-8 in a JSON string
+//	event "notjson"        replies ok with a body that is not JSON at all (channel_reply refuses it)
 //	event "push" p         pushes "pushed" p to the sender, replies ok {}
 //	event "shout" p        broadcasts "shout" p to the topic, no reply
 //	event "close"          closes the sender's join of the topic
@@ -60,6 +61,8 @@ func init() {
 			return wk.OK(append([]byte(nil), m.Payload...))
 		case "badreply":
 			return wk.OK(badReply)
+		case "notjson":
+			return wk.OK([]byte(`{"unfinished":`))
 		case "push":
 			s.Push(m.Topic, "pushed", m.Payload)
 			return wk.OK(nil)
