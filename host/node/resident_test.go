@@ -148,7 +148,7 @@ func TestWakeRefusedWhenNoPlaceFrees(t *testing.T) {
 // takes writes again, the room hibernates at its next attempt.
 func TestFailedHibernationsBackOff(t *testing.T) {
 	faulty := store.WithFaults(store.NewMem(), nil)
-	logs := &syncBuffer{}
+	logs := &logBuffer{}
 	n := startNode(t, Config{Bucket: faulty, Logger: slog.New(slog.NewTextHandler(logs, nil)),
 		Rooms: rooms.Config{IdleTimeout: 20 * time.Millisecond}})
 	putClass(t, n, "counter", "./examples/counter")

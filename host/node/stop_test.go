@@ -1,7 +1,6 @@
 package node
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -32,7 +31,7 @@ func TestStopWaitsForWakesUnderWay(t *testing.T) {
 	}
 	t.Cleanup(func() { bucket.Close() })
 	gate := &gatedBucket{Bucket: bucket, release: make(chan struct{})}
-	logs := &syncBuffer{}
+	logs := &logBuffer{}
 	n := startNode(t, Config{DataDir: dir, Bucket: gate, Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	putClass(t, n, "chat", "./examples/chat")
 	clients := make([]*wstest.Client, roomCount)
@@ -182,22 +181,4 @@ func (g *gatedBucket) Get(ctx context.Context, key string) ([]byte, string, erro
 		<-g.release
 	}
 	return g.Bucket.Get(ctx, key)
-}
-
-// syncBuffer collects a node's log while it runs.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
