@@ -153,7 +153,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	rcfg := cfg.Rooms
 	rcfg.Logger, rcfg.Metrics, rcfg.Framer = cfg.Logger, n.Metrics, server.Framer(n.Hub)
-	n.Rooms, err = rooms.NewManager(ctx, rcfg, n.Classes, n.Bucket, place)
+	n.Rooms, err = rooms.NewManager(ctx, rcfg, rooms.EngineClasses(n.Classes), n.Bucket, place)
 	if err != nil {
 		return nil, err
 	}

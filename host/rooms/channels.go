@@ -177,7 +177,7 @@ func (r *Room) handleJoin(s *Socket, msg phoenix.Message) {
 	var reply engine.ChannelReply
 	r.joining = &joinKey{s.id, msg.Topic, msg.JoinRef.Value}
 	defer func() { r.joining = nil }()
-	err := r.deliverThen(func(inst *engine.Instance) (err error) {
+	err := r.deliverThen(func(inst Instance) (err error) {
 		reply, err = inst.Join(s.id, payload)
 		return err
 	}, func() {
@@ -240,7 +240,7 @@ func (r *Room) handleChannelMessage(s *Socket, msg phoenix.Message) {
 	}
 	payload := abi.AppendChannelMessage(nil, &rec)
 	var reply engine.ChannelReply
-	err := r.deliver(func(inst *engine.Instance) (err error) {
+	err := r.deliver(func(inst Instance) (err error) {
 		reply, err = inst.ChannelMessage(s.id, payload)
 		return err
 	})
@@ -333,7 +333,7 @@ func (r *Room) endJoin(s *Socket, topic string, joinRef phoenix.Ref, reason stri
 
 func (r *Room) deliverLeave(key joinKey, reason string) {
 	payload := abi.AppendLeave(nil, &abi.Leave{Topic: key.topic, Reason: reason})
-	if err := r.deliver(func(inst *engine.Instance) error { return inst.Leave(key.socket, payload) }); err == nil {
+	if err := r.deliver(func(inst Instance) error { return inst.Leave(key.socket, payload) }); err == nil {
 		delete(r.joins, key)
 		delete(r.goneJoins, key)
 	} else {
@@ -465,7 +465,7 @@ func (r *Room) replayJoin(s *Socket, topic string, ref phoenix.Ref) {
 	}
 	var reply engine.ChannelReply
 	r.joining = &key
-	err := r.deliver(func(inst *engine.Instance) (err error) {
+	err := r.deliver(func(inst Instance) (err error) {
 		reply, err = inst.Join(s.id, payload)
 		return err
 	})

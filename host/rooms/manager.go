@@ -27,7 +27,6 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 
-	"github.com/wasmkeep/wasmkeep/host/engine"
 	"github.com/wasmkeep/wasmkeep/host/snapshot"
 	"github.com/wasmkeep/wasmkeep/host/store"
 )
@@ -40,9 +39,9 @@ func (k Key) String() string { return k.Class + "/" + k.Name }
 // Classes resolves what rooms run.
 type Classes interface {
 	// Current is the version new rooms of a class start with.
-	Current(ctx context.Context, name string) (*engine.Class, error)
+	Current(ctx context.Context, name string) (Class, error)
 	// ByHash is a version a snapshot names.
-	ByHash(ctx context.Context, hash string) (*engine.Class, error)
+	ByHash(ctx context.Context, hash string) (Class, error)
 	// Durable reports whether the class asks for its rooms' state to be
 	// made durable after every event.
 	Durable(ctx context.Context, name string) (bool, error)

@@ -51,16 +51,16 @@ var ErrNotDurable = errors.New("the room's state could not be made durable")
 
 // load creates the instance: restored from the bucket, or started fresh
 // when the room has never been stored.
-func (r *Room) load(ctx context.Context) (inst *engine.Instance, restored bool, err error) {
+func (r *Room) load(ctx context.Context) (inst Instance, restored bool, err error) {
 	m := r.m
 	body, etag, err := m.bucket.Get(ctx, r.key.manifestKey())
 	if errors.Is(err, store.ErrNotFound) {
-		var inst *engine.Instance
+		var inst Instance
 		err = engine.ErrRetired
 		// A version retired between the lookup and the start is compiled
 		// again by the next lookup.
 		for try := 0; errors.Is(err, engine.ErrRetired) && try < 3; try++ {
-			var class *engine.Class
+			var class Class
 			if class, err = m.classes.Current(ctx, r.key.Class); err != nil {
 				return nil, false, err
 			}
@@ -85,7 +85,7 @@ func (r *Room) load(ctx context.Context) (inst *engine.Instance, restored bool, 
 	}
 	err = engine.ErrRetired
 	for try := 0; errors.Is(err, engine.ErrRetired) && try < 3; try++ {
-		var class *engine.Class
+		var class Class
 		if class, err = m.classes.ByHash(ctx, man.ModuleHash); err != nil {
 			return nil, false, fmt.Errorf("%w: its module version: %v", ErrUnavailable, err)
 		}

@@ -165,7 +165,7 @@ type Room struct {
 
 	// worker-owned
 	batchBuf   []byte // MessageBatch encoding, reused
-	inst       *engine.Instance
+	inst       Instance
 	hold       Hold
 	held       bool
 	man        *snapshot.Manifest // the latest snapshot's manifest, while resident
@@ -419,7 +419,7 @@ func (r *Room) handleRequest(ev *event) {
 		return
 	}
 	var raw []byte
-	err := r.deliver(func(inst *engine.Instance) (err error) {
+	err := r.deliver(func(inst Instance) (err error) {
 		raw, err = inst.Request(ev.data)
 		return err
 	})
@@ -449,7 +449,7 @@ func (r *Room) handleOpen(ev *event) {
 	r.nextSocket++
 	r.sockets[s.id] = s
 	r.socketCount.Add(1)
-	if err := r.deliver(func(inst *engine.Instance) error { return inst.SocketOpen(s.id, s.open) }); err != nil {
+	if err := r.deliver(func(inst Instance) error { return inst.SocketOpen(s.id, s.open) }); err != nil {
 		r.dropSocket(s, abi.CloseInternalError, "room crashed")
 		return
 	}
@@ -469,7 +469,7 @@ func (r *Room) handleMessage(ev *event) {
 		return // waking found the room could not take it
 	}
 	if ev.batch == nil {
-		if err := r.deliver(func(inst *engine.Instance) error { return inst.SocketMessage(s.id, ev.msgKind, ev.data) }); err != nil {
+		if err := r.deliver(func(inst Instance) error { return inst.SocketMessage(s.id, ev.msgKind, ev.data) }); err != nil {
 			r.dropSocket(s, abi.CloseInternalError, "room crashed")
 		}
 		return
@@ -486,7 +486,7 @@ func (r *Room) handleMessage(ev *event) {
 			r.batchBuf = nil
 		}
 		r.m.met.messageBatches.Inc()
-		if err := r.deliver(func(inst *engine.Instance) error { return inst.SocketMessages(s.id, b) }); err != nil {
+		if err := r.deliver(func(inst Instance) error { return inst.SocketMessages(s.id, b) }); err != nil {
 			r.dropSocket(s, abi.CloseInternalError, "room crashed")
 		}
 		return
@@ -498,7 +498,7 @@ func (r *Room) handleMessage(ev *event) {
 				return
 			}
 		}
-		if err := r.deliver(func(inst *engine.Instance) error { return inst.SocketMessage(s.id, m.Kind, m.Data) }); err != nil {
+		if err := r.deliver(func(inst Instance) error { return inst.SocketMessage(s.id, m.Kind, m.Data) }); err != nil {
 			r.dropSocket(s, abi.CloseInternalError, "room crashed")
 			return
 		}
@@ -527,7 +527,7 @@ func (r *Room) handleClose(ev *event) {
 		}
 		return
 	}
-	if err := r.deliver(func(inst *engine.Instance) error { return inst.SocketClose(s.id, ev.code, ev.reason) }); err == nil {
+	if err := r.deliver(func(inst Instance) error { return inst.SocketClose(s.id, ev.code, ev.reason) }); err == nil {
 		delete(r.known, s.id)
 		delete(r.gone, s.id)
 	}
@@ -563,14 +563,14 @@ func (r *Room) dropSocket(s *Socket, code int, reason string) {
 // room's state is made durable before the effects go out (and before the
 // caller answers a request): no client ever sees output whose state could
 // be lost. If that write fails, the event is undone like a crash.
-func (r *Room) deliver(call func(*engine.Instance) error) error {
+func (r *Room) deliver(call func(Instance) error) error {
 	return r.deliverThen(call, nil)
 }
 
 // deliverThen is deliver with a step that runs, on success, after the
 // state is durable and before the event's effects: the answer to a join,
 // which must precede what the join handler sent.
-func (r *Room) deliverThen(call func(*engine.Instance) error, first func()) error {
+func (r *Room) deliverThen(call func(Instance) error, first func()) error {
 	r.effects = r.effects[:0]
 	if err := call(r.inst); err != nil {
 		r.effects = r.effects[:0]
@@ -744,7 +744,7 @@ func (r *Room) reconcile() {
 		if !ok {
 			why = closed{abi.CloseServiceRestart, "closed while the room was not running"}
 		}
-		if err := r.deliver(func(inst *engine.Instance) error { return inst.SocketClose(id, why.code, why.reason) }); err != nil {
+		if err := r.deliver(func(inst Instance) error { return inst.SocketClose(id, why.code, why.reason) }); err != nil {
 			if r.skipClose == nil {
 				r.skipClose = map[uint32]bool{}
 			}
@@ -762,7 +762,7 @@ func (r *Room) reconcile() {
 			continue
 		}
 		s := r.sockets[id]
-		if err := r.deliver(func(inst *engine.Instance) error { return inst.SocketOpen(id, s.open) }); err != nil {
+		if err := r.deliver(func(inst Instance) error { return inst.SocketOpen(id, s.open) }); err != nil {
 			r.dropSocket(s, abi.CloseInternalError, "room crashed")
 			return
 		}
