@@ -67,7 +67,7 @@ func (s *Socket) channelInput(kind int, data []byte) error {
 		return nil
 	}
 	s.ch.mu.Lock()
-	acts := s.ch.session.Handle(monoNow(), msg)
+	acts := s.ch.session.Handle(m.clock.Now(), msg)
 	var deliveries []phoenix.Delivery
 	for _, a := range acts {
 		switch a.Kind {

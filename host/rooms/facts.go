@@ -72,7 +72,7 @@ func (m *Manager) liveFactsOf(r *Room) liveFacts {
 		return f
 	}
 	f.memory = r.memory.Load()
-	idle := time.Duration(monoNow() - f.last)
+	idle := time.Duration(m.clock.Now() - f.last)
 	switch {
 	case f.open > 0:
 		f.awake, f.detail = AwakeRequest, fmt.Sprintf("%d HTTP requests wait for its answer", f.open)
@@ -96,12 +96,13 @@ func (m *Manager) liveFactsOf(r *Room) liveFacts {
 }
 
 // lastEventAt is a room's last event as a listing shows it: wall time,
-// to the millisecond (nil if unknown).
-func lastEventAt(mono int64) *time.Time {
+// to the millisecond (nil if unknown), from its monotonic time and a
+// reading of both clocks now.
+func lastEventAt(wallNow time.Time, now, mono int64) *time.Time {
 	if mono == 0 {
 		return nil
 	}
-	t := monoStart.Add(time.Duration(mono)).UTC().Round(time.Millisecond)
+	t := wallNow.Add(-time.Duration(now - mono)).UTC().Round(time.Millisecond)
 	return &t
 }
 
@@ -194,7 +195,7 @@ func (m *Manager) snapshotFacts(ctx context.Context, out []RoomInfo, live map[Ke
 	}
 	var jobs []job
 	c := &m.snaps
-	now := monoNow()
+	now, wallNow := m.clock.Now(), m.clock.Wall()
 	c.mu.Lock()
 	for i := range out {
 		k := Key{out[i].Class, out[i].Name}
@@ -203,7 +204,7 @@ func (m *Manager) snapshotFacts(ctx context.Context, out []RoomInfo, live map[Ke
 		if inMem {
 			out[i].IdleSeconds = idleSeconds(now, f.last)
 		} else if e.last != 0 {
-			out[i].LastEvent, out[i].IdleSeconds = lastEventAt(e.last), idleSeconds(now, e.last)
+			out[i].LastEvent, out[i].IdleSeconds = lastEventAt(wallNow, now, e.last), idleSeconds(now, e.last)
 		}
 		if !stored[k] {
 			continue

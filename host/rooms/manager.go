@@ -29,6 +29,7 @@ import (
 
 	"github.com/wasmkeep/wasmkeep/host/snapshot"
 	"github.com/wasmkeep/wasmkeep/host/store"
+	"github.com/wasmkeep/wasmkeep/internal/clock"
 )
 
 // Key names a room.
@@ -80,6 +81,8 @@ type Config struct {
 	Framer  Framer
 	Logger  *slog.Logger
 	Metrics *metrics.Set
+	// Clock is the manager's one source of time (default clock.Real()).
+	Clock clock.Clock
 }
 
 func (c Config) withDefaults() Config {
@@ -113,6 +116,9 @@ func (c Config) withDefaults() Config {
 	if c.Metrics == nil {
 		c.Metrics = metrics.NewSet()
 	}
+	if c.Clock == nil {
+		c.Clock = clock.Real()
+	}
 	return c
 }
 
@@ -143,6 +149,7 @@ var (
 // Manager owns every room of the node.
 type Manager struct {
 	cfg     Config
+	clock   clock.Clock
 	classes Classes
 	bucket  store.Bucket
 	place   Placement
@@ -197,6 +204,7 @@ func NewManager(ctx context.Context, cfg Config, classes Classes, bucket store.B
 	}
 	m := &Manager{
 		cfg:      cfg,
+		clock:    cfg.Clock,
 		classes:  classes,
 		bucket:   bucket,
 		place:    place,
@@ -257,7 +265,7 @@ func (m *Manager) forget(r *Room) {
 // to WakeWait: so resident rooms never outnumber MaxResident, however many
 // clients wake new rooms at once, and memory stays proportional to it.
 func (m *Manager) takePlace(ctx context.Context, r *Room) error {
-	var timer *time.Timer
+	var timer clock.Timer
 	for {
 		m.mu.Lock()
 		if m.stopping {
@@ -276,7 +284,7 @@ func (m *Manager) takePlace(ctx context.Context, r *Room) error {
 		if timer == nil {
 			m.met.wakeWaits.Inc()
 			m.placeWaiters.Add(1)
-			timer = time.NewTimer(m.cfg.WakeWait)
+			timer = m.clock.NewTimer(m.cfg.WakeWait)
 		}
 		victims := m.evictionsNeeded()
 		if m.placeFreed == nil {
@@ -291,7 +299,7 @@ func (m *Manager) takePlace(ctx context.Context, r *Room) error {
 		select {
 		case <-freed:
 			continue
-		case <-timer.C:
+		case <-timer.C():
 			m.met.wakesRefused.Inc()
 			err = fmt.Errorf("%w: no room could be hibernated within %s", ErrNodeFull, m.cfg.WakeWait)
 		case <-ctx.Done():
@@ -364,7 +372,7 @@ func (m *Manager) leastRecentlyUsed(n int, except *Room) []*Room {
 	var out []*Room
 	for len(out) < n {
 		var best *Room
-		now := monoNow()
+		now := m.clock.Now()
 		for r := range m.resident {
 			if r == except || r.hibernatePending.Load() || r.busy() || r.pinned.Load() || r.retryAt.Load() > now {
 				continue
@@ -404,15 +412,15 @@ func (m *Manager) snapshotDeleted() {
 // sweeper hibernates rooms idle past the idle timeout.
 func (m *Manager) sweeper() {
 	tick := min(max(m.cfg.IdleTimeout/4, 10*time.Millisecond), time.Second)
-	t := time.NewTicker(tick)
+	t := m.clock.NewTicker(tick)
 	defer t.Stop()
 	for {
 		select {
 		case <-m.stop:
 			return
-		case <-t.C:
+		case <-t.C():
 		}
-		now := monoNow()
+		now := m.clock.Now()
 		cutoff := now - int64(m.cfg.IdleTimeout)
 		m.mu.Lock()
 		var idle []*Room
@@ -442,6 +450,25 @@ func (m *Manager) sweeper() {
 			r.requestHibernate(reasonEvict, nil)
 		}
 	}
+}
+
+// sleep waits d on the manager's clock, or until stop closes (then it
+// reports false).
+func (m *Manager) sleep(d time.Duration, stop <-chan struct{}) bool {
+	t := m.clock.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C():
+		return true
+	case <-stop:
+		return false
+	}
+}
+
+// since is the time from start, a reading of the manager's clock, to
+// now, in seconds (for histograms).
+func (m *Manager) since(start int64) float64 {
+	return float64(m.clock.Now()-start) / float64(time.Second)
 }
 
 // ErrUnknownRoom: no such room, in memory or in the bucket.
@@ -731,6 +758,7 @@ func (m *Manager) List(ctx context.Context) ([]RoomInfo, error) {
 	seen := map[Key]bool{}
 	live := map[Key]liveFacts{}
 	var out []RoomInfo
+	now, wallNow := m.clock.Now(), m.clock.Wall()
 	m.mu.Lock()
 	for k, r := range m.rooms {
 		seen[k] = true
@@ -744,7 +772,7 @@ func (m *Manager) List(ctx context.Context) ([]RoomInfo, error) {
 		live[k] = f
 		out = append(out, RoomInfo{
 			Class: k.Class, Name: k.Name, State: st, Sockets: f.sockets, Memory: f.memory,
-			LastEvent: lastEventAt(f.last), Awake: f.awake, Pending: f.pending, OpenRequests: f.open,
+			LastEvent: lastEventAt(wallNow, now, f.last), Awake: f.awake, Pending: f.pending, OpenRequests: f.open,
 			Pinned: f.pinned,
 		})
 	}
@@ -793,11 +821,6 @@ func (m *Manager) Counts() Counts {
 	}
 	return c
 }
-
-var monoStart = time.Now()
-
-// monoNow is a monotonic clock reading in nanoseconds.
-func monoNow() int64 { return int64(time.Since(monoStart)) }
 
 func randomID() string {
 	var b [6]byte

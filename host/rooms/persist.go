@@ -236,9 +236,9 @@ func sameState(prev *snapshot.Manifest, d *snapshot.Delta) bool {
 
 // checkpoint makes the room's state durable now, between events.
 func (r *Room) checkpoint(ctx context.Context) error {
-	start := time.Now()
+	start := r.m.clock.Now()
 	err := r.writeSnapshot(ctx)
-	r.m.met.checkpointSeconds.UpdateDuration(start)
+	r.m.met.checkpointSeconds.Update(r.m.since(start))
 	return err
 }
 
@@ -291,10 +291,8 @@ func (c *collector) run(stop <-chan struct{}) {
 		case <-c.wake:
 		}
 		for c.pass(context.Background()) > 0 {
-			select {
-			case <-stop:
+			if !c.m.sleep(c.pause, stop) {
 				return
-			case <-time.After(c.pause):
 			}
 		}
 	}
@@ -404,10 +402,8 @@ func (m *Manager) sweepLoop() {
 	}
 	delay := time.Minute
 	for {
-		select {
-		case <-m.stop:
+		if !m.sleep(delay, m.stop) {
 			return
-		case <-time.After(delay):
 		}
 		if n, err := m.SweepOrphans(context.Background(), m.cfg.SweepLimit); err != nil {
 			m.log.Warn("orphan sweep failed", "err", err)

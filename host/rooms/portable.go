@@ -294,9 +294,9 @@ func (m *Manager) Inspect(ctx context.Context, key Key) (*RoomDetail, error) {
 	r := m.rooms[key]
 	if r != nil {
 		f := m.liveFactsOf(r)
-		now := monoNow()
+		now := m.clock.Now()
 		d.Sockets, d.Pending, d.OpenRequests, d.Pinned = f.sockets, f.pending, f.open, f.pinned
-		d.LastEvent, d.IdleSeconds = lastEventAt(f.last), idleSeconds(now, f.last)
+		d.LastEvent, d.IdleSeconds = lastEventAt(m.clock.Wall(), now, f.last), idleSeconds(now, f.last)
 		if f.resident {
 			d.State, d.Memory, d.Awake, d.AwakeDetail = StateResident, f.memory, f.awake, f.detail
 			d.Idle = time.Duration(now - f.last).Round(time.Millisecond).String()

@@ -15,6 +15,7 @@ import (
 	"github.com/wasmkeep/wasmkeep/host/phoenix"
 	"github.com/wasmkeep/wasmkeep/host/snapshot"
 	"github.com/wasmkeep/wasmkeep/host/store"
+	"github.com/wasmkeep/wasmkeep/internal/clock"
 )
 
 // Conn is a host-owned socket as the room layer uses it.
@@ -182,7 +183,7 @@ type Room struct {
 	effects    []effect
 	corked     []*Socket // sockets corked in the current burst of events
 	kick       chan struct{}
-	linger     *time.Timer
+	linger     clock.Timer
 
 	// writeFailures counts the snapshot writes that failed in a row: the
 	// step of the back-off (retryAt). Worker-owned.
@@ -210,7 +211,7 @@ func newRoom(m *Manager, key Key) *Room {
 		joinPayloads: map[joinKey][]byte{},
 		presence:     map[string]*phoenix.Presence{},
 	}
-	r.lastActive.Store(monoNow())
+	r.lastActive.Store(m.clock.Now())
 	return r
 }
 
@@ -336,7 +337,7 @@ const (
 // waitForWork waits up to lingerFor for enqueue to signal new work.
 func (r *Room) waitForWork() bool {
 	if r.linger == nil {
-		r.linger = time.NewTimer(lingerFor)
+		r.linger = r.m.clock.NewTimer(lingerFor)
 	} else {
 		r.linger.Reset(lingerFor)
 	}
@@ -344,7 +345,7 @@ func (r *Room) waitForWork() bool {
 	case <-r.kick:
 		r.linger.Stop()
 		return true
-	case <-r.linger.C:
+	case <-r.linger.C():
 		return false
 	}
 }
@@ -390,7 +391,7 @@ func (r *Room) handle(ev *event, more bool) {
 		}
 		return
 	}
-	r.lastActive.Store(monoNow())
+	r.lastActive.Store(r.m.clock.Now())
 	if met := r.m.met.events[ev.kind]; met != nil {
 		met.Add(max(len(ev.batch), 1))
 	}
@@ -406,7 +407,7 @@ func (r *Room) handle(ev *event, more bool) {
 	case evChannel:
 		r.handleChannel(ev)
 	}
-	r.lastActive.Store(monoNow())
+	r.lastActive.Store(r.m.clock.Now())
 }
 
 func (r *Room) handleRequest(ev *event) {
@@ -686,7 +687,7 @@ func (r *Room) wake(ctx context.Context) error {
 	if m.isStopping() {
 		return ErrStopping
 	}
-	start := time.Now()
+	start := m.clock.Now()
 	if err := m.takePlace(ctx, r); err != nil {
 		return err
 	}
@@ -712,7 +713,7 @@ func (r *Room) wake(ctx context.Context) error {
 	r.isResident.Store(true)
 	if restored {
 		m.met.wakes.Inc()
-		m.met.wakeSeconds.UpdateDuration(start)
+		m.met.wakeSeconds.Update(m.since(start))
 	} else {
 		m.met.coldStarts.Inc()
 	}
@@ -778,7 +779,7 @@ func (r *Room) hibernate(why string) error {
 		return nil
 	}
 	m := r.m
-	start := time.Now()
+	start := m.clock.Now()
 	if r.changed || r.etag == "" {
 		err := r.writeSnapshot(context.Background())
 		if errors.Is(err, store.ErrPrecondition) {
@@ -796,7 +797,7 @@ func (r *Room) hibernate(why string) error {
 	r.retryAt.Store(0)
 	r.dropInstance()
 	m.met.hibernations[why].Inc()
-	m.met.hibernateSeconds.UpdateDuration(start)
+	m.met.hibernateSeconds.Update(m.since(start))
 	return nil
 }
 
@@ -813,7 +814,7 @@ const (
 func (r *Room) backOff(err error) {
 	r.writeFailures++
 	delay := min(minRetry<<min(r.writeFailures-1, 20), maxRetry)
-	r.retryAt.Store(monoNow() + int64(delay))
+	r.retryAt.Store(r.m.clock.Now() + int64(delay))
 	r.m.log.Error("room snapshot write failed; the room stays resident and is tried again later",
 		"room", r.key.String(), "attempt", r.writeFailures, "retry_in", delay, "err", err)
 }
