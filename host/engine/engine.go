@@ -15,6 +15,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"slices"
 	"strconv"
@@ -324,7 +325,13 @@ func (e *Engine) Compile(ctx context.Context, wasm []byte) (*Class, error) {
 	}
 	cctx := experimental.WithCompilationWorkers(ctx, 2)
 	compiled, err := e.rt.CompileModule(cctx, out)
-	if err != nil {
+	var pathErr *fs.PathError
+	switch {
+	case errors.As(err, &pathErr):
+		// The compilation cache could not be read or written (a full
+		// disk, say): the node's failure, not the module's.
+		return nil, fmt.Errorf("engine: compiling: %w", err)
+	case err != nil:
 		return nil, refuse("%v", err)
 	}
 	c := &Class{

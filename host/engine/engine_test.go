@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -467,4 +469,26 @@ func benchRestore(b *testing.B, c *Class, pool int) {
 		}
 	}
 	percentiles(b, ds)
+}
+
+// TestCompileCacheFailureIsNotTheModules: a compilation cache that cannot
+// be written (a full disk; here a file where its directory was) fails the
+// compile with an error of the node's, not ErrInvalidModule: the upload is
+// answered 507 or 503, not 400 "invalid module".
+func TestCompileCacheFailureIsNotTheModules(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "cache")
+	e := newEngine(t, Config{CacheDir: dir})
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dir, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := e.Compile(context.Background(), testwasm.Build(t, "./examples/counter"))
+	if err == nil {
+		t.Fatal("compiled with a broken cache")
+	}
+	if errors.Is(err, ErrInvalidModule) {
+		t.Fatalf("a cache failure blamed the module: %v", err)
+	}
 }
