@@ -347,6 +347,9 @@ func (r *Room) waitForWork() bool {
 		return true
 	case <-r.linger.C():
 		return false
+	case <-r.m.stop: // a stop waits for every worker: do not linger
+		r.linger.Stop()
+		return false
 	}
 }
 

@@ -1,0 +1,388 @@
+package rooms
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/wasmkeep/wasmkeep/abi"
+	"github.com/wasmkeep/wasmkeep/host/engine"
+	"github.com/wasmkeep/wasmkeep/host/snapshot"
+	"github.com/wasmkeep/wasmkeep/host/store"
+	"github.com/wasmkeep/wasmkeep/internal/clock"
+)
+
+// A fake guest, so that the room lifecycle is tested without wasm: its
+// whole state lives in a small linear memory that the real snapshot code
+// captures and restores, so hibernation, rollback and durability act on
+// it as they do on a real guest's.
+//
+//	POST /            increments the counter; answers it
+//	GET  /            answers the counter
+//	POST /trap        increments the counter, then traps
+//	POST /checkpoint  increments the counter, asks for a checkpoint and
+//	                  sends "checkpoint <counter>" to every socket
+//	POST /delete      asks for its state to be deleted
+//	POST /broadcast   sends the body to every socket; answers "ok"
+//	socket open       counts it (opens), sends "open <id>"
+//	socket message    "trap" traps; anything else is echoed and counted
+//	socket close      counts it (closes)
+//
+// Memory: the counter, then the counts of opens, messages and closes, as
+// little-endian u64 at offsets 0, 8, 16 and 24.
+
+const (
+	offCounter = 8 * iota
+	offOpens
+	offMessages
+	offCloses
+)
+
+// fakeMemory is two 64 KiB chunks, the least a snapshot takes.
+const fakeMemory = 2 * snapshot.ChunkSize
+
+type fakeClass struct {
+	hash string
+	base []byte // the initial memory: zeros
+}
+
+func newFakeClass(name string) *fakeClass {
+	return &fakeClass{hash: "sha256:fake-" + name, base: make([]byte, fakeMemory)}
+}
+
+func (c *fakeClass) Start(_ context.Context, host engine.Host) (Instance, error) {
+	return &fakeInstance{class: c, host: host, mem: make([]byte, fakeMemory)}, nil
+}
+
+func (c *fakeClass) Restore(_ context.Context, man *snapshot.Manifest, segs map[string]*snapshot.Segment, host engine.Host) (Instance, error) {
+	if man.ModuleHash != c.hash {
+		return nil, fmt.Errorf("snapshot of %s restored on %s", man.ModuleHash, c.hash)
+	}
+	inst := &fakeInstance{class: c, host: host, mem: make([]byte, man.MemorySize())}
+	pages, err := man.Restore(inst.mem, segs, nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	inst.restored = pages
+	return inst, nil
+}
+
+type fakeInstance struct {
+	class                   *fakeClass
+	host                    engine.Host
+	mem                     []byte
+	restored                []uint64
+	checkpoint, deleteState bool
+	closed                  bool
+}
+
+var errFakeTrap = fmt.Errorf("fake guest: %w", engine.ErrTrap)
+
+func (i *fakeInstance) get(off int) uint64 { return binary.LittleEndian.Uint64(i.mem[off:]) }
+func (i *fakeInstance) add(off int, d uint64) {
+	binary.LittleEndian.PutUint64(i.mem[off:], i.get(off)+d)
+}
+
+func (i *fakeInstance) Request(payload []byte) ([]byte, error) {
+	req, err := abi.DecodeRequest(payload)
+	if err != nil {
+		return nil, err
+	}
+	answer := func(status int, body string) []byte {
+		return abi.AppendResponse(nil, &abi.Response{Status: status, Body: []byte(body)})
+	}
+	switch req.Method + " " + req.Path {
+	case "POST /":
+		i.add(offCounter, 1)
+	case "GET /":
+	case "POST /trap":
+		i.add(offCounter, 1)
+		return nil, errFakeTrap
+	case "POST /checkpoint":
+		i.add(offCounter, 1)
+		i.checkpoint = true
+		i.host.Broadcast(abi.MessageText, []byte(fmt.Sprint("checkpoint ", i.get(offCounter))), 0)
+	case "POST /delete":
+		i.deleteState = true
+		return answer(200, "deleted"), nil
+	case "POST /broadcast":
+		i.host.Broadcast(abi.MessageText, req.Body, 0)
+		return answer(200, "ok"), nil
+	default:
+		return answer(404, "not found"), nil
+	}
+	return answer(200, strconv.FormatUint(i.get(offCounter), 10)), nil
+}
+
+func (i *fakeInstance) SocketOpen(id uint32, _ []byte) error {
+	i.add(offOpens, 1)
+	i.host.SocketSend(id, abi.MessageText, []byte(fmt.Sprint("open ", id)))
+	return nil
+}
+
+func (i *fakeInstance) SocketMessage(id uint32, kind int, data []byte) error {
+	if string(data) == "trap" {
+		return errFakeTrap
+	}
+	i.add(offMessages, 1)
+	i.host.SocketSend(id, kind, data)
+	return nil
+}
+
+func (i *fakeInstance) SocketMessages(uint32, []byte) error {
+	return errors.New("fake guest: no batch export")
+}
+
+func (i *fakeInstance) SocketClose(uint32, int, string) error {
+	i.add(offCloses, 1)
+	return nil
+}
+
+func (i *fakeInstance) Join(uint32, []byte) (engine.ChannelReply, error) {
+	return engine.ChannelReply{}, nil
+}
+
+func (i *fakeInstance) ChannelMessage(uint32, []byte) (engine.ChannelReply, error) {
+	return engine.ChannelReply{}, nil
+}
+
+func (i *fakeInstance) Leave(uint32, []byte) error { return nil }
+
+func (i *fakeInstance) Handles(k engine.Event) bool { return k != engine.EventSocketMessages }
+
+func (i *fakeInstance) CheckpointRequested() bool {
+	c := i.checkpoint
+	i.checkpoint = false
+	return c
+}
+
+func (i *fakeInstance) DeleteRequested() bool {
+	d := i.deleteState
+	i.deleteState = false
+	return d
+}
+
+func (i *fakeInstance) MemorySize() uint32 { return uint32(len(i.mem)) }
+
+func (i *fakeInstance) Snapshot(enc *snapshot.Encoder, prev *snapshot.Manifest, prevPages []uint64, roomState []byte, generation uint64, segmentID string, full bool) (*snapshot.Delta, error) {
+	if i.closed {
+		return nil, engine.ErrClosed
+	}
+	return enc.Snapshot(prev, &snapshot.Capture{
+		Header:     snapshot.Header{ModuleHash: i.class.hash, ABI: abi.Version, RoomState: roomState},
+		Memory:     i.mem,
+		Base:       i.class.base,
+		Generation: generation,
+		SegmentID:  segmentID,
+		PrevPages:  prevPages,
+	}, full)
+}
+
+func (i *fakeInstance) RestoredPages() []uint64 { return i.restored }
+
+func (i *fakeInstance) Close() { i.closed = true }
+
+// fakeClasses is a class registry of fake classes, by name.
+type fakeClasses struct {
+	mu      sync.Mutex
+	byName  map[string]*fakeClass
+	durable map[string]bool
+}
+
+func (f *fakeClasses) Current(_ context.Context, name string) (Class, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c := f.byName[name]
+	if c == nil {
+		return nil, fmt.Errorf("fake: no class %q", name)
+	}
+	return c, nil
+}
+
+func (f *fakeClasses) ByHash(_ context.Context, hash string) (Class, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, c := range f.byName {
+		if c.hash == hash {
+			return c, nil
+		}
+	}
+	return nil, fmt.Errorf("fake: no module %s", hash)
+}
+
+func (f *fakeClasses) Durable(_ context.Context, name string) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.durable[name], nil
+}
+
+// fakeConn is a socket as the room layer sees it: it records what the room
+// sent and how it closed it.
+type fakeConn struct {
+	mu     sync.Mutex
+	frames []string
+	closed int // the close code, 0 while open
+	reason string
+}
+
+func (c *fakeConn) SendFrame(f Frame) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.frames = append(c.frames, string(f.(Message).Data))
+	return nil
+}
+
+func (c *fakeConn) Close(code int, reason string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed == 0 {
+		c.closed, c.reason = code, reason
+	}
+}
+
+func (c *fakeConn) Cork()   {}
+func (c *fakeConn) Uncork() {}
+
+func (c *fakeConn) sent() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.frames)
+}
+
+func (c *fakeConn) closeCode() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
+}
+
+// harness is a room manager on fake classes, an in-memory bucket (behind a
+// fault injector) and a manual clock.
+type harness struct {
+	t       *testing.T
+	m       *Manager
+	clock   *clock.Manual
+	bucket  *store.Faulty
+	classes *fakeClasses
+	metrics *metrics.Set
+}
+
+func newHarness(t *testing.T, cfg Config) *harness {
+	t.Helper()
+	h := &harness{
+		t:       t,
+		clock:   clock.NewManual(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)),
+		bucket:  store.WithFaults(store.NewMem(), nil),
+		classes: &fakeClasses{byName: map[string]*fakeClass{"c": newFakeClass("c")}, durable: map[string]bool{}},
+		metrics: metrics.NewSet(),
+	}
+	cfg.Clock, cfg.Metrics = h.clock, h.metrics
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if cfg.IdleTimeout == 0 {
+		cfg.IdleTimeout = time.Hour
+	}
+	if cfg.SweepInterval == 0 {
+		cfg.SweepInterval = -1
+	}
+	m, err := NewManager(context.Background(), cfg, h.classes, h.bucket, NewLocal(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.m = m
+	// The idle sweep's ticker: time must not pass before it is armed.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := h.clock.WaitTimers(ctx, 1); err != nil {
+		t.Fatal("the idle sweep armed no ticker")
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := m.Shutdown(ctx); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+		if err := m.Close(ctx); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	return h
+}
+
+// request sends a request to room c/name and returns the answer's body,
+// or the error.
+func (h *harness) request(name, method, path string) (string, error) {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := h.m.Request(ctx, Key{"c", name}, abi.AppendRequest(nil, &abi.Request{Method: method, Path: path}))
+	if err != nil {
+		return "", err
+	}
+	return string(resp.Body), nil
+}
+
+// expect sends a request that must succeed with body want.
+func (h *harness) expect(name, method, path, want string) {
+	h.t.Helper()
+	got, err := h.request(name, method, path)
+	if err != nil || got != want {
+		h.t.Fatalf("%s %s to %s: %q, %v; want %q", method, path, name, got, err, want)
+	}
+}
+
+// open attaches a fake socket to room c/name; its open event is queued.
+func (h *harness) open(name string) (*Socket, *fakeConn) {
+	h.t.Helper()
+	conn := &fakeConn{}
+	s, err := h.m.OpenSocket(Key{"c", name}, conn, &abi.SocketOpen{Path: "/"})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return s, conn
+}
+
+// state is what a listing says of room c/name: resident, hibernated, or
+// absent.
+func (h *harness) state(name string) RoomState {
+	h.t.Helper()
+	list, err := h.m.List(context.Background())
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	for _, r := range list {
+		if r.Class == "c" && r.Name == name {
+			return r.State
+		}
+	}
+	return ""
+}
+
+// waitFor polls cond, failing after a generous real-time deadline: rooms
+// work on their own goroutines, even on a manual clock.
+func (h *harness) waitFor(what string, cond func() bool) {
+	h.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			h.t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// counter reads a metric of the manager's set, 0 if absent.
+func (h *harness) counter(name string) float64 {
+	h.t.Helper()
+	return float64(h.metrics.GetOrCreateCounter(name).Get())
+}

@@ -1,0 +1,251 @@
+package rooms
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/wasmkeep/wasmkeep/abi"
+	"github.com/wasmkeep/wasmkeep/host/store"
+)
+
+// The room lifecycle on a fake guest, a manual clock and an in-memory
+// bucket: no wasm, and no real time but the few milliseconds a worker
+// goroutine takes to run.
+
+func TestIdleTimeoutHibernates(t *testing.T) {
+	h := newHarness(t, Config{IdleTimeout: 10 * time.Second})
+	h.expect("a", "POST", "/", "1")
+	if st := h.state("a"); st != StateResident {
+		t.Fatalf("after a request: %s", st)
+	}
+	// The sweep runs every quarter of the idle timeout, at most every
+	// second: 9 s of quiet is not enough, 10 s is.
+	for range 9 {
+		h.clock.Advance(time.Second)
+	}
+	if st := h.state("a"); st != StateResident {
+		t.Fatalf("after 9 s idle: %s, want resident", st)
+	}
+	h.clock.Advance(time.Second)
+	h.waitFor("the idle room to hibernate", func() bool { return h.state("a") == StateHibernated })
+	h.expect("a", "GET", "/", "1") // woken with its state
+	if got := h.counter(`wasmkeep_room_hibernations_total{reason="idle"}`); got != 1 {
+		t.Fatalf("idle hibernations: %v", got)
+	}
+}
+
+func TestActivityKeepsARoomAwake(t *testing.T) {
+	h := newHarness(t, Config{IdleTimeout: 10 * time.Second})
+	for range 5 {
+		if _, err := h.request("a", "POST", "/"); err != nil {
+			t.Fatal(err)
+		}
+		h.clock.Advance(6 * time.Second)
+	}
+	if st := h.state("a"); st != StateResident {
+		t.Fatalf("a room used every 6 s with a 10 s idle timeout: %s", st)
+	}
+}
+
+// TestEvictionLeastRecentlyUsed: past --max-resident the room used longest
+// ago goes first, by its last event, not by when it woke.
+func TestEvictionLeastRecentlyUsed(t *testing.T) {
+	h := newHarness(t, Config{MaxResident: 2})
+	h.expect("a", "POST", "/", "1")
+	h.clock.Advance(time.Second)
+	h.expect("b", "POST", "/", "1")
+	h.clock.Advance(time.Second)
+	h.expect("a", "GET", "/", "1") // a is now the more recent
+	h.clock.Advance(time.Second)
+	h.expect("c", "POST", "/", "1")
+	if got := []RoomState{h.state("a"), h.state("b"), h.state("c")}; !slices.Equal(got, []RoomState{StateResident, StateHibernated, StateResident}) {
+		t.Fatalf("a, b, c: %v; want b evicted", got)
+	}
+	h.expect("b", "GET", "/", "1") // woken again, with its state; a goes
+	if st := h.state("a"); st != StateHibernated {
+		t.Fatalf("a after b woke again: %s", st)
+	}
+	if c := h.m.Counts(); c.PeakResident != 2 {
+		t.Fatalf("peak resident %d, want 2", c.PeakResident)
+	}
+}
+
+// TestPinnedRoomsStay: neither the idle timeout nor eviction hibernates a
+// pinned room; an unpinned one goes as usual.
+func TestPinnedRoomsStay(t *testing.T) {
+	h := newHarness(t, Config{MaxResident: 2, IdleTimeout: 10 * time.Second})
+	h.expect("p", "POST", "/", "1")
+	if err := h.m.Pin(context.Background(), Key{"c", "p"}, true); err != nil {
+		t.Fatal(err)
+	}
+	h.clock.Advance(time.Second)
+	h.expect("b", "POST", "/", "1")
+	h.clock.Advance(time.Second)
+	h.expect("c", "POST", "/", "1") // evicts b, not the older pinned p
+	if st := h.state("b"); st != StateHibernated {
+		t.Fatalf("b: %s, want evicted", st)
+	}
+	h.clock.Advance(time.Minute)
+	h.waitFor("c to hibernate when idle", func() bool { return h.state("c") == StateHibernated })
+	if st := h.state("p"); st != StateResident {
+		t.Fatalf("pinned p after the idle timeout: %s", st)
+	}
+	if err := h.m.Pin(context.Background(), Key{"c", "p"}, false); err != nil {
+		t.Fatal(err)
+	}
+	h.clock.Advance(time.Minute)
+	h.waitFor("p to hibernate once unpinned", func() bool { return h.state("p") == StateHibernated })
+}
+
+// TestCrashRollsBack: a trap discards the instance and what the event
+// did; the next event wakes the room from its last snapshot.
+func TestCrashRollsBack(t *testing.T) {
+	h := newHarness(t, Config{})
+	h.expect("a", "POST", "/", "1")
+	if err := h.m.Hibernate(context.Background(), Key{"c", "a"}); err != nil {
+		t.Fatal(err)
+	}
+	h.expect("a", "POST", "/", "2") // not written
+	_, err := h.request("a", "POST", "/trap")
+	var crash *CrashError
+	if !errors.As(err, &crash) {
+		t.Fatalf("a trapping request: %v, want a CrashError", err)
+	}
+	h.expect("a", "GET", "/", "1")
+	if got := h.counter(`wasmkeep_room_crashes_total{cause="trap"}`); got != 1 {
+		t.Fatalf("crashes: %v", got)
+	}
+}
+
+// TestSocketCrashClosesOnlyThatSocket: a trap in a socket's event closes
+// that socket with 1011; the room's other socket goes on.
+func TestSocketCrashClosesOnlyThatSocket(t *testing.T) {
+	h := newHarness(t, Config{})
+	a, ca := h.open("r")
+	b, cb := h.open("r")
+	h.waitFor("both opens", func() bool { return len(ca.sent()) == 1 && len(cb.sent()) == 1 })
+	if err := a.Message(abi.MessageText, []byte("trap")); err != nil {
+		t.Fatal(err)
+	}
+	h.waitFor("the trapping socket to close", func() bool { return ca.closeCode() == abi.CloseInternalError })
+	if err := b.Message(abi.MessageText, []byte("still here")); err != nil {
+		t.Fatal(err)
+	}
+	// The room rolled back past both opens: it is told of b again first.
+	h.waitFor("b's echo", func() bool { return slices.Contains(cb.sent(), "still here") })
+	if cb.closeCode() != 0 {
+		t.Fatalf("the other socket closed with %d", cb.closeCode())
+	}
+}
+
+// gateManifests blocks writes of room manifests until release is closed,
+// telling held when one is waiting.
+func gateManifests(release <-chan struct{}, held chan<- struct{}) store.FaultFunc {
+	return func(op store.Op) store.Fault {
+		if op.Kind == store.OpPut && strings.HasSuffix(op.Key, "/manifest") {
+			held <- struct{}{}
+			<-release
+		}
+		return store.Fault{}
+	}
+}
+
+// TestCheckpointHoldsOutputUntilDurable: an event that asks for a
+// checkpoint gives no answer and sends nothing until its state is in the
+// store.
+func TestCheckpointHoldsOutputUntilDurable(t *testing.T) {
+	h := newHarness(t, Config{})
+	_, conn := h.open("a")
+	h.waitFor("the open", func() bool { return len(conn.sent()) == 1 })
+	release, held := make(chan struct{}), make(chan struct{}, 1)
+	h.bucket.SetFaults(gateManifests(release, held))
+	answer := make(chan string, 1)
+	go func() {
+		got, err := h.request("a", "POST", "/checkpoint")
+		if err != nil {
+			got = err.Error()
+		}
+		answer <- got
+	}()
+	<-held // the checkpoint's manifest write is under way
+	select {
+	case got := <-answer:
+		t.Fatalf("answered %q before its state was durable", got)
+	default:
+	}
+	if sent := conn.sent(); len(sent) != 1 {
+		t.Fatalf("sent %q before the state was durable", sent)
+	}
+	close(release)
+	if got := <-answer; got != "1" {
+		t.Fatalf("checkpoint answered %q", got)
+	}
+	h.waitFor("the broadcast", func() bool { return slices.Contains(conn.sent(), "checkpoint 1") })
+	if got := h.counter("wasmkeep_snapshot_writes_total"); got != 1 {
+		t.Fatalf("snapshot writes: %v", got)
+	}
+}
+
+// TestDurableWriteFailureUndoesTheEvent: under per-event durability a
+// write that fails undoes the event like a crash: no output, no state.
+func TestDurableWriteFailureUndoesTheEvent(t *testing.T) {
+	h := newHarness(t, Config{})
+	h.classes.durable["c"] = true
+	h.expect("a", "POST", "/", "1")
+	_, conn := h.open("a")
+	h.waitFor("the open", func() bool { return len(conn.sent()) == 1 })
+	h.bucket.SetFaults(func(op store.Op) store.Fault {
+		if op.Kind == store.OpPut {
+			return store.FailBefore(errors.New("disk full"))
+		}
+		return store.Fault{}
+	})
+	if _, err := h.request("a", "POST", "/"); !errors.Is(err, ErrNotDurable) {
+		t.Fatalf("a write on a failing store: %v, want ErrNotDurable", err)
+	}
+	h.bucket.SetFaults(nil)
+	h.expect("a", "GET", "/", "1")
+	if sent := conn.sent(); len(sent) != 2 || sent[1] != "open 1" {
+		// The open is replayed to the rolled-back room; no echo of the
+		// undone event went out.
+		t.Fatalf("socket got %q", sent)
+	}
+}
+
+// TestDeleteState: a room that asks for its state to be deleted starts
+// fresh at its next event, and nothing of it is left in the store.
+func TestDeleteState(t *testing.T) {
+	h := newHarness(t, Config{})
+	h.expect("a", "POST", "/", "1")
+	h.expect("a", "POST", "/", "2")
+	if err := h.m.Hibernate(context.Background(), Key{"c", "a"}); err != nil {
+		t.Fatal(err)
+	}
+	h.expect("a", "POST", "/delete", "deleted")
+	if keys, _ := h.bucket.List(context.Background(), "rooms/c/a/"); len(keys) != 0 {
+		t.Fatalf("after the delete the store holds %q", keys)
+	}
+	h.expect("a", "GET", "/", "0")
+}
+
+// TestStopHibernatesEveryRoom: a stop writes every resident room's state
+// and leaves none resident.
+func TestStopHibernatesEveryRoom(t *testing.T) {
+	h := newHarness(t, Config{})
+	for _, name := range []string{"a", "b", "c"} {
+		h.expect(name, "POST", "/", "1")
+	}
+	if err := h.m.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if c := h.m.Counts(); c.Resident != 0 || c.Stored != 3 {
+		t.Fatalf("after the stop: %+v", c)
+	}
+	if _, err := h.request("a", "GET", "/"); !errors.Is(err, ErrStopping) {
+		t.Fatalf("a request after the stop: %v", err)
+	}
+}
