@@ -27,6 +27,7 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 
+	"github.com/wasmkeep/wasmkeep/host/rooms/life"
 	"github.com/wasmkeep/wasmkeep/host/snapshot"
 	"github.com/wasmkeep/wasmkeep/host/store"
 	"github.com/wasmkeep/wasmkeep/internal/clock"
@@ -169,10 +170,8 @@ type Manager struct {
 	stopping bool
 	reported map[Key]bool // rooms whose unreadable snapshot was logged
 
-	// Places under MaxResident (takePlace), under mu.
-	// waking counts the wakes under way that hold a place under
-	// MaxResident; peak is the most resident rooms there have been.
-	waking, peak int
+	// places counts the places under MaxResident (takePlace), under mu.
+	places life.Places
 	// placeFreed is closed (and cleared) when a place may have come free
 	// for a wake that waits for one: a room left memory, a wake gave its
 	// place back, an eviction came to nothing. Nil while nobody waits.
@@ -212,6 +211,7 @@ func NewManager(ctx context.Context, cfg Config, classes Classes, bucket store.B
 		log:      cfg.Logger,
 		rooms:    map[Key]*Room{},
 		resident: map[*Room]struct{}{},
+		places:   life.Places{Max: cfg.MaxResident},
 		reported: map[Key]bool{},
 		instance: randomID(),
 		stop:     make(chan struct{}),
@@ -272,8 +272,7 @@ func (m *Manager) takePlace(ctx context.Context, r *Room) error {
 			m.mu.Unlock()
 			return ErrStopping
 		}
-		if len(m.resident)+m.waking < m.cfg.MaxResident {
-			m.waking++
+		if m.places.Take() {
 			m.mu.Unlock()
 			if timer != nil {
 				timer.Stop()
@@ -318,23 +317,40 @@ func (m *Manager) takePlace(ctx context.Context, r *Room) error {
 // its way to being free: rooms already on their way out count. The caller
 // holds m.mu.
 func (m *Manager) evictionsNeeded() []*Room {
+	cands, leaving := m.candidates()
+	m.places.Waiting = int(m.placeWaiters.Load())
+	return m.markLeaving(life.Victims(cands, m.places.Evictions(leaving), m.clock.Now()))
+}
+
+// candidates describes the resident rooms for life.Victims and life.Idle,
+// and counts those already leaving. The caller holds m.mu.
+func (m *Manager) candidates() ([]life.Candidate[*Room], int) {
+	cands := make([]life.Candidate[*Room], 0, len(m.resident))
 	leaving := 0
 	for r := range m.resident {
-		if r.hibernatePending.Load() {
+		c := life.Candidate[*Room]{ID: r, LastActive: r.lastActive.Load(), Busy: r.busy(), Pinned: r.pinned.Load(),
+			Leaving: r.hibernatePending.Load(), RetryAt: r.retryAt.Load()}
+		if c.Leaving {
 			leaving++
 		}
+		cands = append(cands, c)
 	}
-	need := len(m.resident) + m.waking + int(m.placeWaiters.Load()) - m.cfg.MaxResident - leaving
-	if need <= 0 {
-		return nil
+	return cands, leaving
+}
+
+// markLeaving marks rooms as asked to hibernate, so that no other sweep or
+// wake picks them again meanwhile. The caller holds m.mu.
+func (m *Manager) markLeaving(rs []*Room) []*Room {
+	for _, r := range rs {
+		r.hibernatePending.Store(true)
 	}
-	return m.leastRecentlyUsed(need, nil)
+	return rs
 }
 
 // givePlace returns the place of a wake that failed.
 func (m *Manager) givePlace() {
 	m.mu.Lock()
-	m.waking--
+	m.places.GiveBack()
 	m.placesChangedLocked()
 	m.mu.Unlock()
 }
@@ -359,40 +375,17 @@ func (m *Manager) placesChangedLocked() {
 // becameResident turns a wake's place into a resident room's.
 func (m *Manager) becameResident(r *Room) {
 	m.mu.Lock()
-	m.waking--
+	m.places.Woke()
 	m.resident[r] = struct{}{}
-	m.peak = max(m.peak, len(m.resident))
 	m.mu.Unlock()
-}
-
-// leastRecentlyUsed picks up to n idle resident rooms other than except,
-// oldest activity first. A scan is cheap next to a wake and only happens
-// when the node is over its resident bound.
-func (m *Manager) leastRecentlyUsed(n int, except *Room) []*Room {
-	var out []*Room
-	for len(out) < n {
-		var best *Room
-		now := m.clock.Now()
-		for r := range m.resident {
-			if r == except || r.hibernatePending.Load() || r.busy() || r.pinned.Load() || r.retryAt.Load() > now {
-				continue
-			}
-			if best == nil || r.lastActive.Load() < best.lastActive.Load() {
-				best = r
-			}
-		}
-		if best == nil {
-			break
-		}
-		best.hibernatePending.Store(true)
-		out = append(out, best)
-	}
-	return out
 }
 
 func (m *Manager) noLongerResident(r *Room) {
 	m.mu.Lock()
-	delete(m.resident, r)
+	if _, ok := m.resident[r]; ok {
+		delete(m.resident, r)
+		m.places.Left()
+	}
 	m.placesChangedLocked()
 	m.mu.Unlock()
 }
@@ -420,34 +413,12 @@ func (m *Manager) sweeper() {
 			return
 		case <-t.C():
 		}
-		now := m.clock.Now()
-		cutoff := now - int64(m.cfg.IdleTimeout)
 		m.mu.Lock()
-		var idle []*Room
-		staying := 0 // resident rooms not on their way to sleep
-		for r := range m.resident {
-			switch {
-			case r.hibernatePending.Load():
-			case r.lastActive.Load() <= cutoff && !r.busy() && !r.pinned.Load() && r.retryAt.Load() <= now:
-				r.hibernatePending.Store(true)
-				idle = append(idle, r)
-			default:
-				staying++
-			}
-		}
-		// Still over --max-resident (every other room was busy when the
-		// last one woke, or an eviction found its room in use again):
-		// evict now.
-		var victims []*Room
-		if over := staying - m.cfg.MaxResident; over > 0 {
-			victims = m.leastRecentlyUsed(over, nil)
-		}
+		cands, _ := m.candidates()
+		idle := m.markLeaving(life.Idle(cands, m.clock.Now(), int64(m.cfg.IdleTimeout)))
 		m.mu.Unlock()
 		for _, r := range idle {
 			r.requestHibernate(reasonIdle, nil)
-		}
-		for _, r := range victims {
-			r.requestHibernate(reasonEvict, nil)
 		}
 	}
 }
@@ -807,7 +778,7 @@ type Counts struct {
 func (m *Manager) Counts() Counts {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	c := Counts{Resident: len(m.resident), Known: len(m.rooms), Stored: m.stored, Waking: m.waking, PeakResident: m.peak}
+	c := Counts{Resident: len(m.resident), Known: len(m.rooms), Stored: m.stored, Waking: m.places.Waking, PeakResident: m.places.Peak}
 	c.Hibernated = m.stored
 	for r := range m.resident {
 		if r.everStored.Load() {

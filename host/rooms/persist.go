@@ -12,6 +12,7 @@ import (
 
 	"github.com/wasmkeep/wasmkeep/abi"
 	"github.com/wasmkeep/wasmkeep/host/engine"
+	"github.com/wasmkeep/wasmkeep/host/rooms/life"
 	"github.com/wasmkeep/wasmkeep/host/snapshot"
 	"github.com/wasmkeep/wasmkeep/host/store"
 )
@@ -462,7 +463,7 @@ func (r *Room) deleteForGuest(first func()) error {
 		first()
 	}
 	r.applyEffects()
-	r.known, r.joins, r.gone, r.skipClose = nil, nil, map[uint32]closed{}, nil
+	r.known, r.joins, r.gone, r.skipClose = nil, nil, map[uint32]life.Closed{}, nil
 	clear(r.goneJoins)
 	r.dropInstance()
 	return nil
@@ -481,7 +482,7 @@ func (r *Room) delete(ctx context.Context) error {
 		r.socketCount.Add(-1)
 		s.conn.Close(abi.CloseNormal, "room deleted")
 	}
-	r.known, r.joins, r.gone, r.skipClose = nil, nil, map[uint32]closed{}, nil
+	r.known, r.joins, r.gone, r.skipClose = nil, nil, map[uint32]life.Closed{}, nil
 	clear(r.goneJoins)
 	clear(r.joinPayloads)
 	clear(r.presence)

@@ -13,6 +13,7 @@ import (
 	"github.com/wasmkeep/wasmkeep/abi"
 	"github.com/wasmkeep/wasmkeep/host/engine"
 	"github.com/wasmkeep/wasmkeep/host/phoenix"
+	"github.com/wasmkeep/wasmkeep/host/rooms/life"
 	"github.com/wasmkeep/wasmkeep/host/snapshot"
 	"github.com/wasmkeep/wasmkeep/host/store"
 	"github.com/wasmkeep/wasmkeep/internal/clock"
@@ -130,12 +131,6 @@ const (
 	opPresenceUntrack
 )
 
-// closed remembers how a socket the guest still believes open went away.
-type closed struct {
-	code   int
-	reason string
-}
-
 // Room is one actor's host-side state. Fields below "worker-owned" are
 // touched only by the goroutine draining the mailbox.
 type Room struct {
@@ -177,8 +172,8 @@ type Room struct {
 	changed    bool
 	sockets    map[uint32]*Socket
 	nextSocket uint32
-	known      map[uint32]bool // ids the guest believes open
-	gone       map[uint32]closed
+	known      map[uint32]bool        // ids the guest believes open
+	gone       map[uint32]life.Closed // how sockets the guest believes open went away
 	skipClose  map[uint32]bool
 	effects    []effect
 	corked     []*Socket // sockets corked in the current burst of events
@@ -203,7 +198,7 @@ func newRoom(m *Manager, key Key) *Room {
 		key:          key,
 		m:            m,
 		sockets:      map[uint32]*Socket{},
-		gone:         map[uint32]closed{},
+		gone:         map[uint32]life.Closed{},
 		nextSocket:   1,
 		kick:         make(chan struct{}, 1),
 		joins:        map[joinKey]bool{},
@@ -361,7 +356,7 @@ func (r *Room) requestHibernate(why string, done chan error) {
 func (r *Room) handle(ev *event, more bool) {
 	if ev.kind == evCheckpoint {
 		var err error
-		if r.inst != nil && (r.changed || r.etag == "") {
+		if r.inst != nil && life.NeedsWrite(r.changed, r.etag != "") {
 			err = r.checkpoint(context.Background())
 		}
 		ev.done <- err
@@ -523,7 +518,7 @@ func (r *Room) handleClose(ev *event) {
 	if r.inst != nil && !r.known[s.id] {
 		return // the guest never saw it open (its open crashed)
 	}
-	r.gone[s.id] = closed{ev.code, ev.reason}
+	r.gone[s.id] = life.Closed{Code: ev.code, Reason: ev.reason}
 	if r.inst == nil {
 		// Waking delivers the close, if the guest's state knows the socket.
 		if !r.m.isStopping() {
@@ -576,17 +571,19 @@ func (r *Room) deliver(call func(Instance) error) error {
 // which must precede what the join handler sent.
 func (r *Room) deliverThen(call func(Instance) error, first func()) error {
 	r.effects = r.effects[:0]
-	if err := call(r.inst); err != nil {
+	err := call(r.inst)
+	plan := life.AfterCall(life.Call{Crashed: err != nil, Checkpoint: r.inst.CheckpointRequested(), Delete: r.inst.DeleteRequested()}, r.durable)
+	if plan.Rollback {
 		r.effects = r.effects[:0]
 		r.crashed(err)
 		return err
 	}
 	r.changed = true
 	r.memory.Store(r.inst.MemorySize())
-	if r.inst.DeleteRequested() {
+	if plan.Delete {
 		return r.deleteForGuest(first)
 	}
-	if r.inst.CheckpointRequested() || r.durable {
+	if plan.Write {
 		if err := r.checkpoint(context.Background()); err != nil {
 			r.effects = r.effects[:0]
 			err = fmt.Errorf("%w: %w", ErrNotDurable, err)
@@ -737,34 +734,21 @@ func (r *Room) crashedAtStart(err error) {
 // closes for sockets that went while the guest was not running, opens for
 // sockets it has forgotten (it rolled back past their open).
 func (r *Room) reconcile() {
-	for _, id := range sortedIDs(r.known) {
-		if r.inst == nil {
-			return
-		}
-		if r.sockets[id] != nil || r.skipClose[id] {
-			continue
-		}
-		why, ok := r.gone[id]
-		if !ok {
-			why = closed{abi.CloseServiceRestart, "closed while the room was not running"}
-		}
-		if err := r.deliver(func(inst Instance) error { return inst.SocketClose(id, why.code, why.reason) }); err != nil {
+	open := func(id uint32) bool { return r.sockets[id] != nil }
+	missed := life.Reconcile(r.known, open, sortedIDs(r.sockets), r.gone, r.skipClose,
+		life.Closed{Code: abi.CloseServiceRestart, Reason: "closed while the room was not running"})
+	for _, c := range missed.Closes {
+		if err := r.deliver(func(inst Instance) error { return inst.SocketClose(c.ID, c.Code, c.Reason) }); err != nil {
 			if r.skipClose == nil {
 				r.skipClose = map[uint32]bool{}
 			}
-			r.skipClose[id] = true // never replay a close that crashes the room
+			r.skipClose[c.ID] = true // never replay a close that crashes the room
 			return
 		}
-		delete(r.known, id)
-		delete(r.gone, id)
+		delete(r.known, c.ID)
+		delete(r.gone, c.ID)
 	}
-	for _, id := range sortedIDs(r.sockets) {
-		if r.inst == nil {
-			return
-		}
-		if r.known[id] {
-			continue
-		}
+	for _, id := range missed.Opens {
 		s := r.sockets[id]
 		if err := r.deliver(func(inst Instance) error { return inst.SocketOpen(id, s.open) }); err != nil {
 			r.dropSocket(s, abi.CloseInternalError, "room crashed")
@@ -783,7 +767,7 @@ func (r *Room) hibernate(why string) error {
 	}
 	m := r.m
 	start := m.clock.Now()
-	if r.changed || r.etag == "" {
+	if life.NeedsWrite(r.changed, r.etag != "") {
 		err := r.writeSnapshot(context.Background())
 		if errors.Is(err, store.ErrPrecondition) {
 			// Someone else wrote this room's snapshot: it is not ours to
@@ -804,19 +788,11 @@ func (r *Room) hibernate(why string) error {
 	return nil
 }
 
-// Snapshot writes that fail are tried again after a back-off that doubles
-// from minRetry to maxRetry, so a store outage costs one attempt (and one
-// log line) per room and step, not one per sweep.
-const (
-	minRetry = time.Second
-	maxRetry = 5 * time.Minute
-)
-
 // backOff schedules the next attempt at hibernating a room whose snapshot
 // write failed; the room stays resident meanwhile.
 func (r *Room) backOff(err error) {
 	r.writeFailures++
-	delay := min(minRetry<<min(r.writeFailures-1, 20), maxRetry)
+	delay := life.Retry(r.writeFailures)
 	r.retryAt.Store(r.m.clock.Now() + int64(delay))
 	r.m.log.Error("room snapshot write failed; the room stays resident and is tried again later",
 		"room", r.key.String(), "attempt", r.writeFailures, "retry_in", delay, "err", err)
