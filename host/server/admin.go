@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"syscall"
 
 	"github.com/wasmkeep/wasmkeep/host/classes"
 	"github.com/wasmkeep/wasmkeep/host/engine"
@@ -22,7 +23,7 @@ func (s *Server) listClasses(w http.ResponseWriter, r *http.Request) {
 func (s *Server) classRecords(w http.ResponseWriter, r *http.Request) ([]classes.Record, bool) {
 	recs, err := s.classes.List(r.Context())
 	if err != nil {
-		jsonError(w, http.StatusInternalServerError, err.Error())
+		s.unavailable(w, "listing classes", err)
 		return nil, false
 	}
 	if recs == nil {
@@ -78,15 +79,33 @@ func (s *Server) classError(w http.ResponseWriter, err error) {
 	case errors.Is(err, classes.ErrTooLarge):
 		jsonError(w, http.StatusRequestEntityTooLarge, err.Error())
 	default:
-		s.log.Error("class operation failed", "err", err)
-		jsonError(w, http.StatusInternalServerError, err.Error())
+		s.unavailable(w, "class operation", err)
 	}
 }
+
+// unavailable answers a failure that is not the client's: the request was
+// valid, and a 4xx would tell its client to change it rather than retry.
+// A full disk (or a quota) is 507; anything else (the store failing or
+// unreachable, a room that cannot wake, the node stopping) is 503 with a
+// Retry-After.
+func (s *Server) unavailable(w http.ResponseWriter, what string, err error) {
+	s.log.Error(what+" failed", "err", err)
+	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+		jsonError(w, http.StatusInsufficientStorage, err.Error())
+		return
+	}
+	w.Header().Set("Retry-After", retryAfterStorage)
+	jsonError(w, http.StatusServiceUnavailable, err.Error())
+}
+
+// retryAfterStorage is the Retry-After of an admin request the node could
+// not carry out for now.
+const retryAfterStorage = "5"
 
 func (s *Server) listRooms(w http.ResponseWriter, r *http.Request) {
 	list, err := s.rooms.List(r.Context())
 	if err != nil {
-		jsonError(w, http.StatusInternalServerError, err.Error())
+		s.unavailable(w, "listing rooms", err)
 		return
 	}
 	if list == nil {
@@ -104,14 +123,7 @@ func (s *Server) pinRoom(pin bool) http.HandlerFunc {
 			return
 		}
 		if err := s.rooms.Pin(r.Context(), key, pin); err != nil {
-			status := http.StatusInternalServerError
-			switch {
-			case errors.Is(err, rooms.ErrUnknownRoom):
-				status = http.StatusNotFound
-			case errors.Is(err, rooms.ErrStopping), errors.Is(err, rooms.ErrUnavailable):
-				status = http.StatusServiceUnavailable
-			}
-			jsonError(w, status, err.Error())
+			s.portableError(w, err)
 			return
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"class": key.Class, "name": key.Name, "pinned": pin})
@@ -148,11 +160,7 @@ func (s *Server) hibernateRoom(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := s.rooms.Hibernate(r.Context(), key); err != nil {
-		status := http.StatusInternalServerError
-		if errors.Is(err, rooms.ErrUnknownRoom) {
-			status = http.StatusNotFound
-		}
-		jsonError(w, status, err.Error())
+		s.portableError(w, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"class": key.Class, "name": key.Name, "state": string(rooms.StateHibernated)})
