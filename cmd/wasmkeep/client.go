@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/wasmkeep/wasmkeep/host/server"
 )
 
 func clientFlags() []cli.Flag {
@@ -100,6 +102,7 @@ func (a *adminClient) raw(method, path string, body []byte, limit int64) ([]byte
 	if a.token != "" {
 		req.Header.Set("Authorization", "Bearer "+a.token)
 	}
+	req.Header.Set(server.AdminHeader, "1")
 	resp, err := a.http.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("cannot reach the node at %s (is `wasmkeep serve` running?): %w", a.base, err)

@@ -82,6 +82,11 @@ func docDefault(f cli.Flag) (string, bool) {
 		return quote(f.Value.String()), true
 	case *cli.BoolFlag:
 		return quote(strconv.FormatBool(f.Value)), true
+	case *cli.StringSliceFlag:
+		if f.Value == nil || len(f.Value.Value()) == 0 {
+			return "none", true
+		}
+		return quote(strings.Join(f.Value.Value(), ",")), true
 	}
 	return "", false
 }

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wasmkeep/wasmkeep/host/server"
 	"github.com/wasmkeep/wasmkeep/internal/kvmodel"
 	"github.com/wasmkeep/wasmkeep/internal/testwasm"
 )
@@ -217,6 +218,9 @@ func send(c *http.Client, method, url string, body []byte) (int, string, error) 
 	req, err := http.NewRequest(method, url, bytes.NewReader(body))
 	if err != nil {
 		return 0, "", err
+	}
+	if strings.Contains(url, "/admin/") {
+		req.Header.Set(server.AdminHeader, "1") // as the CLI does
 	}
 	resp, err := c.Do(req)
 	if err != nil {

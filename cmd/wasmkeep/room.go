@@ -52,7 +52,7 @@ func roomCommand() *cli.Command {
 						return usage(c, "room export [--server URL] [-o FILE] CLASS NAME")
 					}
 					class, name := c.Args().Get(0), c.Args().Get(1)
-					data, err := newAdminClient(c).raw(http.MethodGet, roomPath(class, name)+"/export", nil, maxBundleDownload)
+					data, err := newAdminClient(c).raw(http.MethodPost, roomPath(class, name)+"/export", nil, maxBundleDownload)
 					if err != nil {
 						return err
 					}

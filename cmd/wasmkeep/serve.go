@@ -32,6 +32,7 @@ func serveFlags() []cli.Flag {
 		&cli.StringFlag{Name: "data", Value: "./wasmkeep-data", Usage: "directory for the local store and compile cache", EnvVars: env("data")},
 		&cli.StringFlag{Name: "listen", Value: "127.0.0.1:8080", Usage: "HTTP address for rooms, admin API and metrics", EnvVars: env("listen")},
 		&cli.StringFlag{Name: "admin-token", Usage: "bearer token that opens the admin API to clients off loopback", EnvVars: env("admin-token")},
+		&cli.StringSliceFlag{Name: "admin-hosts", Usage: "names clients reach the admin API by, besides its listen address's (comma-separated); a request for another name is refused", EnvVars: env("admin-hosts")},
 		&cli.DurationFlag{Name: "idle-timeout", Value: 10 * time.Second, Usage: "hibernate a room after this long without events", EnvVars: env("idle-timeout")},
 		&cli.IntFlag{Name: "max-resident", Value: rooms.DefaultMaxResident, Usage: "rooms kept in memory; a wake past it hibernates the least recently used idle room and waits for it", EnvVars: env("max-resident")},
 		&cli.DurationFlag{Name: "wake-wait", Value: rooms.DefaultWakeWait, Usage: "time a wake may wait for a place under --max-resident before its event is refused (HTTP 503, WebSocket close 1013)", EnvVars: env("wake-wait")},
@@ -138,6 +139,7 @@ func nodeConfig(c *cli.Context) (node.Config, error) {
 		},
 		Server: server.Config{
 			AdminToken:     c.String("admin-token"),
+			AdminHosts:     c.StringSlice("admin-hosts"),
 			MaxRequestBody: c.Int64("max-body"),
 		},
 		MaxModuleBytes: c.Int("max-module-size"),

@@ -305,11 +305,15 @@ func checkDashboardBrowser(t *testing.T, n *Node) {
 	}
 }
 
-// post sends an empty POST and ignores the answer.
+// post sends an empty POST (to the admin API, as the CLI does) and
+// ignores the answer.
 func post(ctx context.Context, url string) {
 	req, err := http.NewRequestWithContext(ctx, "POST", url, nil)
 	if err != nil {
 		return
+	}
+	if strings.Contains(url, "/admin/") {
+		req.Header.Set(server.AdminHeader, "1")
 	}
 	if resp, err := http.DefaultClient.Do(req); err == nil {
 		resp.Body.Close()

@@ -94,15 +94,26 @@ type httpResult struct {
 	Header http.Header
 }
 
+// do sends a request as the CLI would: to the admin API, with the header
+// that tells the node no browser was made to send it.
 func do(t *testing.T, method, url string, body []byte) httpResult {
 	t.Helper()
 	req, err := http.NewRequest(method, url, bytes.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
+	if strings.Contains(url, "/admin/") {
+		req.Header.Set(server.AdminHeader, "1")
+	}
+	return doRequest(t, req)
+}
+
+// doRequest sends req as it is.
+func doRequest(t *testing.T, req *http.Request) httpResult {
+	t.Helper()
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		t.Fatalf("%s %s: %v", method, url, err)
+		t.Fatalf("%s %s: %v", req.Method, req.URL, err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(resp.Body)

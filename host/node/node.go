@@ -164,6 +164,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err != nil {
 		return nil, err
 	}
+	scfg.AdminAddrs = []string{cfg.Listen, n.listener.Addr().String()}
 	srv := server.New(scfg, n.Classes, n.Rooms, n.Hub, n.Metrics)
 	n.closers = append(n.closers, func() error { srv.Close(); return nil })
 	n.http = &http.Server{

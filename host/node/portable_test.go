@@ -20,7 +20,7 @@ func TestExportImport(t *testing.T) {
 		c.ReadText()
 	}
 	// Resident, never hibernated: the export must capture it anyway.
-	bundle := []byte(expect(t, 200, "GET", a.URL()+"/admin/rooms/chat/prod/export", nil))
+	bundle := []byte(expect(t, 200, "POST", a.URL()+"/admin/rooms/chat/prod/export", nil))
 
 	var detail struct {
 		State, Awake string
@@ -83,7 +83,7 @@ func TestExportImport(t *testing.T) {
 			t.Fatalf("after replace: %q, want %q", got, want)
 		}
 	}
-	if r := do(t, "GET", a.URL()+"/admin/rooms/chat/nosuch/export", nil); r.Status != 404 {
+	if r := do(t, "POST", a.URL()+"/admin/rooms/chat/nosuch/export", nil); r.Status != 404 {
 		t.Fatalf("export of an unknown room: %d", r.Status)
 	}
 }

@@ -20,7 +20,7 @@ func TestAdminStorageFailures(t *testing.T) {
 	n := startNode(t, Config{Bucket: bucket})
 	putClass(t, n, "counter", "./examples/counter")
 	expect(t, 200, "POST", n.URL()+"/actor/counter/a", nil)
-	bundle := []byte(expect(t, 200, "GET", n.URL()+"/admin/rooms/counter/a/export", nil))
+	bundle := []byte(expect(t, 200, "POST", n.URL()+"/admin/rooms/counter/a/export", nil))
 	wasm := buildGuest(t, "./examples/counter")
 
 	full := fmt.Errorf("write /data/store/x: %w", syscall.ENOSPC)

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/base64"
-	"net/http"
 	"net/http/httptest"
 	"regexp"
 	"slices"
@@ -35,57 +34,6 @@ func TestSeriesRing(t *testing.T) {
 	}
 	if got := sr.since(3); got[0].Events != 40 {
 		t.Fatalf("since(3) = %v", got)
-	}
-}
-
-// TestAdminAuth: the token rules of the admin API, with the Basic
-// password browsers send, on GET only.
-func TestAdminAuth(t *testing.T) {
-	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
-	basic := func(pw string) string { return "Basic " + base64.StdEncoding.EncodeToString([]byte("admin:"+pw)) }
-	for _, c := range []struct {
-		name      string
-		token     string
-		remote    string
-		method    string
-		auth      string
-		page      bool
-		want      int
-		challenge string
-	}{
-		{"loopback needs no token", "tok", "127.0.0.1:5000", "POST", "", false, 204, ""},
-		{"loopback v6", "", "[::1]:5000", "GET", "", false, 204, ""},
-		{"remote without a node token", "", "192.0.2.1:5000", "GET", "Bearer tok", false, 403, ""},
-		{"remote bearer", "tok", "192.0.2.1:5000", "POST", "Bearer tok", false, 204, ""},
-		{"remote wrong bearer", "tok", "192.0.2.1:5000", "GET", "Bearer nope", false, 401, "Bearer"},
-		{"remote basic on GET", "tok", "192.0.2.1:5000", "GET", basic("tok"), false, 204, ""},
-		{"remote basic on HEAD", "tok", "192.0.2.1:5000", "HEAD", basic("tok"), false, 204, ""},
-		{"remote basic on POST", "tok", "192.0.2.1:5000", "POST", basic("tok"), false, 401, "Bearer"},
-		{"remote basic on DELETE", "tok", "192.0.2.1:5000", "DELETE", basic("tok"), false, 401, "Bearer"},
-		{"remote wrong basic", "tok", "192.0.2.1:5000", "GET", basic("nope"), false, 401, "Bearer"},
-		{"page asks browsers for Basic", "tok", "192.0.2.1:5000", "GET", "", true, 401, "Basic"},
-		{"page with basic", "tok", "192.0.2.1:5000", "GET", basic("tok"), true, 204, ""},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			s := &Server{cfg: Config{AdminToken: c.token}}
-			h := s.admin(ok)
-			if c.page {
-				h = s.adminPage(ok)
-			}
-			req := httptest.NewRequest(c.method, "/admin/rooms", nil)
-			req.RemoteAddr = c.remote
-			if c.auth != "" {
-				req.Header.Set("Authorization", c.auth)
-			}
-			rec := httptest.NewRecorder()
-			h.ServeHTTP(rec, req)
-			if rec.Code != c.want {
-				t.Fatalf("status %d, want %d", rec.Code, c.want)
-			}
-			if got := rec.Header().Get("WWW-Authenticate"); !strings.HasPrefix(got, c.challenge) || (c.challenge == "") != (got == "") {
-				t.Fatalf("challenge %q, want %q", got, c.challenge)
-			}
-		})
 	}
 }
 

@@ -7,13 +7,11 @@ package server
 
 import (
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/pprof"
 	"strconv"
@@ -39,6 +37,13 @@ type Config struct {
 	// "Authorization: Bearer <token>". Without it the admin API answers
 	// loopback clients only.
 	AdminToken string
+	// AdminAddrs are the addresses the admin API is served on, as
+	// configured and as bound (the node fills them in): their hosts are
+	// names a request's Host header may give (none: loopback only).
+	AdminAddrs []string
+	// AdminHosts are further names (or addresses) clients reach the admin
+	// API by, such as the node's DNS name or a proxy's.
+	AdminHosts []string
 	// MaxRequestBody caps a request body sent to a room (default 1 MiB).
 	MaxRequestBody int64
 	// MaxRoomName caps a room name in bytes (default 255).
@@ -70,6 +75,7 @@ type Server struct {
 	log     *slog.Logger
 
 	requests map[string]*metrics.Counter
+	guardian adminGuard
 
 	// The dashboard (dashboard.go).
 	started   time.Time
@@ -82,7 +88,8 @@ type Server struct {
 func New(cfg Config, reg *classes.Registry, mgr *rooms.Manager, hub *socket.Hub, set *metrics.Set) *Server {
 	cfg = cfg.withDefaults()
 	s := &Server{cfg: cfg, classes: reg, rooms: mgr, hub: hub, metrics: set, mux: http.NewServeMux(), log: cfg.Logger,
-		requests: map[string]*metrics.Counter{}, started: time.Now(), series: newSeries(int(seriesWindow / seriesInterval))}
+		requests: map[string]*metrics.Counter{}, guardian: newAdminGuard(cfg),
+		started: time.Now(), series: newSeries(int(seriesWindow / seriesInterval))}
 	for _, code := range []string{"2xx", "3xx", "4xx", "5xx"} {
 		s.requests[code] = set.NewCounter(`wasmkeep_http_requests_total{code="` + code + `"}`)
 	}
@@ -103,7 +110,9 @@ func New(cfg Config, reg *classes.Registry, mgr *rooms.Manager, hub *socket.Hub,
 	s.mux.Handle("POST /admin/rooms/{class}/{name}/unpin", s.admin(s.pinRoom(false)))
 	s.mux.Handle("GET /admin/rooms/{class}/{name}", s.admin(http.HandlerFunc(s.inspectRoom)))
 	s.mux.Handle("DELETE /admin/rooms/{class}/{name}", s.admin(http.HandlerFunc(s.deleteRoom)))
-	s.mux.Handle("GET /admin/rooms/{class}/{name}/export", s.admin(http.HandlerFunc(s.exportRoom)))
+	// An export checkpoints a running room: a POST, as everything that has
+	// an effect.
+	s.mux.Handle("POST /admin/rooms/{class}/{name}/export", s.admin(http.HandlerFunc(s.exportRoom)))
 	s.mux.Handle("POST /admin/rooms/import", s.admin(http.HandlerFunc(s.importRoom)))
 	s.dashboardRoutes()
 	s.mux.Handle("/debug/pprof/", s.admin(http.HandlerFunc(pprof.Index)))
@@ -148,64 +157,6 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 }
 
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
-
-// admin guards the admin API: loopback clients pass; others need the
-// token, as a bearer token, or on GET and HEAD requests also as the
-// password of HTTP Basic authentication (what a browser can send).
-func (s *Server) admin(h http.Handler) http.Handler {
-	return s.guard(h, `Bearer realm="wasmkeep admin"`)
-}
-
-// adminPage guards a page of the admin API for browsers: a client off
-// loopback without the token is asked for it with a Basic challenge,
-// which makes a browser prompt for it.
-func (s *Server) adminPage(h http.Handler) http.Handler {
-	return s.guard(h, `Basic realm="wasmkeep admin", charset="UTF-8"`)
-}
-
-func (s *Server) guard(h http.Handler, challenge string) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if s.hasToken(r) || isLoopback(r.RemoteAddr) {
-			h.ServeHTTP(w, r)
-			return
-		}
-		if s.cfg.AdminToken == "" {
-			jsonError(w, http.StatusForbidden, "the admin API answers loopback clients only; start the node with --admin-token to use it remotely")
-			return
-		}
-		w.Header().Set("WWW-Authenticate", challenge)
-		jsonError(w, http.StatusUnauthorized, "missing or wrong admin token")
-	})
-}
-
-// hasToken reports whether the request carries the admin token: as a
-// bearer token, or on GET and HEAD as a Basic password. Basic credentials
-// are not taken for other methods because a browser that has them sends
-// them with requests any site makes it send.
-func (s *Server) hasToken(r *http.Request) bool {
-	if s.cfg.AdminToken == "" {
-		return false
-	}
-	want := []byte(s.cfg.AdminToken)
-	if got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
-		return subtle.ConstantTimeCompare([]byte(got), want) == 1
-	}
-	if r.Method == http.MethodGet || r.Method == http.MethodHead {
-		if _, pw, ok := r.BasicAuth(); ok {
-			return subtle.ConstantTimeCompare([]byte(pw), want) == 1
-		}
-	}
-	return false
-}
-
-func isLoopback(remote string) bool {
-	host, _, err := net.SplitHostPort(remote)
-	if err != nil {
-		host = remote
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
 
 func (s *Server) writeMetrics(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4")

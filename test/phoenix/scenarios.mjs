@@ -58,7 +58,7 @@ function assert(cond, msg) {
 }
 
 async function admin(method, path) {
-  const r = await fetch(base + path, { method });
+  const r = await fetch(base + path, { method, headers: { "X-Wasmkeep-Admin": "1" } }); // as the CLI does
   if (!r.ok) throw new Error(`${method} ${path}: ${r.status} ${await r.text()}`);
   return r.json();
 }
