@@ -237,7 +237,15 @@ type dashboardExpect struct {
 	Label    string `json:"label,omitempty"`
 }
 
-func checkDashboardBrowser(t *testing.T, n *Node) {
+// chromiumDriver is what runs a script of test/dashboard in headless
+// Chromium: node, the browser, and the directory of the scripts (its npm
+// packages installed from the lock file the first time).
+type chromiumDriver struct {
+	node, browser, dir, root string
+}
+
+func findChromiumDriver(t *testing.T) chromiumDriver {
+	t.Helper()
 	node := testenv.Tool(t, "node")
 	browser := testenv.Chromium(t)
 	dir := testenv.NPMPackages(t, "test/dashboard", "playwright-core")
@@ -245,9 +253,32 @@ func checkDashboardBrowser(t *testing.T, n *Node) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return chromiumDriver{node: node, browser: browser, dir: dir, root: root}
+}
+
+// run runs script with args, within d, and returns what it printed; it
+// fails unless the script exits 0 and prints "ok <done>".
+func (c chromiumDriver) run(t *testing.T, d time.Duration, done string, script string, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, c.node, append([]string{script}, args...)...)
+	cmd.Dir = c.dir
+	cmd.Env = append(os.Environ(), "CHROMIUM="+c.browser)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	if err != nil || !strings.Contains(out.String(), "ok "+done) {
+		t.Fatalf("%s: %v\n%s", script, err, out.String())
+	}
+	return out.String()
+}
+
+func checkDashboardBrowser(t *testing.T, n *Node) {
+	driver := findChromiumDriver(t)
 	artifacts := os.Getenv("WASMKEEP_ARTIFACTS")
 	if artifacts == "" {
-		artifacts = filepath.Join(root, ".build", "artifacts")
+		artifacts = filepath.Join(driver.root, ".build", "artifacts")
 	}
 	if err := os.MkdirAll(artifacts, 0o755); err != nil {
 		t.Fatal(err)
@@ -287,21 +318,11 @@ func checkDashboardBrowser(t *testing.T, n *Node) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rctx, rcancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer rcancel()
-	cmd := exec.CommandContext(rctx, node, "check.mjs", n.URL()+"/admin/", artifacts, string(want))
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "CHROMIUM="+browser)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err = cmd.Run()
-	for _, line := range strings.Split(out.String(), "\n") {
+	out := driver.run(t, 3*time.Minute, "dashboard", "check.mjs", n.URL()+"/admin/", artifacts, string(want))
+	for _, line := range strings.Split(out, "\n") {
 		if f, ok := strings.CutPrefix(line, "screenshot "); ok {
 			t.Logf("dashboard screenshot: %s", f)
 		}
-	}
-	if err != nil || !strings.Contains(out.String(), "ok dashboard") {
-		t.Fatalf("check.mjs: %v\n%s", err, out.String())
 	}
 }
 
