@@ -110,7 +110,7 @@ func TestRoomsCommands(t *testing.T) {
 	n.ok("class", "put", "counter", counter)
 	n.ok("class", "put", "chat", chat)
 
-	header := []string{"CLASS", "NAME", "STATE", "SOCKETS", "AWAKE", "MEMORY", "LAST-EVENT", "SNAPSHOT"}
+	header := roomsHeader
 	if rows := table(t, n.ok("rooms"), header...); len(rows) != 0 {
 		t.Fatalf("rooms of a fresh node: %q", rows)
 	}
@@ -316,6 +316,32 @@ func TestAdminToken(t *testing.T) {
 	}
 }
 
+// roomsHeader is the header line of `wasmkeep rooms`.
+var roomsHeader = []string{"CLASS", "NAME", "STATE", "SOCKETS", "AWAKE", "MEMORY", "LAST-EVENT", "SNAPSHOT"}
+
+// TestAdminListen: with --admin-listen the client commands talk to that
+// address (given with --server, or found in WASMKEEP_ADMIN_LISTEN, the
+// node's own variable), and the rooms' address serves rooms only: the
+// client pointed at it says where the admin API went.
+func TestAdminListen(t *testing.T) {
+	t.Parallel()
+	counter := guestFile(t, "./examples/counter")
+	admin := freeAddrOn(t, "127.0.0.1")
+	adminEnv := []string{"WASMKEEP_ADMIN_LISTEN=" + admin}
+	n := startNode(t, nodeOpts{args: []string{"--data", t.TempDir()}, env: adminEnv})
+
+	if r := wk(t, nil, "class", "put", "--server", "http://"+admin, "counter", counter); r.code != 0 || !strings.HasPrefix(r.stdout, "class counter: ") {
+		t.Fatalf("class put --server <admin address>: %v", r)
+	}
+	expectHTTP(t, 200, "POST", n.url+"/actor/counter/a")
+	if r := wk(t, adminEnv, "rooms"); r.code != 0 || len(table(t, r.stdout, roomsHeader...)) != 1 {
+		t.Fatalf("rooms with WASMKEEP_ADMIN_LISTEN: %v", r)
+	}
+	n.fails("--admin-listen", "rooms")
+	expectHTTP(t, 404, "GET", n.url+"/metrics")
+	expectHTTP(t, 200, "GET", "http://"+admin+"/metrics")
+}
+
 // TestStopAndRestart: SIGTERM stops the node cleanly (sockets closed with
 // 1012, exit code 0) and a node on the same data directory has the rooms'
 // state back.
@@ -378,7 +404,7 @@ func TestFlagsFromEnvironment(t *testing.T) {
 	}
 	expectHTTP(t, 200, "POST", n.url+"/actor/counter/x")
 	r := wk(t, env, "rooms")
-	if rows := table(t, r.stdout, "CLASS", "NAME", "STATE", "SOCKETS", "AWAKE", "MEMORY", "LAST-EVENT", "SNAPSHOT"); r.code != 0 || len(rows) != 1 || rows[0][2] != "resident" {
+	if rows := table(t, r.stdout, roomsHeader...); r.code != 0 || len(rows) != 1 || rows[0][2] != "resident" {
 		t.Fatalf("rooms with WASMKEEP_SERVER: %v", r)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -22,7 +23,7 @@ import (
 
 func clientFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "server", Value: "http://127.0.0.1:8080", Usage: "the node's base URL", EnvVars: env("server")},
+		&cli.StringFlag{Name: "server", Value: "http://127.0.0.1:8080", Usage: "base URL of the node's admin API: its --admin-listen address if it has one, else its --listen address (default: $WASMKEEP_ADMIN_LISTEN if set)", EnvVars: env("server")},
 		&cli.StringFlag{Name: "token", Usage: "admin token, for a node off loopback", EnvVars: env("admin-token")},
 	}
 }
@@ -35,11 +36,33 @@ type adminClient struct {
 }
 
 func newAdminClient(c *cli.Context) *adminClient {
+	base := clientFlag(c, "server")
+	if givenTo(c, "server") == nil {
+		if addr := os.Getenv(env("admin-listen")[0]); addr != "" {
+			base = listenURL(addr)
+		}
+	}
 	return &adminClient{
-		base:  strings.TrimRight(clientFlag(c, "server"), "/"),
+		base:  strings.TrimRight(base, "/"),
 		token: clientFlag(c, "token"),
 		http:  &http.Client{Timeout: 5 * time.Minute},
 	}
+}
+
+// listenURL is the URL a client of this machine reaches a listen address
+// at: a wildcard host is reached on loopback.
+func listenURL(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "http://" + addr
+	}
+	switch host {
+	case "", "0.0.0.0":
+		host = "127.0.0.1"
+	case "::":
+		host = "::1"
+	}
+	return "http://" + net.JoinHostPort(host, port)
 }
 
 // clientFlag reads a client flag from the innermost command it was given
@@ -47,12 +70,21 @@ func newAdminClient(c *cli.Context) *adminClient {
 // c.String alone would answer hibernate's default for
 // `wasmkeep rooms --server URL hibernate CLASS NAME`.
 func clientFlag(c *cli.Context, name string) string {
-	for _, x := range c.Lineage() {
-		if x.Command != nil && hasFlag(x.Command.Flags, name) && x.IsSet(name) {
-			return x.String(name)
-		}
+	if x := givenTo(c, name); x != nil {
+		return x.String(name)
 	}
 	return c.String(name)
+}
+
+// givenTo returns the innermost command's context that was given the
+// flag (on the command line or in its environment variable), or nil.
+func givenTo(c *cli.Context, name string) *cli.Context {
+	for _, x := range c.Lineage() {
+		if x.Command != nil && hasFlag(x.Command.Flags, name) && x.IsSet(name) {
+			return x
+		}
+	}
+	return nil
 }
 
 func hasFlag(flags []cli.Flag, name string) bool {

@@ -30,7 +30,8 @@ func env(flag string) []string {
 func serveFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "data", Value: "./wasmkeep-data", Usage: "directory for the local store and compile cache", EnvVars: env("data")},
-		&cli.StringFlag{Name: "listen", Value: "127.0.0.1:8080", Usage: "HTTP address for rooms, admin API and metrics", EnvVars: env("listen")},
+		&cli.StringFlag{Name: "listen", Value: "127.0.0.1:8080", Usage: "HTTP address for rooms, and for the admin API, dashboard, metrics and pprof unless --admin-listen", EnvVars: env("listen")},
+		&cli.StringFlag{Name: "admin-listen", Usage: "HTTP address of a listener of its own for the admin API, dashboard, metrics and pprof (--listen then serves rooms only)", EnvVars: env("admin-listen")},
 		&cli.StringFlag{Name: "admin-token", Usage: "bearer token that opens the admin API to clients off loopback", EnvVars: env("admin-token")},
 		&cli.StringSliceFlag{Name: "admin-hosts", Usage: "names clients reach the admin API by, besides its listen address's (comma-separated); a request for another name is refused", EnvVars: env("admin-hosts")},
 		&cli.DurationFlag{Name: "idle-timeout", Value: 10 * time.Second, Usage: "hibernate a room after this long without events", EnvVars: env("idle-timeout")},
@@ -107,8 +108,9 @@ func nodeConfig(c *cli.Context) (node.Config, error) {
 		messageRate = socket.Unlimited
 	}
 	return node.Config{
-		DataDir: c.String("data"),
-		Listen:  c.String("listen"),
+		DataDir:     c.String("data"),
+		Listen:      c.String("listen"),
+		AdminListen: c.String("admin-listen"),
 		Engine: engine.Config{
 			MaxMemoryPages:   uint32(mem * 16),
 			EventTimeout:     eventTimeout,

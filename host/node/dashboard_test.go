@@ -96,7 +96,7 @@ func TestDashboard(t *testing.T) {
 func dashRooms(t *testing.T, n *Node) map[string]rooms.RoomInfo {
 	t.Helper()
 	var list []rooms.RoomInfo
-	if err := json.Unmarshal([]byte(expect(t, 200, "GET", n.URL()+"/admin/rooms", nil)), &list); err != nil {
+	if err := json.Unmarshal([]byte(expect(t, 200, "GET", n.AdminURL()+"/admin/rooms", nil)), &list); err != nil {
 		t.Fatal(err)
 	}
 	out := map[string]rooms.RoomInfo{}

@@ -137,7 +137,7 @@ func expect(t *testing.T, status int, method, url string, body []byte) string {
 // putClass uploads a guest package (built from source) through the admin API.
 func putClass(t *testing.T, n *Node, name, pkg string) {
 	t.Helper()
-	expect(t, http.StatusCreated, http.MethodPut, n.URL()+"/admin/classes/"+name, testwasm.Build(t, pkg))
+	expect(t, http.StatusCreated, http.MethodPut, n.AdminURL()+"/admin/classes/"+name, testwasm.Build(t, pkg))
 }
 
 type roomRow struct {
@@ -148,7 +148,7 @@ type roomRow struct {
 func listRooms(t *testing.T, n *Node) []roomRow {
 	t.Helper()
 	var rows []roomRow
-	if err := json.Unmarshal([]byte(expect(t, 200, "GET", n.URL()+"/admin/rooms", nil)), &rows); err != nil {
+	if err := json.Unmarshal([]byte(expect(t, 200, "GET", n.AdminURL()+"/admin/rooms", nil)), &rows); err != nil {
 		t.Fatal(err)
 	}
 	return rows
@@ -166,7 +166,7 @@ func roomRowOf(t *testing.T, n *Node, class, name string) (roomRow, bool) {
 
 func hibernate(t *testing.T, n *Node, class, name string) {
 	t.Helper()
-	expect(t, 200, "POST", n.URL()+"/admin/rooms/"+class+"/"+name+"/hibernate", nil)
+	expect(t, 200, "POST", n.AdminURL()+"/admin/rooms/"+class+"/"+name+"/hibernate", nil)
 	row, ok := roomRowOf(t, n, class, name)
 	if !ok || row.State != "hibernated" {
 		t.Fatalf("after hibernate: %+v (listed %v)", row, ok)

@@ -41,6 +41,10 @@ type Config struct {
 	Hold *store.DirHold
 	// Listen is the HTTP address (default 127.0.0.1:8080; port 0 picks one).
 	Listen string
+	// AdminListen, if set, is the address of a listener of its own for the
+	// admin API, the dashboard, /metrics and pprof; Listen then serves
+	// rooms and /healthz only.
+	AdminListen string
 	// Bucket overrides the local directory store (tests, later S3).
 	Bucket store.Bucket
 	// Placement overrides single-node placement (the cluster plugs in here).
@@ -74,10 +78,13 @@ type Node struct {
 
 	listener net.Listener
 	http     *http.Server
-	served   chan error
-	closers  []func() error
-	stopOnce sync.Once
-	stopErr  error
+	// The admin listener and its server, with Config.AdminListen.
+	adminListener net.Listener
+	adminHTTP     *http.Server
+	served        chan error // one value per server
+	closers       []func() error
+	stopOnce      sync.Once
+	stopErr       error
 	// leaveEngine: a stop found room workers still running after its
 	// deadline; closing the engine under them would unmap their memory.
 	leaveEngine bool
@@ -97,7 +104,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	n := &Node{cfg: cfg, Metrics: metrics.NewSet(), served: make(chan error, 1)}
+	n := &Node{cfg: cfg, Metrics: metrics.NewSet(), served: make(chan error, 2)}
 	defer func() {
 		if err != nil {
 			n.closeAll()
@@ -165,10 +172,30 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	scfg.AdminAddrs = []string{cfg.Listen, n.listener.Addr().String()}
+	if cfg.AdminListen != "" {
+		if n.adminListener, err = net.Listen("tcp", cfg.AdminListen); err != nil {
+			return nil, fmt.Errorf("the admin listener: %w", err)
+		}
+		scfg.AdminAddrs = []string{cfg.AdminListen, n.adminListener.Addr().String()}
+		scfg.SeparateAdmin = true
+	}
 	srv := server.New(scfg, n.Classes, n.Rooms, n.Hub, n.Metrics)
 	n.closers = append(n.closers, func() error { srv.Close(); return nil })
-	n.http = &http.Server{
-		Handler: srv,
+	n.http = n.httpServer(srv)
+	go func() { n.served <- n.http.Serve(n.listener) }()
+	if n.adminListener != nil {
+		n.adminHTTP = n.httpServer(srv.AdminHandler())
+		go func() { n.served <- n.adminHTTP.Serve(n.adminListener) }()
+		cfg.Logger.Info("wasmkeep admin API serving", "addr", n.AdminAddr())
+	}
+	cfg.Logger.Info("wasmkeep node serving", "addr", n.Addr(), "data", cfg.DataDir)
+	return n, nil
+}
+
+// httpServer makes the http.Server of one of the node's listeners.
+func (n *Node) httpServer(h http.Handler) *http.Server {
+	return &http.Server{
+		Handler: h,
 		// A client has the handshake timeout to send its request line and
 		// headers (a slow one is cut then, before it reaches a room or takes
 		// a socket slot), and a kept-alive connection may idle for
@@ -176,11 +203,8 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		ReadHeaderTimeout: n.Hub.Config().HandshakeTimeout,
 		IdleTimeout:       idleTimeout,
 		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
+		ErrorLog:          slog.NewLogLogger(n.cfg.Logger.Handler(), slog.LevelWarn),
 	}
-	go func() { n.served <- n.http.Serve(n.listener) }()
-	cfg.Logger.Info("wasmkeep node serving", "addr", n.Addr(), "data", cfg.DataDir)
-	return n, nil
 }
 
 // HoldDataDir takes the exclusive hold on a node's data directory for
@@ -203,6 +227,18 @@ func (n *Node) Addr() string { return n.listener.Addr().String() }
 // URL is the node's base URL.
 func (n *Node) URL() string { return "http://" + n.Addr() }
 
+// AdminAddr is the address the node serves its admin API on: its admin
+// listener's with Config.AdminListen, else Addr.
+func (n *Node) AdminAddr() string {
+	if n.adminListener != nil {
+		return n.adminListener.Addr().String()
+	}
+	return n.Addr()
+}
+
+// AdminURL is the base URL of the node's admin API.
+func (n *Node) AdminURL() string { return "http://" + n.AdminAddr() }
+
 // Stop stops the node cleanly: it refuses new work, hibernates every
 // resident room, then closes every socket with 1012 (service restart) so
 // clients reconnect, and finally stops listening. After a restart on the
@@ -224,11 +260,19 @@ func (n *Node) stop(ctx context.Context) error {
 	if err := n.Hub.CloseAll(ctx, abi.CloseServiceRestart, "server restarting"); err != nil {
 		errs = append(errs, err)
 	}
-	if err := n.http.Shutdown(ctx); err != nil {
-		errs = append(errs, err)
+	servers := []*http.Server{n.http}
+	if n.adminHTTP != nil {
+		servers = append(servers, n.adminHTTP)
 	}
-	if err := <-n.served; err != nil && !errors.Is(err, http.ErrServerClosed) {
-		errs = append(errs, err)
+	for _, s := range servers {
+		if err := s.Shutdown(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for range servers {
+		if err := <-n.served; err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errs = append(errs, err)
+		}
 	}
 	// The sockets' closes start workers that record them; the engine
 	// (and the linear memories it maps) goes only once none runs.
@@ -249,5 +293,8 @@ func (n *Node) closeAll() {
 	n.closers = nil
 	if n.listener != nil && n.http == nil {
 		n.listener.Close()
+	}
+	if n.adminListener != nil && n.adminHTTP == nil {
+		n.adminListener.Close()
 	}
 }

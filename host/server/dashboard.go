@@ -59,13 +59,13 @@ const (
 	seriesWindow   = 10 * time.Minute
 )
 
-func (s *Server) dashboardRoutes() {
-	s.mux.Handle("GET /admin/{$}", s.adminPage(http.HandlerFunc(s.dashboard)))
+func (s *Server) dashboardRoutes(mux *http.ServeMux) {
+	mux.Handle("GET /admin/{$}", s.adminPage(http.HandlerFunc(s.dashboard)))
 	redirect := http.RedirectHandler("/admin/", http.StatusFound)
-	s.mux.Handle("GET /admin", redirect)
-	s.mux.Handle("GET /admin/dashboard", redirect)
-	s.mux.Handle("GET /admin/overview", s.admin(http.HandlerFunc(s.overview)))
-	s.mux.Handle("GET /admin/series", s.admin(http.HandlerFunc(s.getSeries)))
+	mux.Handle("GET /admin", redirect)
+	mux.Handle("GET /admin/dashboard", redirect)
+	mux.Handle("GET /admin/overview", s.admin(http.HandlerFunc(s.overview)))
+	mux.Handle("GET /admin/series", s.admin(http.HandlerFunc(s.getSeries)))
 }
 
 func (s *Server) dashboard(w http.ResponseWriter, _ *http.Request) {

@@ -44,6 +44,10 @@ type Config struct {
 	// AdminHosts are further names (or addresses) clients reach the admin
 	// API by, such as the node's DNS name or a proxy's.
 	AdminHosts []string
+	// SeparateAdmin takes the admin API, the dashboard, /metrics and pprof
+	// off ServeHTTP (the rooms' listener) and serves them from
+	// AdminHandler, for a listener of their own.
+	SeparateAdmin bool
 	// MaxRequestBody caps a request body sent to a room (default 1 MiB).
 	MaxRequestBody int64
 	// MaxRoomName caps a room name in bytes (default 255).
@@ -72,7 +76,10 @@ type Server struct {
 	hub     *socket.Hub
 	metrics *metrics.Set
 	mux     *http.ServeMux
-	log     *slog.Logger
+	// adminMux serves the admin listener with Config.SeparateAdmin; nil
+	// when mux serves the admin API.
+	adminMux *http.ServeMux
+	log      *slog.Logger
 
 	requests map[string]*metrics.Counter
 	guardian adminGuard
@@ -95,41 +102,79 @@ func New(cfg Config, reg *classes.Registry, mgr *rooms.Manager, hub *socket.Hub,
 	}
 	s.mux.HandleFunc("/actor/{class}/{name}", s.actor)
 	s.mux.HandleFunc("/actor/{class}/{name}/{rest...}", s.actor)
-	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		io.WriteString(w, "ok\n")
-	})
-	s.mux.Handle("GET /metrics", s.admin(http.HandlerFunc(s.writeMetrics)))
-	s.mux.Handle("GET /admin/classes", s.admin(http.HandlerFunc(s.listClasses)))
-	s.mux.Handle("GET /admin/classes/{name}", s.admin(http.HandlerFunc(s.getClass)))
-	s.mux.Handle("PUT /admin/classes/{name}", s.admin(http.HandlerFunc(s.putClass)))
-	s.mux.Handle("DELETE /admin/classes/{name}", s.admin(http.HandlerFunc(s.deleteClass)))
-	s.mux.Handle("GET /admin/rooms", s.admin(http.HandlerFunc(s.listRooms)))
-	s.mux.Handle("POST /admin/rooms/{class}/{name}/hibernate", s.admin(http.HandlerFunc(s.hibernateRoom)))
-	s.mux.Handle("POST /admin/rooms/{class}/{name}/pin", s.admin(s.pinRoom(true)))
-	s.mux.Handle("POST /admin/rooms/{class}/{name}/unpin", s.admin(s.pinRoom(false)))
-	s.mux.Handle("GET /admin/rooms/{class}/{name}", s.admin(http.HandlerFunc(s.inspectRoom)))
-	s.mux.Handle("DELETE /admin/rooms/{class}/{name}", s.admin(http.HandlerFunc(s.deleteRoom)))
-	// An export checkpoints a running room: a POST, as everything that has
-	// an effect.
-	s.mux.Handle("POST /admin/rooms/{class}/{name}/export", s.admin(http.HandlerFunc(s.exportRoom)))
-	s.mux.Handle("POST /admin/rooms/import", s.admin(http.HandlerFunc(s.importRoom)))
-	s.dashboardRoutes()
-	s.mux.Handle("/debug/pprof/", s.admin(http.HandlerFunc(pprof.Index)))
-	s.mux.Handle("/debug/pprof/profile", s.admin(http.HandlerFunc(pprof.Profile)))
-	s.mux.Handle("/debug/pprof/trace", s.admin(http.HandlerFunc(pprof.Trace)))
+	s.mux.HandleFunc("GET /healthz", healthz)
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		textError(w, http.StatusNotFound, "not found: rooms live at /actor/<class>/<name>")
 	})
+	admin := s.mux
+	if cfg.SeparateAdmin {
+		s.adminMux = http.NewServeMux()
+		admin = s.adminMux
+		elsewhere := func(w http.ResponseWriter, _ *http.Request) {
+			textError(w, http.StatusNotFound, "not found: this node serves its admin API, /metrics and pprof on its --admin-listen address")
+		}
+		for _, p := range []string{"/admin", "/admin/", "/metrics", "/debug/pprof/"} {
+			s.mux.HandleFunc(p, elsewhere)
+		}
+		admin.HandleFunc("GET /healthz", healthz)
+		admin.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
+			textError(w, http.StatusNotFound, "not found: this is the node's admin listener (/admin/, /metrics, /debug/pprof/); rooms are on its --listen address")
+		})
+	}
+	s.adminRoutes(admin)
 	s.series.stop, s.series.done = make(chan struct{}), make(chan struct{})
 	go s.sampler()
 	return s
 }
 
-// ServeHTTP implements http.Handler.
+// adminRoutes adds the admin API, /metrics and pprof to mux.
+func (s *Server) adminRoutes(mux *http.ServeMux) {
+	mux.Handle("GET /metrics", s.admin(http.HandlerFunc(s.writeMetrics)))
+	mux.Handle("GET /admin/classes", s.admin(http.HandlerFunc(s.listClasses)))
+	mux.Handle("GET /admin/classes/{name}", s.admin(http.HandlerFunc(s.getClass)))
+	mux.Handle("PUT /admin/classes/{name}", s.admin(http.HandlerFunc(s.putClass)))
+	mux.Handle("DELETE /admin/classes/{name}", s.admin(http.HandlerFunc(s.deleteClass)))
+	mux.Handle("GET /admin/rooms", s.admin(http.HandlerFunc(s.listRooms)))
+	mux.Handle("POST /admin/rooms/{class}/{name}/hibernate", s.admin(http.HandlerFunc(s.hibernateRoom)))
+	mux.Handle("POST /admin/rooms/{class}/{name}/pin", s.admin(s.pinRoom(true)))
+	mux.Handle("POST /admin/rooms/{class}/{name}/unpin", s.admin(s.pinRoom(false)))
+	mux.Handle("GET /admin/rooms/{class}/{name}", s.admin(http.HandlerFunc(s.inspectRoom)))
+	mux.Handle("DELETE /admin/rooms/{class}/{name}", s.admin(http.HandlerFunc(s.deleteRoom)))
+	// An export checkpoints a running room: a POST, as everything that has
+	// an effect.
+	mux.Handle("POST /admin/rooms/{class}/{name}/export", s.admin(http.HandlerFunc(s.exportRoom)))
+	mux.Handle("POST /admin/rooms/import", s.admin(http.HandlerFunc(s.importRoom)))
+	s.dashboardRoutes(mux)
+	mux.Handle("/debug/pprof/", s.admin(http.HandlerFunc(pprof.Index)))
+	mux.Handle("/debug/pprof/profile", s.admin(http.HandlerFunc(pprof.Profile)))
+	mux.Handle("/debug/pprof/trace", s.admin(http.HandlerFunc(pprof.Trace)))
+}
+
+func healthz(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	io.WriteString(w, "ok\n")
+}
+
+// ServeHTTP serves the node's listener: rooms, /healthz, and the admin
+// API unless Config.SeparateAdmin gives it a listener of its own.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.serve(s.mux, w, r)
+}
+
+// AdminHandler serves the admin listener of a Server with
+// Config.SeparateAdmin: the admin API, the dashboard, /metrics, pprof and
+// /healthz. Without SeparateAdmin it is nil: ServeHTTP serves the admin
+// API.
+func (s *Server) AdminHandler() http.Handler {
+	if s.adminMux == nil {
+		return nil
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { s.serve(s.adminMux, w, r) })
+}
+
+func (s *Server) serve(mux *http.ServeMux, w http.ResponseWriter, r *http.Request) {
 	sw := &statusWriter{ResponseWriter: w}
-	s.mux.ServeHTTP(sw, r)
+	mux.ServeHTTP(sw, r)
 	if sw.status >= 200 && sw.status < 600 {
 		s.requests[strconv.Itoa(sw.status/100)+"xx"].Inc()
 	}
