@@ -40,7 +40,10 @@ func serveFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "event-timeout", Value: 10 * time.Second, Usage: "time one event may run in a room before the room is stopped and rolled back (0: no limit, for trusted guests: saves ~1.4 µs per event)", EnvVars: env("event-timeout")},
 		&cli.IntFlag{Name: "max-room-memory", Value: 256, Usage: "linear memory per room, in MiB", EnvVars: env("max-room-memory")},
 		&cli.IntFlag{Name: "max-module-size", Value: 64 << 20, Usage: "largest module accepted at upload, in bytes", EnvVars: env("max-module-size")},
-		&cli.Int64Flag{Name: "max-body", Value: 1 << 20, Usage: "largest HTTP request body sent to a room, in bytes", EnvVars: env("max-body")},
+		&cli.Int64Flag{Name: "max-body", Value: server.DefaultMaxRequestBody, Usage: "largest HTTP request body sent to a room, in bytes", EnvVars: env("max-body")},
+		&cli.DurationFlag{Name: "body-timeout", Value: server.DefaultBodyTimeout, Usage: "time an HTTP request body has to arrive whole after its headers (HTTP 408 past it)", EnvVars: env("body-timeout")},
+		&cli.IntFlag{Name: "upload-min-rate", Value: server.DefaultUploadMinRate, Usage: "bytes per second an admin upload (class put, room import) must keep after its first --body-timeout", EnvVars: env("upload-min-rate")},
+		&cli.IntFlag{Name: "max-bodies-per-ip", Value: server.DefaultMaxBodiesPerIP, Usage: "HTTP request bodies one client address may be sending at once (HTTP 429 past it)", EnvVars: env("max-bodies-per-ip")},
 		&cli.IntFlag{Name: "max-response", Value: 16 << 20, Usage: "largest HTTP response a room may give, in bytes", EnvVars: env("max-response")},
 		&cli.IntFlag{Name: "max-message", Value: 1 << 20, Usage: "largest WebSocket message (and frame), in bytes", EnvVars: env("max-message")},
 		&cli.IntFlag{Name: "max-sockets", Value: 50000, Usage: "open WebSockets per node", EnvVars: env("max-sockets")},
@@ -143,6 +146,9 @@ func nodeConfig(c *cli.Context) (node.Config, error) {
 			AdminToken:     c.String("admin-token"),
 			AdminHosts:     c.StringSlice("admin-hosts"),
 			MaxRequestBody: c.Int64("max-body"),
+			BodyTimeout:    c.Duration("body-timeout"),
+			UploadMinRate:  c.Int("upload-min-rate"),
+			MaxBodiesPerIP: c.Int("max-bodies-per-ip"),
 		},
 		MaxModuleBytes: c.Int("max-module-size"),
 		Logger:         logger,
@@ -158,7 +164,7 @@ func checkLimits(c *cli.Context) error {
 		return fmt.Errorf("--max-room-memory must be 1–4096 MiB, not %d", mem)
 	}
 	for _, name := range []string{"max-resident", "max-module-size", "max-response", "max-message", "max-sockets", "mailbox-size",
-		"upgrade-burst-per-ip", "socket-message-burst", "socket-queue-frames", "socket-queue-bytes"} {
+		"upgrade-burst-per-ip", "socket-message-burst", "socket-queue-frames", "socket-queue-bytes", "upload-min-rate", "max-bodies-per-ip"} {
 		if v := c.Int(name); v < 1 {
 			return fmt.Errorf("--%s must be at least 1, not %d", name, v)
 		}
@@ -168,7 +174,7 @@ func checkLimits(c *cli.Context) error {
 			return fmt.Errorf("--%s must be 0 (no limit) or more, not %d", name, v)
 		}
 	}
-	for _, name := range []string{"handshake-timeout", "socket-write-timeout", "wake-wait"} {
+	for _, name := range []string{"handshake-timeout", "socket-write-timeout", "wake-wait", "body-timeout"} {
 		if v := c.Duration(name); v <= 0 {
 			return fmt.Errorf("--%s must be more than 0, not %s", name, v)
 		}

@@ -3,7 +3,6 @@ package server
 import (
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"syscall"
 
@@ -43,14 +42,15 @@ func (s *Server) getClass(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) putClass(w http.ResponseWriter, r *http.Request) {
 	limit := int64(s.classes.MaxBytes())
-	wasm, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			jsonError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("module over the limit of %d bytes (--max-module-size)", limit))
-			return
-		}
-		jsonError(w, http.StatusBadRequest, "reading the module: "+err.Error())
+	s.paced(r)
+	wasm, status, err := readBody(w, r, limit)
+	switch status {
+	case 0:
+	case http.StatusRequestEntityTooLarge:
+		jsonError(w, status, fmt.Sprintf("module over the limit of %d bytes (--max-module-size)", limit))
+		return
+	default:
+		jsonError(w, status, "reading the module: "+err.Error())
 		return
 	}
 	rec, err := s.classes.Put(r.Context(), r.PathValue("name"), wasm, classes.Options{Durability: r.URL.Query().Get("durability")})

@@ -3,7 +3,6 @@ package server
 import (
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 
@@ -46,9 +45,10 @@ func (s *Server) exportRoom(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) importRoom(w http.ResponseWriter, r *http.Request) {
-	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBundle))
+	s.paced(r)
+	b, status, err := readBody(w, r, maxBundle)
 	if err != nil {
-		jsonError(w, http.StatusRequestEntityTooLarge, "reading the bundle: "+err.Error())
+		jsonError(w, status, "reading the bundle: "+err.Error())
 		return
 	}
 	bd, err := rooms.DecodeBundle(b)

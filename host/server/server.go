@@ -48,8 +48,18 @@ type Config struct {
 	// off ServeHTTP (the rooms' listener) and serves them from
 	// AdminHandler, for a listener of their own.
 	SeparateAdmin bool
-	// MaxRequestBody caps a request body sent to a room (default 1 MiB).
+	// MaxRequestBody caps a request body sent to a room (default
+	// DefaultMaxRequestBody).
 	MaxRequestBody int64
+	// BodyTimeout is the time a request body has to arrive whole, from the
+	// end of its headers (default DefaultBodyTimeout); see body.go.
+	BodyTimeout time.Duration
+	// UploadMinRate is the rate, in bytes a second, an admin upload's body
+	// must keep after its first BodyTimeout (default DefaultUploadMinRate).
+	UploadMinRate int
+	// MaxBodiesPerIP caps the request bodies one client address may be
+	// sending at once (default DefaultMaxBodiesPerIP).
+	MaxBodiesPerIP int
 	// MaxRoomName caps a room name in bytes (default 255).
 	MaxRoomName int
 	Logger      *slog.Logger
@@ -57,7 +67,16 @@ type Config struct {
 
 func (c Config) withDefaults() Config {
 	if c.MaxRequestBody <= 0 {
-		c.MaxRequestBody = 1 << 20
+		c.MaxRequestBody = DefaultMaxRequestBody
+	}
+	if c.BodyTimeout <= 0 {
+		c.BodyTimeout = DefaultBodyTimeout
+	}
+	if c.UploadMinRate <= 0 {
+		c.UploadMinRate = DefaultUploadMinRate
+	}
+	if c.MaxBodiesPerIP <= 0 {
+		c.MaxBodiesPerIP = DefaultMaxBodiesPerIP
 	}
 	if c.MaxRoomName <= 0 {
 		c.MaxRoomName = 255
@@ -83,6 +102,8 @@ type Server struct {
 
 	requests map[string]*metrics.Counter
 	guardian adminGuard
+	bodies   *bodySlots
+	bodyMet  bodyMetrics
 
 	// The dashboard (dashboard.go).
 	started   time.Time
@@ -95,11 +116,16 @@ type Server struct {
 func New(cfg Config, reg *classes.Registry, mgr *rooms.Manager, hub *socket.Hub, set *metrics.Set) *Server {
 	cfg = cfg.withDefaults()
 	s := &Server{cfg: cfg, classes: reg, rooms: mgr, hub: hub, metrics: set, mux: http.NewServeMux(), log: cfg.Logger,
-		requests: map[string]*metrics.Counter{}, guardian: newAdminGuard(cfg),
+		requests: map[string]*metrics.Counter{}, guardian: newAdminGuard(cfg), bodies: newBodySlots(cfg.MaxBodiesPerIP),
 		started: time.Now(), series: newSeries(int(seriesWindow / seriesInterval))}
 	for _, code := range []string{"2xx", "3xx", "4xx", "5xx"} {
 		s.requests[code] = set.NewCounter(`wasmkeep_http_requests_total{code="` + code + `"}`)
 	}
+	s.bodyMet = bodyMetrics{
+		timeouts: set.NewCounter("wasmkeep_http_body_timeouts_total"),
+		refused:  set.NewCounter("wasmkeep_http_bodies_refused_total"),
+	}
+	set.NewGauge("wasmkeep_http_bodies_receiving", func() float64 { return float64(s.bodies.receiving.Load()) })
 	s.mux.HandleFunc("/actor/{class}/{name}", s.actor)
 	s.mux.HandleFunc("/actor/{class}/{name}/{rest...}", s.actor)
 	s.mux.HandleFunc("GET /healthz", healthz)
@@ -174,10 +200,21 @@ func (s *Server) AdminHandler() http.Handler {
 
 func (s *Server) serve(mux *http.ServeMux, w http.ResponseWriter, r *http.Request) {
 	sw := &statusWriter{ResponseWriter: w}
-	mux.ServeHTTP(sw, r)
-	if sw.status >= 200 && sw.status < 600 {
-		s.requests[strconv.Itoa(sw.status/100)+"xx"].Inc()
+	defer func() {
+		if sw.status >= 200 && sw.status < 600 {
+			s.requests[strconv.Itoa(sw.status/100)+"xx"].Inc()
+		}
+	}()
+	// An upgrade's connection is the socket layer's, deadlines included.
+	if r.ContentLength != 0 && !isUpgrade(r) {
+		body := s.receive(sw, r)
+		if body == nil {
+			return
+		}
+		defer body.end()
+		r.Body = body
 	}
+	mux.ServeHTTP(sw, r)
 }
 
 // statusWriter remembers the status for the request counter. It passes
@@ -252,14 +289,14 @@ func (s *Server) actor(w http.ResponseWriter, r *http.Request) {
 		textError(w, http.StatusNotFound, "this class does not handle HTTP requests")
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxRequestBody))
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			textError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body over the limit of %d bytes", s.cfg.MaxRequestBody))
-			return
-		}
-		textError(w, http.StatusBadRequest, "reading the request body: "+err.Error())
+	body, status, err := readBody(w, r, s.cfg.MaxRequestBody)
+	switch status {
+	case 0:
+	case http.StatusRequestEntityTooLarge:
+		textError(w, status, fmt.Sprintf("request body over the limit of %d bytes", s.cfg.MaxRequestBody))
+		return
+	default:
+		textError(w, status, "reading the request body: "+err.Error())
 		return
 	}
 	req := abi.Request{Method: r.Method, Path: below, Query: r.URL.RawQuery, Headers: headersOf(r.Header, r.Host), Body: body}

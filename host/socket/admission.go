@@ -210,3 +210,12 @@ func keyOf(addr netip.Addr) netip.Addr {
 	}
 	return addr
 }
+
+// ClientAddr is the address the per-address limits count r under: its TCP
+// peer, or with Config.TrustForwardedFor the address its proxy gave; an
+// IPv6 address as its /64. ok is false for a request without an IP peer.
+// Other per-address limits of the node (on HTTP request bodies) count
+// clients the same way.
+func (h *Hub) ClientAddr(r *http.Request) (addr netip.Addr, ok bool) {
+	return clientKey(r, h.cfg.TrustForwardedFor)
+}
