@@ -50,6 +50,7 @@ func serveFlags() []cli.Flag {
 		&cli.IntFlag{Name: "max-sockets-per-ip", Value: 0, Usage: "open WebSockets per client address (an IPv6 /64 counts as one); 0: no limit", EnvVars: env("max-sockets-per-ip")},
 		&cli.IntFlag{Name: "upgrade-rate-per-ip", Value: 0, Usage: "WebSocket upgrade attempts per second per client address, after the burst; 0: no limit", EnvVars: env("upgrade-rate-per-ip")},
 		&cli.IntFlag{Name: "upgrade-burst-per-ip", Value: socket.DefaultUpgradeBurst, Usage: "upgrade attempts a client address may make at once under --upgrade-rate-per-ip", EnvVars: env("upgrade-burst-per-ip")},
+		&cli.StringSliceFlag{Name: "allowed-origins", Usage: "origins (scheme://host[:port], a host may start with *.; * for any) whose pages may open WebSockets, besides the node's own (comma-separated)", EnvVars: env("allowed-origins")},
 		&cli.BoolFlag{Name: "trust-forwarded-for", Usage: "count the per-address limits under the last X-Forwarded-For address (only behind a proxy)", EnvVars: env("trust-forwarded-for")},
 		&cli.DurationFlag{Name: "handshake-timeout", Value: socket.DefaultHandshakeTimeout, Usage: "time a client has to send its request headers, and to take a WebSocket handshake's answer", EnvVars: env("handshake-timeout")},
 		&cli.IntFlag{Name: "socket-message-rate", Value: socket.DefaultMessageRate, Usage: "messages per second a WebSocket may send, after the burst; more are dropped (0: no limit)", EnvVars: env("socket-message-rate")},
@@ -92,6 +93,11 @@ func nodeConfig(c *cli.Context) (node.Config, error) {
 	if err == nil {
 		if reader, err = socket.ParseReadMode(c.String("socket-reader")); err != nil {
 			err = fmt.Errorf("--socket-reader must be auto, goroutine or epoll, not %q", c.String("socket-reader"))
+		}
+	}
+	if err == nil {
+		if err = server.ValidOrigins(c.StringSlice("allowed-origins")); err != nil {
+			err = fmt.Errorf("--allowed-origins: %w", err)
 		}
 	}
 	if err != nil {
@@ -149,6 +155,7 @@ func nodeConfig(c *cli.Context) (node.Config, error) {
 			BodyTimeout:    c.Duration("body-timeout"),
 			UploadMinRate:  c.Int("upload-min-rate"),
 			MaxBodiesPerIP: c.Int("max-bodies-per-ip"),
+			AllowedOrigins: c.StringSlice("allowed-origins"),
 		},
 		MaxModuleBytes: c.Int("max-module-size"),
 		Logger:         logger,

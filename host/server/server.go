@@ -60,6 +60,10 @@ type Config struct {
 	// MaxBodiesPerIP caps the request bodies one client address may be
 	// sending at once (default DefaultMaxBodiesPerIP).
 	MaxBodiesPerIP int
+	// AllowedOrigins are the origins, besides the node's own, whose pages
+	// may open WebSockets to rooms (see origins.go; ValidOrigins checks
+	// them). AnyOrigin allows all.
+	AllowedOrigins []string
 	// MaxRoomName caps a room name in bytes (default 255).
 	MaxRoomName int
 	Logger      *slog.Logger
@@ -104,6 +108,9 @@ type Server struct {
 	guardian adminGuard
 	bodies   *bodySlots
 	bodyMet  bodyMetrics
+	origins  origins
+	// originRefused counts upgrades refused for their Origin.
+	originRefused *metrics.Counter
 
 	// The dashboard (dashboard.go).
 	started   time.Time
@@ -126,6 +133,7 @@ func New(cfg Config, reg *classes.Registry, mgr *rooms.Manager, hub *socket.Hub,
 		refused:  set.NewCounter("wasmkeep_http_bodies_refused_total"),
 	}
 	set.NewGauge("wasmkeep_http_bodies_receiving", func() float64 { return float64(s.bodies.receiving.Load()) })
+	s.origins, s.originRefused = newOrigins(cfg.AllowedOrigins), set.NewCounter("wasmkeep_http_origin_refused_total")
 	s.mux.HandleFunc("/actor/{class}/{name}", s.actor)
 	s.mux.HandleFunc("/actor/{class}/{name}/{rest...}", s.actor)
 	s.mux.HandleFunc("GET /healthz", healthz)
@@ -270,6 +278,11 @@ func (s *Server) actor(w http.ResponseWriter, r *http.Request) {
 	key, below, err := s.roomKey(r)
 	if err != nil {
 		textError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if isUpgrade(r) && !s.origins.allow(r) {
+		s.originRefused.Inc()
+		textError(w, http.StatusForbidden, "WebSockets to this node are not open to pages of the origin "+r.Header.Get("Origin")+" (--allowed-origins)")
 		return
 	}
 	class, err := s.classes.Current(r.Context(), key.Class)

@@ -40,7 +40,14 @@ func (e *CloseError) Error() string { return fmt.Sprintf("closed by server: %d %
 // Dial opens a WebSocket to url (http:// or ws://), failing tb on error.
 func Dial(tb testing.TB, url string) *Client {
 	tb.Helper()
-	c, err := DialErr(url, nil)
+	return DialHeader(tb, url, nil)
+}
+
+// DialHeader is Dial with extra handshake headers, such as a browser's
+// Origin.
+func DialHeader(tb testing.TB, url string, header http.Header) *Client {
+	tb.Helper()
+	c, err := DialErr(url, header)
 	if err != nil {
 		tb.Fatalf("dial %s: %v", url, err)
 	}
