@@ -91,7 +91,8 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Server is the node's http.Handler.
+// Server is the node's HTTP surface: ServeHTTP serves its listener, and
+// AdminHandler its admin listener when Config.SeparateAdmin gives it one.
 type Server struct {
 	cfg     Config
 	classes *classes.Registry
