@@ -12,10 +12,11 @@ import (
 	"time"
 )
 
-// adminAttacks are the admin requests with an effect that a page of
-// another site tries to make a browser send: every state-changing
-// endpoint, and the export, which checkpoints a running room (it was a
-// GET before it became a POST, so the old route is tried too).
+// adminAttacks are the admin requests that a page of another site tries
+// to make a browser send: every state-changing endpoint, the export,
+// which checkpoints a running room (it was a GET before it became a POST,
+// so the old route is tried too), and reads, whose answers must not reach
+// the page (the node sends no CORS header).
 var adminAttacks = []struct {
 	Method string `json:"method"`
 	Path   string `json:"path"`
@@ -31,6 +32,9 @@ var adminAttacks = []struct {
 	{"POST", "/admin/rooms/import?name=stolen", "bundle"},
 	{"PUT", "/admin/classes/evil", "wasm"},
 	{"DELETE", "/admin/classes/counter", ""},
+	{"GET", "/admin/rooms", ""},
+	{"GET", "/admin/overview", ""},
+	{"GET", "/metrics", ""},
 }
 
 // attackPage is a page of another site that attacks the admin API at
