@@ -108,6 +108,12 @@ async function checkView(view) {
     for (const c of want.classes) {
       const shown = await page.locator(`#classes [data-class="${c}"]`).count();
       check(shown === 1, "the classes list shows " + c);
+      // What the class's rooms take in the store: the sum of the listed
+      // rooms' snapshots, shown per class.
+      const stored = await page.getAttribute(`#classes [data-class="${c}"] .class-stored`, "data-stored");
+      const sum = await page.evaluate(async (cls) => (await (await fetch("/admin/rooms")).json())
+        .filter((r) => r.class === cls).reduce((a, r) => a + (r.snapshot_bytes || 0), 0), c);
+      check(stored !== null && (Number(stored) > 0) === (sum > 0), `class ${c} shows its stored bytes (${stored}; its rooms' snapshots take ${sum})`);
     }
 
     if (view.full) {
