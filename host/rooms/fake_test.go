@@ -17,6 +17,7 @@ import (
 
 	"github.com/wasmkeep/wasmkeep/abi"
 	"github.com/wasmkeep/wasmkeep/host/engine"
+	"github.com/wasmkeep/wasmkeep/host/rooms/life"
 	"github.com/wasmkeep/wasmkeep/host/snapshot"
 	"github.com/wasmkeep/wasmkeep/host/store"
 	"github.com/wasmkeep/wasmkeep/internal/clock"
@@ -35,7 +36,8 @@ import (
 //	POST /delete      asks for its state to be deleted
 //	POST /broadcast   sends the body to every socket; answers "ok"
 //	socket open       counts it (opens), sends "open <id>"
-//	socket message    "trap" traps; anything else is echoed and counted
+//	socket message    "trap" traps; "close" closes the socket with 4000;
+//	                  anything else is echoed and counted
 //	socket close      counts it (closes)
 //
 // Memory: the counter, then the counts of opens, messages and closes, as
@@ -131,8 +133,12 @@ func (i *fakeInstance) SocketOpen(id uint32, _ []byte) error {
 }
 
 func (i *fakeInstance) SocketMessage(id uint32, kind int, data []byte) error {
-	if string(data) == "trap" {
+	switch string(data) {
+	case "trap":
 		return errFakeTrap
+	case "close":
+		i.host.SocketClose(id, 4000, "bye")
+		return nil
 	}
 	i.add(offMessages, 1)
 	i.host.SocketSend(id, kind, data)
@@ -274,7 +280,63 @@ type harness struct {
 	bucket  *store.Faulty
 	classes *fakeClasses
 	metrics *metrics.Set
+	place   *recordingPlacement
 }
+
+// recordingPlacement is a single node's placement that records what the
+// manager tells it, and can be told that a hold is no longer valid.
+type recordingPlacement struct {
+	Local
+	mu      sync.Mutex
+	calls   []string
+	invalid map[Key]bool
+}
+
+func (p *recordingPlacement) record(format string, args ...any) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.calls = append(p.calls, fmt.Sprintf(format, args...))
+}
+
+// took returns the calls recorded since the last took.
+func (p *recordingPlacement) took() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	c := p.calls
+	p.calls = nil
+	return c
+}
+
+// heard reports whether call was recorded (and not yet taken).
+func (p *recordingPlacement) heard(call string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Contains(p.calls, call)
+}
+
+func (p *recordingPlacement) setValid(k Key, valid bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.invalid[k] = !valid
+}
+
+func (p *recordingPlacement) Acquire(ctx context.Context, key Key) (Hold, error) {
+	p.record("acquire %s", key)
+	return p.Local.Acquire(ctx, key)
+}
+
+func (p *recordingPlacement) Valid(h Hold) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return !p.invalid[h.Key]
+}
+
+func (p *recordingPlacement) End(_ context.Context, h Hold, why life.EndReason, open int) {
+	p.record("end %s %s open=%d", h.Key, why, open)
+}
+
+func (p *recordingPlacement) SocketsGone(key Key) { p.record("sockets gone %s", key) }
+func (p *recordingPlacement) CloseLost(key Key)   { p.record("close lost %s", key) }
 
 func newHarness(t *testing.T, cfg Config) *harness {
 	t.Helper()
@@ -295,7 +357,8 @@ func newHarness(t *testing.T, cfg Config) *harness {
 	if cfg.SweepInterval == 0 {
 		cfg.SweepInterval = -1
 	}
-	m, err := NewManager(context.Background(), cfg, h.classes, h.bucket, NewLocal(1))
+	h.place = &recordingPlacement{invalid: map[Key]bool{}}
+	m, err := NewManager(context.Background(), cfg, h.classes, h.bucket, h.place)
 	if err != nil {
 		t.Fatal(err)
 	}

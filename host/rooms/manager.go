@@ -292,7 +292,7 @@ func (m *Manager) takePlace(ctx context.Context, r *Room) error {
 		freed := m.placeFreed
 		m.mu.Unlock()
 		for _, v := range victims {
-			v.requestHibernate(reasonEvict, nil)
+			v.requestHibernate(life.EndEvict, nil)
 		}
 		var err error
 		select {
@@ -418,7 +418,7 @@ func (m *Manager) sweeper() {
 		idle := m.markLeaving(life.Idle(cands, m.clock.Now(), int64(m.cfg.IdleTimeout)))
 		m.mu.Unlock()
 		for _, r := range idle {
-			r.requestHibernate(reasonIdle, nil)
+			r.requestHibernate(life.EndIdle, nil)
 		}
 	}
 }
@@ -460,13 +460,77 @@ func (m *Manager) Hibernate(ctx context.Context, key Key) error {
 		return err
 	}
 	done := make(chan error, 1)
-	r.requestHibernate(reasonAdmin, done)
+	r.requestHibernate(life.EndAdmin, done)
 	select {
 	case err := <-done:
 		return err
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// Route says where key's events go (Placement.Route): the server asks it
+// before it resolves the room's class or admits a socket for it.
+func (m *Manager) Route(ctx context.Context, key Key) (Route, error) {
+	return m.place.Route(ctx, key)
+}
+
+// Drop discards a room's instance without writing its state and ends its
+// hold for why: for a placement that found the hold invalid. A room that
+// is not resident is left as it is.
+func (m *Manager) Drop(ctx context.Context, key Key, why life.EndReason) error {
+	m.mu.Lock()
+	r := m.rooms[key]
+	m.mu.Unlock()
+	if r == nil {
+		return nil
+	}
+	return r.await(ctx, &event{kind: evDrop, why: why})
+}
+
+// DropAll discards every resident room's instance without writing it (a
+// lease lapse: no hold may act any more) and waits until they are gone.
+func (m *Manager) DropAll(ctx context.Context) error {
+	m.mu.Lock()
+	var all []*Room
+	for r := range m.resident {
+		all = append(all, r)
+	}
+	m.mu.Unlock()
+	var errs []error
+	for _, r := range all {
+		if err := r.await(ctx, &event{kind: evDrop, why: life.EndLapse}); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// CloseSockets closes every socket of a room on this node with code and
+// reason (a drain or a move: 1012); their close events follow as usual.
+func (m *Manager) CloseSockets(ctx context.Context, key Key, code int, reason string) error {
+	m.mu.Lock()
+	r := m.rooms[key]
+	m.mu.Unlock()
+	if r == nil {
+		return nil
+	}
+	return r.await(ctx, &event{kind: evCloseSockets, code: code, reason: reason})
+}
+
+// RoomsWithSockets lists the rooms with sockets open on this node,
+// resident or not, sorted.
+func (m *Manager) RoomsWithSockets() []Key {
+	m.mu.Lock()
+	var keys []Key
+	for k, r := range m.rooms {
+		if r.socketCount.Load() > 0 {
+			keys = append(keys, k)
+		}
+	}
+	m.mu.Unlock()
+	slices.SortFunc(keys, func(a, b Key) int { return strings.Compare(a.String(), b.String()) })
+	return keys
 }
 
 // Delete deletes a room: its instance is dropped without being written,
@@ -478,16 +542,7 @@ func (m *Manager) Delete(ctx context.Context, key Key) error {
 	if err != nil {
 		return err
 	}
-	done := make(chan error, 1)
-	if err := r.enqueue(&event{kind: evDelete, ctx: ctx, done: done}, false); err != nil {
-		return err
-	}
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return r.await(ctx, &event{kind: evDelete, ctx: ctx})
 }
 
 // Pin keeps a room in memory (pin true) or lets it sleep again (false).
@@ -577,7 +632,7 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 	// Rooms with a worker hibernate as their mailbox empties; the others
 	// get a worker for it.
 	for _, r := range all {
-		r.requestHibernate(reasonStop, nil)
+		r.requestHibernate(life.EndStop, nil)
 	}
 	if n := m.workers.count(); n > 0 {
 		m.log.Info("stopping: waiting for rooms to finish their events and hibernate", "rooms", n)

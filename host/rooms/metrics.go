@@ -2,6 +2,8 @@ package rooms
 
 import (
 	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/wasmkeep/wasmkeep/host/rooms/life"
 )
 
 // roomMetrics is the room layer's table of metrics. Every name is
@@ -35,14 +37,6 @@ type roomMetrics struct {
 	events             map[eventKind]*metrics.Counter
 	crashes            map[string]*metrics.Counter
 }
-
-// Hibernation reasons, as metric labels.
-const (
-	reasonIdle  = "idle"
-	reasonEvict = "evict"
-	reasonAdmin = "admin"
-	reasonStop  = "stop"
-)
 
 func newRoomMetrics(set *metrics.Set, m *Manager) *roomMetrics {
 	rm := &roomMetrics{
@@ -80,8 +74,8 @@ func newRoomMetrics(set *metrics.Set, m *Manager) *roomMetrics {
 	for _, r := range []string{"malformed", "message_rate", "join_rate", "topic_limit", "invalid_join", "stale", "unmatched"} {
 		rm.channelDrops[r] = set.NewCounter(`wasmkeep_channel_drops_total{reason="` + r + `"}`)
 	}
-	for _, r := range []string{reasonIdle, reasonEvict, reasonAdmin, reasonStop} {
-		rm.hibernations[r] = set.NewCounter(`wasmkeep_room_hibernations_total{reason="` + r + `"}`)
+	for _, r := range []life.EndReason{life.EndIdle, life.EndEvict, life.EndAdmin, life.EndStop} {
+		rm.hibernations[r.String()] = set.NewCounter(`wasmkeep_room_hibernations_total{reason="` + r.String() + `"}`)
 	}
 	for k, name := range eventNames {
 		if name != "" {

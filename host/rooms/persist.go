@@ -46,6 +46,10 @@ func parseRoomKey(s string) (Key, string, bool) {
 	return Key{class, name}, parts[3], true
 }
 
+// errHoldLost: the placement no longer grants the room's hold, so nothing
+// it holds may be written.
+var errHoldLost = errors.New("rooms: the room's hold is no longer valid")
+
 // ErrNotDurable: the room's state could not be made durable, so the event
 // that needed it is undone (the room rolls back) and fails.
 var ErrNotDurable = errors.New("the room's state could not be made durable")
@@ -164,6 +168,9 @@ func (m *Manager) unreadable(key Key, err error) {
 // references go to the collector.
 func (r *Room) writeSnapshot(ctx context.Context) error {
 	m := r.m
+	if r.held && !m.place.Valid(r.hold) {
+		return errHoldLost
+	}
 	st := savedState{NextSocket: r.nextSocket}
 	for _, id := range sortedIDs(r.known) {
 		if !r.skipClose[id] {
@@ -465,7 +472,7 @@ func (r *Room) deleteForGuest(first func()) error {
 	r.applyEffects()
 	r.known, r.joins, r.gone, r.skipClose = nil, nil, map[uint32]life.Closed{}, nil
 	clear(r.goneJoins)
-	r.dropInstance()
+	r.dropInstance(life.EndDeleted)
 	return nil
 }
 
@@ -476,11 +483,9 @@ func (r *Room) delete(ctx context.Context) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	r.dropInstance()
-	for id, s := range r.sockets {
-		delete(r.sockets, id)
-		r.socketCount.Add(-1)
-		s.conn.Close(abi.CloseNormal, "room deleted")
+	r.dropInstance(life.EndDeleted)
+	for _, s := range r.sockets {
+		r.dropSocket(s, abi.CloseNormal, "room deleted")
 	}
 	r.known, r.joins, r.gone, r.skipClose = nil, nil, map[uint32]life.Closed{}, nil
 	clear(r.goneJoins)

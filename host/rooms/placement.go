@@ -3,32 +3,67 @@ package rooms
 import (
 	"context"
 	"sync/atomic"
+
+	"github.com/wasmkeep/wasmkeep/host/rooms/life"
 )
 
-// Placement decides where a room runs and grants this node the right to run
-// it. The room manager asks it before waking a room and tells it when a room
-// goes to sleep; a cluster implements it over ownership records in the
-// bucket, a single node with Local.
+// Placement decides where a room runs and grants this node the right to
+// run it. The server asks it where a room runs before it does any work for
+// an event; the room manager asks it for a hold before waking a room,
+// checks the hold before every event and snapshot write, and tells it when
+// the hold ends and why. A cluster implements it over ownership records in
+// the bucket (parking a hold whose room hibernated with sockets open here,
+// seed 000 §1); a single node uses Local.
+//
+// The manager's side of the contract, for a placement to call back: Drop
+// (a hold found invalid: the instance goes, unwritten), DropAll (a lease
+// lapse), CloseSockets, RoomsWithSockets, and Hibernate (a hand-over).
 type Placement interface {
-	// Locate says where events for key should go. A single node always
-	// answers Here.
-	Locate(ctx context.Context, key Key) (Location, error)
-	// Acquire grants this node the right to run key until Release or Park.
-	// Each grant has a generation of its own, higher than any before it for
-	// that room, which tags what the hold writes.
+	// Route says where key's events go: here, on another node (which the
+	// server forwards requests and relays upgrades to), or nowhere yet
+	// (its owner is dead and its record not yet free: wait, then 503). It
+	// is asked before the class is resolved or a socket admitted.
+	Route(ctx context.Context, key Key) (Route, error)
+	// Acquire grants this node the right to run key until End. Each grant
+	// has a generation of its own, higher than any before it for that
+	// room, which tags what the hold writes.
 	Acquire(ctx context.Context, key Key) (Hold, error)
-	// Park ends a hold whose room hibernated with sockets still open here:
-	// the room stays this node's, so its next wake happens here.
-	Park(h Hold)
-	// Release ends a hold: the room may wake anywhere next time.
-	Release(ctx context.Context, h Hold) error
+	// Valid reports whether h still lets this node act: asked before each
+	// event and each snapshot write (a cluster's lease may have lapsed).
+	Valid(h Hold) bool
+	// End ends a hold, for why, while open of the room's sockets are open
+	// (and not closing) on this node. The placement parks the hold (the
+	// room then wakes here again: life.EndReason.Parks, and the node's own
+	// state) or releases it.
+	End(ctx context.Context, h Hold, why life.EndReason, open int)
+	// SocketsGone tells that key has no open socket left on this node
+	// (checked each time one goes), so that a parked hold can be released.
+	SocketsGone(key Key)
+	// CloseLost tells that a socket of key closed and its guest could not
+	// be told (its wake failed): the room's record of its sockets is out
+	// of date until it next wakes.
+	CloseLost(key Key)
 }
 
-// Location is where a room's events are delivered.
-type Location struct {
-	// Here is true when this node runs (or may run) the room.
-	Here bool
-	// Node and Address name the node that does, when not Here.
+// RouteKind is where a room's events go.
+type RouteKind uint8
+
+// Routes.
+const (
+	// RouteHere: this node runs the room, or may.
+	RouteHere RouteKind = iota
+	// RouteElsewhere: another node runs it: Route.Node at Route.Address.
+	RouteElsewhere
+	// RouteWait: nobody may run it yet (its owner died and its record is
+	// not free); retry later.
+	RouteWait
+)
+
+// Route is where a room's events go.
+type Route struct {
+	Kind RouteKind
+	// Node and Address name the node that runs the room, for
+	// RouteElsewhere.
 	Node, Address string
 }
 
@@ -56,8 +91,8 @@ func NewLocal(base uint64) *Local {
 	return l
 }
 
-// Locate implements Placement.
-func (l *Local) Locate(context.Context, Key) (Location, error) { return Location{Here: true}, nil }
+// Route implements Placement: here.
+func (l *Local) Route(context.Context, Key) (Route, error) { return Route{Kind: RouteHere}, nil }
 
 // Acquire implements Placement. One counter serves every room: a generation
 // only has to exceed the room's earlier ones.
@@ -65,10 +100,16 @@ func (l *Local) Acquire(_ context.Context, key Key) (Hold, error) {
 	return Hold{Key: key, Generation: l.next.Add(1)}, nil
 }
 
-// Park implements Placement.
-func (l *Local) Park(Hold) {}
+// Valid implements Placement: a single node's holds stay valid.
+func (l *Local) Valid(Hold) bool { return true }
 
-// Release implements Placement.
-func (l *Local) Release(context.Context, Hold) error { return nil }
+// End implements Placement: a single node has nothing to park or release.
+func (l *Local) End(context.Context, Hold, life.EndReason, int) {}
+
+// SocketsGone implements Placement.
+func (l *Local) SocketsGone(Key) {}
+
+// CloseLost implements Placement.
+func (l *Local) CloseLost(Key) {}
 
 var _ Placement = (*Local)(nil)

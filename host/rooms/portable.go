@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/wasmkeep/wasmkeep/host/engine"
+	"github.com/wasmkeep/wasmkeep/host/rooms/life"
 	"github.com/wasmkeep/wasmkeep/host/snapshot"
 	"github.com/wasmkeep/wasmkeep/host/store"
 )
@@ -226,7 +227,7 @@ func (m *Manager) Import(ctx context.Context, bd *Bundle, mods Modules, opts Imp
 	if err != nil {
 		return key, err
 	}
-	defer func() { _ = m.place.Release(context.Background(), hold) }()
+	defer m.place.End(context.Background(), hold, life.EndAdmin, 0)
 	man := *bd.Manifest
 	man.Generation = hold.Generation
 	man.Segments = make([]snapshot.SegmentRef, len(bd.Manifest.Segments))

@@ -61,6 +61,9 @@ type Socket struct {
 	// corked is true while the worker holds the socket's writes for the
 	// rest of a burst of events; worker-owned.
 	corked bool
+	// closing: the room or the node has closed it, and its close event is
+	// still to come; it no longer counts as open. Worker-owned.
+	closing bool
 }
 
 // ID is the socket's id within its room (0 until its open event ran).
@@ -76,11 +79,19 @@ const (
 	evChannel
 	evCheckpoint // write the state now without hibernating (export)
 	evHibernate
-	evWake   // make the room resident without an event for its guest (pin)
-	evDelete // delete the room: its instance, sockets and stored state (Manager.Delete)
+	evWake         // make the room resident without an event for its guest (pin)
+	evDelete       // delete the room: its instance, sockets and stored state (Manager.Delete)
+	evDrop         // drop the instance unwritten, ending the hold for why (Manager.Drop)
+	evCloseSockets // close every socket of the room with code and reason (Manager.CloseSockets)
 )
 
-var eventNames = [...]string{"request", "socket_open", "socket_message", "socket_close", "channel", "", "", "", ""}
+// unrefused reports whether a full mailbox still takes the event: closes
+// and the node's own requests, bounded by the sockets and rooms that exist.
+func (k eventKind) unrefused() bool {
+	return k == evSocketClose || k == evHibernate || k == evDelete || k == evDrop || k == evCloseSockets
+}
+
+var eventNames = [...]string{"request", "socket_open", "socket_message", "socket_close", "channel", "", "", "", "", "", ""}
 
 type event struct {
 	kind    eventKind
@@ -96,7 +107,7 @@ type event struct {
 
 	delivery phoenix.Delivery // a channel event
 
-	why  string
+	why  life.EndReason // evHibernate
 	done chan error
 }
 
@@ -230,7 +241,7 @@ func (r *Room) enqueue(ev *event, wait bool) error {
 		return ErrStopping // the manager is closed: no worker may start
 	}
 	r.mu.Lock()
-	for ev.kind != evSocketClose && ev.kind != evHibernate && ev.kind != evDelete && len(r.queue)-r.head >= r.m.cfg.MailboxSize {
+	for !ev.kind.unrefused() && len(r.queue)-r.head >= r.m.cfg.MailboxSize {
 		if !wait {
 			r.mu.Unlock()
 			r.m.met.queueFull.Inc()
@@ -273,6 +284,7 @@ func (r *Room) run() {
 			r.queue, r.head = r.queue[:0], 0
 			r.lingering = true
 			r.mu.Unlock()
+			r.m.placesChanged() // no longer busy: a waiting wake may evict it
 			r.uncorkAll()
 			burst = 0
 			stopping := r.m.isStopping()
@@ -295,7 +307,6 @@ func (r *Room) run() {
 			}
 			r.running, r.lingering = false, false
 			r.mu.Unlock()
-			r.m.placesChanged() // an idle room may now be evicted for a waiting wake
 			if !r.residentNow() && r.socketCount.Load() == 0 {
 				r.m.forget(r)
 			}
@@ -348,7 +359,22 @@ func (r *Room) waitForWork() bool {
 	}
 }
 
-func (r *Room) requestHibernate(why string, done chan error) {
+// await queues one of the node's own events (ev.done is set here) and
+// waits for the worker to finish it.
+func (r *Room) await(ctx context.Context, ev *event) error {
+	ev.done = make(chan error, 1)
+	if err := r.enqueue(ev, false); err != nil {
+		return err
+	}
+	select {
+	case err := <-ev.done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (r *Room) requestHibernate(why life.EndReason, done chan error) {
 	r.hibernatePending.Store(true)
 	_ = r.enqueue(&event{kind: evHibernate, why: why, done: done}, false)
 }
@@ -370,14 +396,29 @@ func (r *Room) handle(ev *event, more bool) {
 		ev.done <- r.delete(ev.ctx)
 		return
 	}
+	if ev.kind == evDrop {
+		r.dropInstance(ev.why)
+		ev.done <- nil
+		return
+	}
+	if ev.kind == evCloseSockets {
+		for _, s := range r.sockets {
+			if !s.closing {
+				s.closing = true
+				s.conn.Close(ev.code, ev.reason)
+			}
+		}
+		ev.done <- nil
+		return
+	}
 	if ev.kind == evHibernate {
 		var err error
 		// An idle or eviction request that finds work queued behind it is
 		// stale: the room is in use again.
 		switch {
-		case ev.why == reasonStop:
+		case ev.why == life.EndStop:
 			err = r.stopHibernate()
-		case !more || (ev.why != reasonIdle && ev.why != reasonEvict):
+		case !more || (ev.why != life.EndIdle && ev.why != life.EndEvict):
 			err = r.hibernate(ev.why)
 		}
 		r.hibernatePending.Store(false)
@@ -389,6 +430,7 @@ func (r *Room) handle(ev *event, more bool) {
 		}
 		return
 	}
+	r.holdValid() // a hold no longer granted acts no more: the event wakes the room anew, or is refused
 	r.lastActive.Store(r.m.clock.Now())
 	if met := r.m.met.events[ev.kind]; met != nil {
 		met.Add(max(len(ev.batch), 1))
@@ -513,16 +555,17 @@ func (r *Room) handleClose(ev *event) {
 	if s.id == 0 || r.sockets[s.id] != s {
 		return // its open never ran
 	}
-	delete(r.sockets, s.id)
-	r.socketCount.Add(-1)
+	r.forgetSocket(s)
 	if r.inst != nil && !r.known[s.id] {
 		return // the guest never saw it open (its open crashed)
 	}
 	r.gone[s.id] = life.Closed{Code: ev.code, Reason: ev.reason}
 	if r.inst == nil {
-		// Waking delivers the close, if the guest's state knows the socket.
-		if !r.m.isStopping() {
-			_ = r.ensureResident(context.Background())
+		// Waking delivers the close, if the guest's state knows the
+		// socket; a close that cannot reach the guest is the placement's
+		// to know of.
+		if r.m.isStopping() || r.ensureResident(context.Background()) != nil {
+			r.m.place.CloseLost(r.key)
 		}
 		return
 	}
@@ -548,10 +591,19 @@ func (r *Room) refuseSocket(s *Socket, err error) {
 // so the guest never hears of it again (its close event finds it gone).
 func (r *Room) dropSocket(s *Socket, code int, reason string) {
 	if s.id != 0 && r.sockets[s.id] == s {
-		delete(r.sockets, s.id)
-		r.socketCount.Add(-1)
+		r.forgetSocket(s)
 	}
 	s.conn.Close(code, reason)
+}
+
+// forgetSocket takes a socket out of the room; the placement hears when
+// the last one goes.
+func (r *Room) forgetSocket(s *Socket) {
+	delete(r.sockets, s.id)
+	r.socketCount.Add(-1)
+	if len(r.sockets) == 0 {
+		r.m.place.SocketsGone(r.key)
+	}
 }
 
 // deliver runs one guest call and applies its effects if it returned. A
@@ -626,6 +678,7 @@ func (r *Room) applyEffects() {
 		case opSend:
 			r.send(e.sock, e.frame)
 		case opClose:
+			e.sock.closing = true
 			e.sock.conn.Close(e.code, e.reason)
 		case opBroadcast:
 			for id, s := range r.sockets {
@@ -662,7 +715,7 @@ func (r *Room) crashed(err error) {
 	r.m.met.crashes[cause].Inc()
 	r.m.log.Warn("room crashed; it restarts from its last snapshot", "room", r.key.String(), "cause", cause, "err", err)
 	r.known, r.joins = nil, nil
-	r.dropInstance()
+	r.dropInstance(life.EndCrash)
 }
 
 // ensureResident wakes the room if it sleeps: from its snapshot if it has
@@ -701,7 +754,7 @@ func (r *Room) wake(ctx context.Context) error {
 	if err != nil {
 		m.givePlace()
 		m.met.wakeErrors.Inc()
-		_ = m.place.Release(ctx, hold)
+		m.place.End(ctx, hold, life.EndFailedRestore, r.openSockets())
 		return err
 	}
 	if r.durable, err = m.classes.Durable(ctx, r.key.Class); err != nil {
@@ -761,7 +814,7 @@ func (r *Room) reconcile() {
 
 // hibernate writes the room's snapshot (if it changed since the last one)
 // and drops its instance.
-func (r *Room) hibernate(why string) error {
+func (r *Room) hibernate(why life.EndReason) error {
 	if r.inst == nil {
 		return nil
 	}
@@ -769,6 +822,10 @@ func (r *Room) hibernate(why string) error {
 	start := m.clock.Now()
 	if life.NeedsWrite(r.changed, r.etag != "") {
 		err := r.writeSnapshot(context.Background())
+		if errors.Is(err, errHoldLost) {
+			r.dropInstance(life.EndDropped)
+			return nil
+		}
 		if errors.Is(err, store.ErrPrecondition) {
 			// Someone else wrote this room's snapshot: it is not ours to
 			// run. Keeping on would fork its state, so drop the instance.
@@ -782,8 +839,8 @@ func (r *Room) hibernate(why string) error {
 	}
 	r.writeFailures = 0
 	r.retryAt.Store(0)
-	r.dropInstance()
-	m.met.hibernations[why].Inc()
+	r.dropInstance(why)
+	m.met.hibernations[why.String()].Inc()
 	m.met.hibernateSeconds.Update(m.since(start))
 	return nil
 }
@@ -792,7 +849,7 @@ func (r *Room) hibernate(why string) error {
 // write failed; the room stays resident meanwhile.
 func (r *Room) backOff(err error) {
 	r.writeFailures++
-	delay := life.Retry(r.writeFailures)
+	delay := time.Duration(life.Retry(r.writeFailures))
 	r.retryAt.Store(r.m.clock.Now() + int64(delay))
 	r.m.log.Error("room snapshot write failed; the room stays resident and is tried again later",
 		"room", r.key.String(), "attempt", r.writeFailures, "retry_in", delay, "err", err)
@@ -803,39 +860,59 @@ func (r *Room) backOff(err error) {
 // anyway: the node is stopping, and nothing may use the engine after the
 // stop.
 func (r *Room) stopHibernate() error {
-	err := r.hibernate(reasonStop)
+	err := r.hibernate(life.EndStop)
 	if err != nil {
 		r.m.stopFailed(r.key, err)
-		r.dropInstance()
+		r.dropInstance(life.EndStop)
 	}
 	return err
 }
 
-// dropInstance discards the resident instance without writing its state.
-func (r *Room) dropInstance() {
+// dropInstance discards the resident instance without writing its state,
+// and ends the hold for why.
+func (r *Room) dropInstance(why life.EndReason) {
 	if r.inst != nil {
 		r.inst.Close()
 	}
 	r.inst, r.man, r.pages = nil, nil, nil
-	r.endHold()
+	r.endHold(why)
 	r.isResident.Store(false)
 	r.m.noLongerResident(r)
 }
 
-// endHold gives up the right to run the room: parked while its sockets are
-// open here (it should wake here), released otherwise.
-func (r *Room) endHold() {
+// endHold gives up the right to run the room, telling the placement why
+// and how many of its sockets are open here: it decides to park the hold
+// (the room should wake here) or release it.
+func (r *Room) endHold(why life.EndReason) {
 	if !r.held {
 		return
 	}
 	r.held = false
-	if len(r.sockets) > 0 && !r.m.isStopping() {
-		r.m.place.Park(r.hold)
-		return
+	r.m.place.End(context.Background(), r.hold, why, r.openSockets())
+}
+
+// openSockets counts the room's sockets here that are open and not
+// closing.
+func (r *Room) openSockets() int {
+	n := 0
+	for _, s := range r.sockets {
+		if !s.closing {
+			n++
+		}
 	}
-	if err := r.m.place.Release(context.Background(), r.hold); err != nil {
-		r.m.log.Warn("releasing room failed", "room", r.key.String(), "err", err)
+	return n
+}
+
+// holdValid checks the room's hold before an event or a snapshot write. A
+// hold the placement no longer grants (a lapsed lease) must not act: the
+// instance goes, unwritten, and the caller refuses what it was asked.
+func (r *Room) holdValid() bool {
+	if !r.held || r.m.place.Valid(r.hold) {
+		return true
 	}
+	r.m.log.Warn("the room's hold is no longer valid; dropping its instance unwritten", "room", r.key.String())
+	r.dropInstance(life.EndDropped)
+	return false
 }
 
 // The engine.Host methods below run on the worker, inside a guest call.

@@ -19,9 +19,10 @@ const (
 	EndFailedRestore                      // the wake could not restore it
 	EndDropped                            // the hold was found invalid: dropped unwritten
 	EndDeleted                            // its state was deleted
+	EndLapse                              // the node's lease lapsed: every hold ends
 )
 
-var endNames = [...]string{"", "idle", "evict", "crash", "admin", "drain", "move", "stop", "failed_restore", "dropped", "deleted"}
+var endNames = [...]string{"", "idle", "evict", "crash", "admin", "drain", "move", "stop", "failed_restore", "dropped", "deleted", "lapse"}
 
 // String is the reason as metrics and logs name it.
 func (r EndReason) String() string {

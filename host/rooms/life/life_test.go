@@ -76,7 +76,7 @@ func TestVictimsAndIdle(t *testing.T) {
 
 func TestRetry(t *testing.T) {
 	for failures, want := range map[int]time.Duration{1: time.Second, 2: 2 * time.Second, 3: 4 * time.Second, 9: 256 * time.Second, 10: 5 * time.Minute, 1000: 5 * time.Minute} {
-		if got := Retry(failures); got != want {
+		if got := time.Duration(Retry(failures)); got != want {
 			t.Errorf("Retry(%d) = %s, want %s", failures, got, want)
 		}
 	}
@@ -99,7 +99,7 @@ func TestReconcile(t *testing.T) {
 }
 
 func TestEndReasonParks(t *testing.T) {
-	for r := EndIdle; r <= EndDeleted; r++ {
+	for r := EndIdle; r <= EndLapse; r++ {
 		want := r == EndIdle || r == EndEvict
 		if got := r.Parks(1); got != want {
 			t.Errorf("%s with an open socket parks: %v, want %v", r, got, want)
