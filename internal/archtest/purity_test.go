@@ -1,0 +1,160 @@
+package archtest
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// pure are the packages whose logic is kept apart from the world: no
+// clock, no files, no network (they take the time and the facts as
+// arguments), so that they can be tested and, for the cluster, simulated
+// step by step.
+var pure = []string{"abi", "host/phoenix", "host/snapshot", "host/engine/wasmrw", "host/rooms/life"}
+
+// impure reports whether a pure package importing imp breaks the rule.
+func impure(imp string) bool {
+	for _, bad := range []string{"time", "os", "net"} {
+		if imp == bad || strings.HasPrefix(imp, bad+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+func TestPurePackagesImportNoClockFilesOrNetwork(t *testing.T) {
+	pkgs := listPackages(t)
+	for _, p := range pure {
+		imports, ok := pkgs[module+"/"+p]
+		if !ok {
+			t.Errorf("no package %s", p)
+			continue
+		}
+		for _, imp := range imports {
+			if impure(imp) {
+				t.Errorf("%s imports %s: a pure package takes the time and the facts as arguments", p, imp)
+			}
+		}
+	}
+	if !impure("net/http") || !impure("time") || impure("timeutil") {
+		t.Error("impure is vacuous")
+	}
+}
+
+// clocked are the packages that read the time only through the injected
+// clock (internal/clock): nothing of package time that reads the clock or
+// arms a timer, outside the file that adapts the clock.
+var clocked = map[string]string{"host/rooms": "", "host/rooms/life": ""}
+
+// clockReads are the package time functions that read the real clock or
+// arm real timers.
+var clockReads = map[string]bool{"Now": true, "Since": true, "Until": true, "Sleep": true, "After": true, "AfterFunc": true, "NewTimer": true, "NewTicker": true, "Tick": true}
+
+func TestClockedPackagesUseTheInjectedClock(t *testing.T) {
+	root := moduleRoot(t)
+	for dir, exempt := range clocked {
+		for _, v := range clockViolations(t, filepath.Join(root, dir), exempt) {
+			t.Errorf("%s: %s", dir, v)
+		}
+	}
+	// The rule is not vacuous: it finds the calls in a file that makes
+	// them.
+	tmp := t.TempDir()
+	src := "package x\nimport \"time\"\nfunc f() { _ = time.Now(); go f(); <-time.After(1) }\n"
+	if err := os.WriteFile(filepath.Join(tmp, "x.go"), []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := clockViolations(t, tmp, ""); len(got) != 2 {
+		t.Errorf("the clock rule found %q in a file calling time.Now and time.After", got)
+	}
+}
+
+// TestCoreStartsNoGoroutine: the lifecycle core returns decisions; the
+// room manager owns every goroutine.
+func TestCoreStartsNoGoroutine(t *testing.T) {
+	root := moduleRoot(t)
+	for _, f := range goFiles(t, filepath.Join(root, "host/rooms/life")) {
+		ast.Inspect(f.file, func(n ast.Node) bool {
+			if g, ok := n.(*ast.GoStmt); ok {
+				t.Errorf("%s: a go statement in the lifecycle core", f.fset.Position(g.Pos()))
+			}
+			return true
+		})
+	}
+}
+
+type parsed struct {
+	fset *token.FileSet
+	file *ast.File
+	name string
+}
+
+// goFiles parses the non-test Go files of dir.
+func goFiles(t *testing.T, dir string) []parsed {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []parsed
+	for _, e := range entries {
+		if !strings.HasSuffix(e.Name(), ".go") || strings.HasSuffix(e.Name(), "_test.go") {
+			continue
+		}
+		fset := token.NewFileSet()
+		f, err := parser.ParseFile(fset, filepath.Join(dir, e.Name()), nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, parsed{fset, f, e.Name()})
+	}
+	return out
+}
+
+// clockViolations lists the calls of package time's clock in dir's files
+// other than exempt.
+func clockViolations(t *testing.T, dir, exempt string) []string {
+	t.Helper()
+	var out []string
+	for _, f := range goFiles(t, dir) {
+		if f.name == exempt {
+			continue
+		}
+		timeName := ""
+		for _, imp := range f.file.Imports {
+			if imp.Path.Value == `"time"` {
+				timeName = "time"
+				if imp.Name != nil {
+					timeName = imp.Name.Name
+				}
+			}
+		}
+		if timeName == "" {
+			continue
+		}
+		ast.Inspect(f.file, func(n ast.Node) bool {
+			sel, ok := n.(*ast.SelectorExpr)
+			if !ok {
+				return true
+			}
+			if id, ok := sel.X.(*ast.Ident); ok && id.Name == timeName && clockReads[sel.Sel.Name] {
+				out = append(out, f.fset.Position(sel.Pos()).String()+": time."+sel.Sel.Name+" (use the injected clock.Clock)")
+			}
+			return true
+		})
+	}
+	return out
+}
+
+func moduleRoot(t *testing.T) string {
+	t.Helper()
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(wd, "..", "..")
+}
