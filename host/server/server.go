@@ -286,6 +286,11 @@ func (s *Server) actor(w http.ResponseWriter, r *http.Request) {
 		textError(w, http.StatusForbidden, "WebSockets to this node are not open to pages of the origin "+r.Header.Get("Origin")+" (--allowed-origins)")
 		return
 	}
+	// Where the room runs comes first: another node's room costs this one
+	// no class lookup, no compile and no socket slot.
+	if !s.routeHere(w, r, key) {
+		return
+	}
 	class, err := s.classes.Current(r.Context(), key.Class)
 	if err != nil {
 		s.roomError(w, err)
@@ -324,6 +329,30 @@ func (s *Server) actor(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeResponse(w, resp)
+}
+
+// routeHere asks the placement where the room runs and answers the
+// request itself unless it is here: 503 while nobody may run it yet (its
+// node died and its record is not free), and, for a room another node
+// runs, 503 naming that node in X-Wasmkeep-Node (forwarding requests and
+// relaying upgrades is the cluster's, not yet built).
+func (s *Server) routeHere(w http.ResponseWriter, r *http.Request, key rooms.Key) bool {
+	route, err := s.rooms.Route(r.Context(), key)
+	switch {
+	case err != nil:
+		w.Header().Set("Retry-After", "1")
+		textError(w, http.StatusServiceUnavailable, "cannot tell where the room runs: "+err.Error())
+	case route.Kind == rooms.RouteHere:
+		return true
+	case route.Kind == rooms.RouteWait:
+		w.Header().Set("Retry-After", "1")
+		textError(w, http.StatusServiceUnavailable, "the room's node stopped answering; the room is free to run elsewhere soon")
+	default:
+		w.Header().Set("X-Wasmkeep-Node", route.Node)
+		w.Header().Set("Retry-After", "1")
+		textError(w, http.StatusServiceUnavailable, fmt.Sprintf("the room runs on node %s (%s); this node does not forward to it", route.Node, route.Address))
+	}
+	return false
 }
 
 // roomError maps an event's failure to an HTTP answer.
