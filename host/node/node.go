@@ -156,7 +156,11 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 
 	place := cfg.Placement
 	if place == nil {
-		place = rooms.NewLocal(uint64(time.Now().UnixMicro()))
+		// Generations grow from a counter in the bucket; the wall clock
+		// only seeds it the first time (older versions used it alone).
+		if place, err = rooms.NewStoredLocal(ctx, n.Bucket, uint64(time.Now().UnixMicro())); err != nil {
+			return nil, err
+		}
 	}
 	rcfg := cfg.Rooms
 	rcfg.Logger, rcfg.Metrics, rcfg.Framer = cfg.Logger, n.Metrics, server.Framer(n.Hub)

@@ -286,7 +286,7 @@ type harness struct {
 // recordingPlacement is a single node's placement that records what the
 // manager tells it, and can be told that a hold is no longer valid.
 type recordingPlacement struct {
-	Local
+	*Local
 	mu      sync.Mutex
 	calls   []string
 	invalid map[Key]bool
@@ -331,8 +331,9 @@ func (p *recordingPlacement) Valid(h Hold) bool {
 	return !p.invalid[h.Key]
 }
 
-func (p *recordingPlacement) End(_ context.Context, h Hold, why life.EndReason, open int) {
+func (p *recordingPlacement) End(ctx context.Context, h Hold, why life.EndReason, open int) {
 	p.record("end %s %s open=%d", h.Key, why, open)
+	p.Local.End(ctx, h, why, open)
 }
 
 func (p *recordingPlacement) SocketsGone(key Key) { p.record("sockets gone %s", key) }
@@ -357,7 +358,7 @@ func newHarness(t *testing.T, cfg Config) *harness {
 	if cfg.SweepInterval == 0 {
 		cfg.SweepInterval = -1
 	}
-	h.place = &recordingPlacement{invalid: map[Key]bool{}}
+	h.place = &recordingPlacement{Local: NewLocal(1), invalid: map[Key]bool{}}
 	m, err := NewManager(context.Background(), cfg, h.classes, h.bucket, h.place)
 	if err != nil {
 		t.Fatal(err)

@@ -46,6 +46,10 @@ func parseRoomKey(s string) (Key, string, bool) {
 	return Key{class, name}, parts[3], true
 }
 
+// ErrFenced: the room's snapshot was written by a hold at least as new as
+// the one this node was granted, so this node may not run it.
+var ErrFenced = errors.New("rooms: the room's snapshot belongs to a newer hold")
+
 // errHoldLost: the placement no longer grants the room's hold, so nothing
 // it holds may be written.
 var errHoldLost = errors.New("rooms: the room's hold is no longer valid")
@@ -56,7 +60,7 @@ var ErrNotDurable = errors.New("the room's state could not be made durable")
 
 // load creates the instance: restored from the bucket, or started fresh
 // when the room has never been stored.
-func (r *Room) load(ctx context.Context) (inst Instance, restored bool, err error) {
+func (r *Room) load(ctx context.Context, hold Hold) (inst Instance, restored bool, err error) {
 	m := r.m
 	body, etag, err := m.bucket.Get(ctx, r.key.manifestKey())
 	if errors.Is(err, store.ErrNotFound) {
@@ -87,6 +91,15 @@ func (r *Room) load(ctx context.Context) (inst Instance, restored bool, err erro
 	if err != nil {
 		m.unreadable(r.key, err)
 		return nil, false, fmt.Errorf("%w: its snapshot is unreadable: %v", ErrUnavailable, err)
+	}
+	if man.Generation >= hold.Generation {
+		// The owner fence: a manifest written by this hold's generation
+		// or a later one was written by another holder since this one was
+		// granted; running on it would fork the room.
+		m.met.snapshotConflict.Inc()
+		m.log.Error("room snapshot is from a later hold than this node's; refusing to wake it", "room", r.key.String(),
+			"snapshot_generation", man.Generation, "hold_generation", hold.Generation)
+		return nil, false, fmt.Errorf("%w: %w (snapshot generation %d, hold %d)", ErrUnavailable, ErrFenced, man.Generation, hold.Generation)
 	}
 	err = engine.ErrRetired
 	for try := 0; errors.Is(err, engine.ErrRetired) && try < 3; try++ {
@@ -334,11 +347,12 @@ func (m *Manager) DrainGarbage(ctx context.Context) {
 // hold can still be about to reference, at most limit of them: segments a
 // crash left between their write and their manifest's, and deletes the
 // collector lost. A segment is an orphan if its room's manifest does not
-// reference it and it was written by an older hold than the manifest's
-// (every hold writes its segments before its manifests, and holds'
-// generations only grow), or if the room has no manifest and is not
-// resident here (only a resident room writes). It returns how many it
-// deleted.
+// reference it and it was written by an older hold than both the
+// manifest's (every hold writes its segments before its manifests, and
+// holds' generations only grow) and the room's fence (Placement.Fence:
+// the oldest hold that may still write, from the stored ownership record
+// in a cluster), so the decision rests on the store, not on which rooms
+// this node happens to run. It returns how many it deleted.
 func (m *Manager) SweepOrphans(ctx context.Context, limit int) (int, error) {
 	keys, err := m.bucket.List(ctx, "rooms/")
 	if err != nil {
@@ -356,14 +370,19 @@ func (m *Manager) SweepOrphans(ctx context.Context, limit int) (int, error) {
 		if deleted >= limit {
 			break
 		}
+		// Below bound no hold can still write: the owner fence of the
+		// room's record (its oldest live hold), and its manifest's
+		// generation, since every hold writes its segments before its
+		// manifests.
+		bound, err := m.place.Fence(ctx, key)
+		if err != nil {
+			m.log.Warn("orphan sweep: the room's fence is unknown; keeping its segments", "room", key.String(), "err", err)
+			continue
+		}
 		body, _, err := m.bucket.Get(ctx, key.manifestKey())
-		var referenced map[string]bool
-		var gen uint64
+		referenced := map[string]bool{}
 		switch {
 		case errors.Is(err, store.ErrNotFound):
-			if m.isResident(key) {
-				continue
-			}
 		case err != nil:
 			return deleted, err
 		default:
@@ -371,8 +390,7 @@ func (m *Manager) SweepOrphans(ctx context.Context, limit int) (int, error) {
 			if err != nil {
 				continue // an unreadable manifest proves nothing; keep its segments
 			}
-			gen = man.Generation
-			referenced = map[string]bool{}
+			bound = min(bound, man.Generation)
 			for _, id := range man.SegmentIDs() {
 				referenced[id] = true
 			}
@@ -382,7 +400,7 @@ func (m *Manager) SweepOrphans(ctx context.Context, limit int) (int, error) {
 				break
 			}
 			g, ok := snapshot.SegmentGeneration(id)
-			if !ok || referenced[id] || (referenced != nil && g >= gen) {
+			if !ok || referenced[id] || g >= bound {
 				continue
 			}
 			if err := m.bucket.Delete(ctx, key.segmentKey(id), ""); err != nil && !errors.Is(err, store.ErrNotFound) {
@@ -394,13 +412,6 @@ func (m *Manager) SweepOrphans(ctx context.Context, limit int) (int, error) {
 		}
 	}
 	return deleted, nil
-}
-
-func (m *Manager) isResident(key Key) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	r := m.rooms[key]
-	return r != nil && (r.residentNow() || r.busy())
 }
 
 // sweepLoop runs the orphan sweep a while after start, then periodically.

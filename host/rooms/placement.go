@@ -2,9 +2,17 @@ package rooms
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/wasmkeep/wasmkeep/host/rooms/life"
+	"github.com/wasmkeep/wasmkeep/host/store"
 )
 
 // Placement decides where a room runs and grants this node the right to
@@ -43,6 +51,11 @@ type Placement interface {
 	// be told (its wake failed): the room's record of its sockets is out
 	// of date until it next wakes.
 	CloseLost(key Key)
+	// Fence is the generation below which no hold of key can still write
+	// (from the room's stored ownership record, in a cluster): the orphan
+	// sweep deletes only unreferenced segments older than it. 0 lets it
+	// delete nothing of the room.
+	Fence(ctx context.Context, key Key) (uint64, error)
 }
 
 // RouteKind is where a room's events go.
@@ -76,19 +89,122 @@ type Hold struct {
 }
 
 // Local is the placement of a single node: every room runs here. It still
-// hands out increasing generations, so snapshot tagging works the same way
-// with one node as with many.
+// hands out increasing generations, so snapshot tagging and the owner
+// fence work the same way with one node as with many, and it knows the
+// node's live holds, so the orphan sweep can tell a segment a hold may
+// still reference from garbage.
 type Local struct {
-	next atomic.Uint64
+	// gens hands out generations: from a counter kept in the bucket
+	// (NewStoredLocal), so that they keep growing across restarts whatever
+	// the wall clock does, or from memory (NewLocal).
+	gens generations
+
+	mu   sync.Mutex
+	live map[Key][]uint64 // generations of the holds not yet ended, by room
+}
+
+// generations hands out increasing generations.
+type generations interface {
+	next(ctx context.Context) (uint64, error)
 }
 
 // NewLocal returns a single-node placement whose generations start above
-// base, so that they keep growing across restarts when callers pass, say,
-// the start time in microseconds.
+// base and live in memory only (tests; a node uses NewStoredLocal).
 func NewLocal(base uint64) *Local {
-	l := &Local{}
-	l.next.Store(base)
-	return l
+	c := &memGenerations{}
+	c.n.Store(base)
+	return &Local{gens: c, live: map[Key][]uint64{}}
+}
+
+type memGenerations struct{ n atomic.Uint64 }
+
+func (c *memGenerations) next(context.Context) (uint64, error) { return c.n.Add(1), nil }
+
+// generationKey is the bucket object that keeps a single node's next
+// block of generations.
+const generationKey = "placement/generation"
+
+// generationBlock is how many generations a node reserves with one write.
+const generationBlock = 1 << 20
+
+// NewStoredLocal returns the placement of a single node whose generations
+// come from a counter in the bucket, reserved a block at a time with a
+// conditional write: they grow across restarts even if the wall clock is
+// set back, which an orphan sweep relies on (a repeated generation could
+// name a segment a new manifest is about to reference as an old one's
+// garbage). A bucket without the counter starts it at firstBase (the
+// wall clock in microseconds, above the generations of older versions,
+// which used it).
+func NewStoredLocal(ctx context.Context, bucket store.Bucket, firstBase uint64) (*Local, error) {
+	g := &storedGenerations{bucket: bucket, firstBase: firstBase}
+	if err := g.reserve(ctx); err != nil {
+		return nil, err
+	}
+	return &Local{gens: g, live: map[Key][]uint64{}}, nil
+}
+
+type storedGenerations struct {
+	bucket    store.Bucket
+	firstBase uint64
+
+	mu       sync.Mutex
+	from, to uint64 // the block reserved: [from, to)
+}
+
+func (g *storedGenerations) next(ctx context.Context) (uint64, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.from == g.to {
+		if err := g.reserveLocked(ctx); err != nil {
+			return 0, err
+		}
+	}
+	n := g.from
+	g.from++
+	return n, nil
+}
+
+func (g *storedGenerations) reserve(ctx context.Context) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.reserveLocked(ctx)
+}
+
+// reserveLocked moves the stored counter a block forward and takes the
+// block; a concurrent writer (another process on the same bucket) makes
+// it read again.
+func (g *storedGenerations) reserveLocked(ctx context.Context) error {
+	for range 10 {
+		body, etag, err := g.bucket.Get(ctx, generationKey)
+		start, cond := g.firstBase+1, store.Cond{IfNoneMatch: true}
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+		case err != nil:
+			return fmt.Errorf("rooms: reading the generation counter: %w", err)
+		default:
+			if start, err = strconv.ParseUint(strings.TrimSpace(string(body)), 10, 64); err != nil {
+				return fmt.Errorf("rooms: the generation counter %s holds %q", generationKey, body)
+			}
+			cond = store.Cond{IfMatch: etag}
+		}
+		end := start + generationBlock
+		_, err = g.bucket.Put(ctx, generationKey, []byte(strconv.FormatUint(end, 10)+"\n"), cond)
+		switch {
+		case err == nil:
+			g.from, g.to = start, end
+			return nil
+		case errors.Is(err, store.ErrPrecondition), errors.Is(err, store.ErrConflict):
+			continue // another writer moved it: read again
+		default:
+			// An unknown outcome may have moved the counter: skipping
+			// its block is harmless, reusing it is not, so read again.
+			if errors.Is(err, store.ErrUnknownOutcome) {
+				continue
+			}
+			return fmt.Errorf("rooms: writing the generation counter: %w", err)
+		}
+	}
+	return errors.New("rooms: the generation counter keeps changing underneath this node")
 }
 
 // Route implements Placement: here.
@@ -96,15 +212,43 @@ func (l *Local) Route(context.Context, Key) (Route, error) { return Route{Kind: 
 
 // Acquire implements Placement. One counter serves every room: a generation
 // only has to exceed the room's earlier ones.
-func (l *Local) Acquire(_ context.Context, key Key) (Hold, error) {
-	return Hold{Key: key, Generation: l.next.Add(1)}, nil
+func (l *Local) Acquire(ctx context.Context, key Key) (Hold, error) {
+	g, err := l.gens.next(ctx)
+	if err != nil {
+		return Hold{}, err
+	}
+	l.mu.Lock()
+	l.live[key] = append(l.live[key], g)
+	l.mu.Unlock()
+	return Hold{Key: key, Generation: g}, nil
 }
 
 // Valid implements Placement: a single node's holds stay valid.
 func (l *Local) Valid(Hold) bool { return true }
 
-// End implements Placement: a single node has nothing to park or release.
-func (l *Local) End(context.Context, Hold, life.EndReason, int) {}
+// End implements Placement: a single node has nothing to park or release;
+// the hold is no longer live.
+func (l *Local) End(_ context.Context, h Hold, _ life.EndReason, _ int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	gens := slices.DeleteFunc(l.live[h.Key], func(g uint64) bool { return g == h.Generation })
+	if len(gens) == 0 {
+		delete(l.live, h.Key)
+	} else {
+		l.live[h.Key] = gens
+	}
+}
+
+// Fence implements Placement: the oldest live hold of the room here, or,
+// with none, no bound (a single node is the only writer).
+func (l *Local) Fence(_ context.Context, key Key) (uint64, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if gens := l.live[key]; len(gens) > 0 {
+		return slices.Min(gens), nil
+	}
+	return math.MaxUint64, nil
+}
 
 // SocketsGone implements Placement.
 func (l *Local) SocketsGone(Key) {}

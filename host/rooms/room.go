@@ -750,7 +750,7 @@ func (r *Room) wake(ctx context.Context) error {
 		m.met.wakeErrors.Inc()
 		return fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
-	inst, restored, err := r.load(ctx)
+	inst, restored, err := r.load(ctx, hold)
 	if err != nil {
 		m.givePlace()
 		m.met.wakeErrors.Inc()
