@@ -17,8 +17,10 @@ type Config struct {
 	MaxMessage int
 
 	// PingInterval is how often the hub pings every socket. A socket from
-	// which no frame at all (pong or other) arrives for twice this long is
-	// closed as dead and reported with 1006. Default 25 s.
+	// which no frame at all (pong or other) arrives for more than twice this
+	// long is closed as dead and reported with 1006. The hub checks every
+	// socket each sixteenth of the interval, so the close comes at most
+	// PingInterval/16 after the two intervals. Default 25 s.
 	PingInterval time.Duration
 
 	// WriteTimeout bounds each write to a client. A write that takes longer

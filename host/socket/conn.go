@@ -345,25 +345,26 @@ func (c *Conn) closeTCP() {
 // context), reporting 1006 unless a cause is already set.
 func (c *Conn) abort() { c.closeTCP() }
 
-// heartbeat is called by the ping loop: close the socket as dead if it has
-// been silent for two ping intervals, ping it otherwise.
-func (c *Conn) heartbeat(now int64) {
+// dropIfDead closes the socket as dead if nothing has been read from it for
+// more than two ping intervals at now; silence while the node itself does
+// not read the socket (its reader waits for inbound room) does not count.
+func (c *Conn) dropIfDead(now int64) {
 	h := c.hub
 	c.mu.Lock()
-	if c.closing {
+	if c.closing || c.readerWaiting || now-c.lastSeen.Load() <= int64(2*h.cfg.PingInterval) {
 		c.mu.Unlock()
 		return
 	}
-	if !c.readerWaiting && now-c.lastSeen.Load() > int64(2*h.cfg.PingInterval) {
-		c.beginCloseLocked(closeAbnormal, "no answer to pings")
-		c.mu.Unlock()
-		h.m.evicted(evictDead)
-		c.closeTCP()
-		return
-	}
+	c.beginCloseLocked(closeAbnormal, "no answer to pings")
 	c.mu.Unlock()
+	h.m.evicted(evictDead)
+	c.closeTCP()
+}
+
+// ping queues the hub's keepalive ping.
+func (c *Conn) ping() {
 	if err := c.enqueue(pingFrame); err == nil {
-		h.m.pingsSent.Inc()
+		c.hub.m.pingsSent.Inc()
 	}
 }
 

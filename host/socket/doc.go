@@ -53,8 +53,12 @@
 // takes longer than [Config.WriteTimeout] drops the socket the same way.
 // Each socket has its own queue and writer, so a slow client slows no one
 // else. A socket that sends nothing at all (not even a pong) for twice the
-// ping interval is closed as dead. Every eviction is counted by reason in
-// wasmkeep_socket_evictions_total.
+// ping interval is closed as dead, by the ping loop's next tick: the loop
+// pings one shard of the registry a tick, sixteen ticks an interval, but
+// looks at the silence of every socket at every tick, so that the drop
+// comes at most a tick (PingInterval/16) after the two intervals whatever
+// the phase of the socket's own pings. Every eviction is counted by reason
+// in wasmkeep_socket_evictions_total.
 //
 // # Admission and rates
 //

@@ -320,16 +320,15 @@ func (h *Hub) queued() queueTotals {
 	return t
 }
 
-// pingLoop is the one keepalive loop of the hub. Every PingInterval/16 it
-// visits one shard: sockets silent for two intervals are closed as dead,
-// the others get a ping.
+// pingLoop is the one keepalive loop of the hub. Every tick (a sixteenth
+// of PingInterval) it closes as dead every socket that has been silent for
+// more than two intervals, and pings the sockets of one shard: each socket
+// is pinged once per interval, and a silent one is dropped at most a tick
+// after its two intervals are up (the dead check visits every shard, where
+// the pings take turns).
 func (h *Hub) pingLoop() {
 	defer h.loop.Done()
-	tick := h.cfg.PingInterval / shardCount
-	if tick < time.Millisecond {
-		tick = time.Millisecond
-	}
-	t := time.NewTicker(tick)
+	t := time.NewTicker(h.pingTick())
 	defer t.Stop()
 	var buf []*Conn
 	next := 0
@@ -339,14 +338,43 @@ func (h *Hub) pingLoop() {
 			return
 		case <-t.C:
 		}
+		now := h.now()
+		buf = h.silent(now, buf[:0])
+		for _, c := range buf {
+			c.dropIfDead(now)
+		}
+		clear(buf)
 		buf = h.snapshot(next, buf[:0])
 		next = (next + 1) % shardCount
-		now := h.now()
 		for _, c := range buf {
-			c.heartbeat(now)
+			c.ping()
 		}
 		clear(buf)
 	}
+}
+
+// pingTick is the period of the ping loop, which is also how late past its
+// two silent intervals a dead socket may be dropped.
+func (h *Hub) pingTick() time.Duration {
+	return max(h.cfg.PingInterval/shardCount, time.Millisecond)
+}
+
+// silent appends to buf the sockets from which nothing has been read for
+// more than two ping intervals at now. It reads only their clocks, so that
+// a check of every socket every tick costs little.
+func (h *Hub) silent(now int64, buf []*Conn) []*Conn {
+	dead := int64(2 * h.cfg.PingInterval)
+	for i := range h.shards {
+		s := &h.shards[i]
+		s.mu.Lock()
+		for _, c := range s.m {
+			if now-c.lastSeen.Load() > dead {
+				buf = append(buf, c)
+			}
+		}
+		s.mu.Unlock()
+	}
+	return buf
 }
 
 // CloseAll closes every socket with code and reason (for instance 1012 when

@@ -222,6 +222,74 @@ func TestServerPingAndDeadClient(t *testing.T) {
 	}
 }
 
+// silentClose is an OnClose seen by a silenceClock.
+type silentClose struct {
+	conn   *Conn
+	code   int
+	silent time.Duration // since the last frame read from the socket
+}
+
+// silenceClock is a Handler that reports, at each OnClose, how long the
+// socket had been silent, on the hub's clock.
+type silenceClock chan silentClose
+
+func (silenceClock) OnMessage(*Conn, int, []byte) {}
+
+func (h silenceClock) OnClose(c *Conn, code int, _ string) {
+	h <- silentClose{c, code, time.Duration(c.hub.now() - c.lastSeen.Load())}
+}
+
+// TestDeadSocketDroppedOnTime: a socket from which nothing arrives is
+// dropped once it has been silent for two ping intervals, at most one tick
+// of the ping loop (an interval/16) later, whatever the phase of its silence
+// against its own pings. Its last frame comes half an interval after its
+// shard was pinged, when the socket of the shard pinged half an interval
+// later gets its ping; a check made only with each socket's ping would drop
+// it two and a half intervals after that frame.
+func TestDeadSocketDroppedOnTime(t *testing.T) {
+	for _, mode := range []ReadMode{ReadEpoll, ReadGoroutine} {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			const interval = 1200 * time.Millisecond
+			closes := make(silenceClock, 64)
+			s := newServer(t, Config{PingInterval: interval, Reader: mode}, closes)
+			// Ids are handed out from 1; a socket is in shard id%16, and
+			// shards are pinged in turn, one a tick: shard 9 half an
+			// interval after shard 1.
+			a := dial(t, s.url)
+			sa := s.conn(t)
+			var b *client
+			for b == nil {
+				c := dial(t, s.url)
+				if s.conn(t).ID()%shardCount == (sa.ID()+shardCount/2)%shardCount {
+					b = c
+				}
+			}
+			b.readUntil(ws.OpPing)
+			a.write(ws.OpText, true, []byte("last words"))
+			for {
+				e := waitFor(t, closes, "the silent socket's close")
+				if e.conn != sa {
+					continue // the other sockets are silent too
+				}
+				if e.code != closeAbnormal {
+					t.Errorf("closed with %d, want %d", e.code, closeAbnormal)
+				}
+				// A tick is interval/16. The limit, two intervals and six
+				// ticks, leaves five ticks for scheduling and is two ticks
+				// short of the two and a half intervals that a check made
+				// only with each socket's ping takes here.
+				if limit := 2*interval + 6*interval/16; e.silent <= 2*interval || e.silent > limit {
+					t.Fatalf("dropped after %v of silence, want more than %v and at most %v (two intervals and a tick, with room for scheduling)",
+						e.silent, 2*interval, limit)
+				}
+				t.Logf("dropped after %v of silence (ping interval %v, tick %v)", e.silent, interval, s.hub.pingTick())
+				return
+			}
+		})
+	}
+}
+
 func TestFrameOverLimitClosedFromHeader(t *testing.T) {
 	rec := newRecorder(t, false)
 	s := newServer(t, Config{}, rec)
