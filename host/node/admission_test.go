@@ -414,30 +414,52 @@ func testMalformedFrames(t *testing.T, cache string) {
 }
 
 // testSlowReaderEvictedFromBroadcasts: a client that never reads while its
-// room broadcasts is evicted with 4008 and counted, by its queue budget or
-// by the write timeout; another socket of the same room keeps receiving
-// every broadcast promptly throughout.
+// room broadcasts (which its reader stopping cannot slow) is evicted with
+// 4008 and counted: at once at its queue's hard cap; after the slow-reader
+// timeout, not sooner, when the broadcasts only keep its queue at the
+// budget; or by the write timeout with a budget it never reaches. Another
+// socket of the same room keeps receiving every broadcast promptly
+// throughout.
 func testSlowReaderEvictedFromBroadcasts(t *testing.T, cache string) {
+	const budget, slow = 256 << 10, time.Second
 	cases := []struct {
 		name   string
 		cfg    socket.Config
 		reason string
+		topUp  bool // broadcast only while the queues hold less than the budget and two broadcasts
 	}{
-		{"queue budget", socket.Config{OutboundBytes: 256 << 10}, "slow_reader"},
-		{"write timeout", socket.Config{WriteTimeout: 300 * time.Millisecond, OutboundBytes: 64 << 20, OutboundFrames: 1 << 20}, "write_timeout"},
+		{"hard cap", socket.Config{OutboundBytes: budget, SlowTimeout: time.Hour}, "queue_limit", false},
+		{"slow timeout", socket.Config{OutboundBytes: budget, SlowTimeout: slow, WriteTimeout: time.Hour}, "slow_reader", true},
+		{"write timeout", socket.Config{WriteTimeout: 300 * time.Millisecond, OutboundBytes: 64 << 20, OutboundFrames: 1 << 20}, "write_timeout", false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			n := limitsNode(t, cache, Config{Sockets: tc.cfg})
 			url := n.URL() + "/actor/echo/bc"
-			slow := wsDial(t, url, dialOpts{}).c // never reads
+			slowClient := wsDial(t, url, dialOpts{}).c // never reads
 			fast := openEcho(t, url, dialOpts{})
 			evictions := `wasmkeep_socket_evictions_total{reason="` + tc.reason + `"}`
 
 			body := []byte(strings.Repeat("x", 32<<10))
 			var slowest time.Duration
 			sent := 0
+			// The last time the client was seen to take something (the
+			// queues shrank), or was sent something.
+			last, queued := time.Now(), 0.0
 			for metric(t, n, evictions) == 0 {
+				if tc.topUp {
+					// The fast socket's queue holds a broadcast at most:
+					// above this the slow one is at its budget.
+					q := metric(t, n, "wasmkeep_socket_outbound_queued_bytes")
+					if q < queued {
+						last = time.Now()
+					}
+					if queued = q; q >= budget+2*float64(len(body)) {
+						time.Sleep(5 * time.Millisecond) // polling the queues
+						continue
+					}
+					last = time.Now()
+				}
 				if sent == 5000 {
 					t.Fatalf("no eviction after %d broadcasts of %d bytes", sent, len(body))
 				}
@@ -450,7 +472,12 @@ func testSlowReaderEvictedFromBroadcasts(t *testing.T, cache string) {
 				slowest = max(slowest, time.Since(t0))
 				sent++
 			}
-			t.Logf("evicted after %d broadcasts of %d bytes; slowest broadcast to the other socket %v", sent, len(body), slowest)
+			waited := time.Since(last)
+			if tc.topUp && waited < slow*3/4 {
+				t.Errorf("evicted %v after the client last took something, want %v", waited, slow)
+			}
+			t.Logf("evicted after %d broadcasts of %d bytes, %v after the last; slowest broadcast to the other socket %v",
+				sent, len(body), waited, slowest)
 			if slowest > time.Second {
 				t.Errorf("a broadcast took %v to reach the other socket", slowest)
 			}
@@ -460,7 +487,7 @@ func testSlowReaderEvictedFromBroadcasts(t *testing.T, cache string) {
 			// The slow client's connection ends (its close frame may not
 			// fit in its full window); the room learns of it; the other
 			// socket goes on.
-			slow.expectEOF()
+			slowClient.expectEOF()
 			waitFor(t, "the room to drop the slow socket", func() bool { return !strings.Contains(roomSockets(t, n, "bc"), ",") })
 			if got := expect(t, 200, "POST", url+"/broadcast", []byte("after")); got != "1" {
 				t.Errorf("broadcast after the eviction reached %s sockets", got)

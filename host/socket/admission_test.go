@@ -1,7 +1,6 @@
 package socket
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"strings"
 	"testing"
 	"time"
 
@@ -375,17 +373,11 @@ func TestQueueGauges(t *testing.T) {
 	c := dial(t, s.url) // never reads
 	sc := s.conn(t)
 	gauge := func(name string) int {
-		var b bytes.Buffer
-		s.set.WritePrometheus(&b)
-		for _, line := range strings.Split(b.String(), "\n") {
-			if v, ok := strings.CutPrefix(line, name+" "); ok {
-				var n int
-				fmt.Sscan(v, &n)
-				return n
-			}
+		v := s.metric(t, name)
+		if v < 0 {
+			t.Fatalf("no metric %s", name)
 		}
-		t.Fatalf("no metric %s", name)
-		return 0
+		return int(v)
 	}
 	// Outbound: fill the kernel buffers, then the queue.
 	chunk := make([]byte, 64<<10)

@@ -23,24 +23,44 @@ type Config struct {
 	// PingInterval/16 after the two intervals. Default 25 s.
 	PingInterval time.Duration
 
-	// WriteTimeout bounds each write to a client. A write that takes longer
-	// drops the socket as a slow reader. Default 10 s.
+	// WriteTimeout bounds each write to a client (up to 16 KiB of small
+	// frames gathered, or one larger frame). A write that takes longer
+	// evicts the socket with abi.CloseSlowReader, whatever its queue
+	// holds. Default 10 s.
 	WriteTimeout time.Duration
 
-	// OutboundFrames is the per-socket outbound queue budget in frames
-	// waiting to be written (the batch being written is bounded by
-	// WriteTimeout instead). Default 256.
+	// OutboundFrames and OutboundBytes are each socket's outbound budget:
+	// the frames, and their bytes, queued and not yet written (the rest of
+	// the batch being written included). A socket whose queue reaches
+	// either stops reading its client (backpressure on the client's own
+	// input, which is what most of a room's answers to it come from) until
+	// the queue is down to half of both; sends are never refused for it.
+	// A single frame larger than OutboundBytes is refused (ErrTooLarge).
+	// Defaults 256 and 1 MiB.
+	//
+	// The queue's hard cap is QueueLimitFactor times OutboundBytes, each
+	// frame counting 32 bytes more for its place in the queue: a send that
+	// would pass it evicts the socket at once (ErrSlowReader), since what
+	// reaches a client that does not read from elsewhere (broadcasts) is not
+	// slowed by its reader stopping.
 	OutboundFrames int
+	OutboundBytes  int
 
-	// OutboundBytes is the per-socket outbound queue budget in bytes of
-	// encoded frames. A send over either budget evicts the socket with
-	// abi.CloseSlowReader. Default 1 MiB.
-	OutboundBytes int
+	// SlowTimeout is how long a socket's queue may stay at its budget
+	// while the client takes not a single byte: then the socket is evicted
+	// with abi.CloseSlowReader. A client that takes some bytes within each
+	// SlowTimeout is slow, not stuck, and stays. Default 5 s.
+	SlowTimeout time.Duration
 
 	// InboundMessages and InboundBytes bound the complete messages read from
 	// one socket and not yet delivered to its Handler. When either is
 	// reached the socket stops reading until the Handler catches up (one
-	// message is always accepted whatever its size). Defaults 64 and 1 MiB.
+	// message is always accepted whatever its size). They are also the
+	// largest batch a BatchHandler gets, and so are at most a quarter of
+	// OutboundFrames and OutboundBytes: a room that answers each message of
+	// a batch once, or of what waits when the reader stops for the outbound
+	// budget, adds at most a quarter of the budget. Defaults 64 and 256 KiB
+	// (a quarter of the default outbound budgets).
 	InboundMessages int
 	InboundBytes    int
 
@@ -147,8 +167,9 @@ const (
 	DefaultWriteTimeout     = 10 * time.Second
 	DefaultOutboundFrames   = 256
 	DefaultOutboundBytes    = 1 << 20
+	DefaultSlowTimeout      = 5 * time.Second
 	DefaultInboundMessages  = 64
-	DefaultInboundBytes     = 1 << 20
+	DefaultInboundBytes     = 256 << 10
 	DefaultMaxSockets       = 50000
 	DefaultUpgradeBurst     = 20
 	DefaultMessageRate      = 1000
@@ -160,6 +181,13 @@ const (
 
 // Unlimited, as Config.MessageRate, turns the per-socket message rate off.
 const Unlimited = -1
+
+// QueueLimitFactor is the hard cap of a socket's outbound queue, in
+// multiples of Config.OutboundBytes (see there). The room above the budget
+// is for what a room answers to the messages it had already taken when the
+// socket's reader stopped, so that a client that reads is not evicted for
+// its own traffic.
+const QueueLimitFactor = 4
 
 // evictGrace is the write deadline of the close frame sent to a socket that
 // is being failed (slow reader, protocol error, too big): long enough for a
@@ -183,8 +211,11 @@ func (c Config) withDefaults() Config {
 	setDur(&c.WriteTimeout, DefaultWriteTimeout)
 	setInt(&c.OutboundFrames, DefaultOutboundFrames)
 	setInt(&c.OutboundBytes, DefaultOutboundBytes)
+	setDur(&c.SlowTimeout, DefaultSlowTimeout)
 	setInt(&c.InboundMessages, DefaultInboundMessages)
 	setInt(&c.InboundBytes, DefaultInboundBytes)
+	c.InboundMessages = min(c.InboundMessages, max(c.OutboundFrames/4, 1))
+	c.InboundBytes = min(c.InboundBytes, max(c.OutboundBytes/4, 1))
 	setInt(&c.MaxSockets, DefaultMaxSockets)
 	c.MaxSocketsPerIP = max(c.MaxSocketsPerIP, 0)
 	c.UpgradeRatePerIP = max(c.UpgradeRatePerIP, 0)

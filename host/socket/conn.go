@@ -51,11 +51,16 @@ type Conn struct {
 	// hub's poller; rstate is then its reader state (rsIdle, rsReady).
 	raw    syscall.RawConn
 	rstate atomic.Uint32
+	// full says that the outbound queue has reached its budget and not
+	// drained to half of it since (set under mu, with the counts): the
+	// reader looks at it before each frame without taking the lock.
+	full atomic.Bool
 
 	// Reader goroutine only (one at a time, see readLoop and pollRead).
 	rb     *readBuf // pooled; held only while read bytes are buffered
 	carry  []byte   // bytes read by net/http behind the handshake request
 	hb     [14]byte // frame header
+	held   uint8    // bytes of hb already read when reading paused
 	msg    []byte   // fragmented message being reassembled
 	msgOp  byte     // its opcode; 0 when none is in progress
 	msgTAT int64    // inbound message bucket (gcra)
@@ -63,12 +68,17 @@ type Conn struct {
 	mu    sync.Mutex
 	space sync.Cond // on mu: the reader waits here for inbound room
 
-	// Outbound queue (under mu).
+	// Outbound queue (under mu). The counts are of every frame not yet
+	// written: those in out and the rest of the batch being written.
 	out       [][]byte // encoded frames not yet taken by the writer
-	outFrames int      // frames in out (the budget counts what waits)
-	outBytes  int      // bytes in out
-	writing   bool     // a writer goroutine runs
-	corked    bool     // data frames wait for Uncork before a writer starts
+	outFrames int
+	outBytes  int
+	writeDL   int64 // hub clock: deadline of the write in progress; 0 when none
+	taken     int64 // hub clock: when the client last took bytes, as the writer knows
+	writing   bool  // a writer goroutine runs
+	corked    bool  // data frames wait for Uncork before a writer starts (or the budget)
+	stallDL   bool  // writeDL is the stall deadline (SlowTimeout), not the write timeout
+	paused    bool  // the reader stopped for the outbound budget; no goroutine reads
 
 	// Inbound queue (under mu).
 	in            []Message
@@ -84,7 +94,7 @@ type Conn struct {
 	reason        string // cause
 	closeSent     bool   // our close frame is queued
 	finishing     bool   // close TCP once the queue is written
-	closeDeadline time.Time
+	closeDeadline int64  // hub clock; 0 when none
 	tcpClosed     bool
 	tcpDone       chan struct{} // made on demand, closed with TCP
 }
@@ -144,7 +154,8 @@ func (c *Conn) Start(h Handler) {
 // Send queues a message; it copies data and never blocks. kind is
 // abi.MessageText (data must be valid UTF-8) or abi.MessageBinary. It returns
 // ErrClosed if the socket is closing, or ErrSlowReader if the message would
-// pass the socket's outbound budget: the socket has then been evicted.
+// take the socket's queue past its hard cap (see the package documentation):
+// the socket has then been evicted.
 func (c *Conn) Send(kind int, data []byte) error {
 	f, err := prepare(kind, data)
 	if err != nil {
@@ -169,11 +180,11 @@ func (c *Conn) SendPrepared(p *Prepared) error {
 	return c.enqueue(p.frame)
 }
 
-// enqueue adds an encoded frame under the outbound budget, evicting the
-// socket when the frame does not fit.
+// enqueue adds an encoded frame to the outbound queue. It never waits: a
+// queue at its budget makes the socket stop reading (see pauseReading),
+// and a frame that would take it past the hard cap evicts the socket.
 func (c *Conn) enqueue(f []byte) error {
-	cfg := &c.hub.cfg
-	if len(f) > cfg.OutboundBytes {
+	if len(f) > c.hub.cfg.OutboundBytes {
 		return ErrTooLarge
 	}
 	c.mu.Lock()
@@ -181,8 +192,8 @@ func (c *Conn) enqueue(f []byte) error {
 		c.mu.Unlock()
 		return ErrClosed
 	}
-	if c.outFrames+1 > cfg.OutboundFrames || c.outBytes+len(f) > cfg.OutboundBytes {
-		c.failLocked(abi.CloseSlowReader, "slow reader", evictSlowReader, evictGrace)
+	if c.outBytes+len(f)+(c.outFrames+1)*frameCost > c.hub.queueLimit {
+		c.failLocked(abi.CloseSlowReader, "slow reader", evictQueueLimit, evictGrace)
 		c.mu.Unlock()
 		return ErrSlowReader
 	}
@@ -190,22 +201,89 @@ func (c *Conn) enqueue(f []byte) error {
 		c.out = getFrameQueue()
 	}
 	c.out = append(c.out, f)
-	c.outFrames++
-	c.outBytes += len(f)
-	if !c.corked {
+	c.addedLocked(len(f))
+	if !c.corked || c.full.Load() {
+		// A queue at its budget is written corked or not: holding it
+		// back would keep the socket's reader stopped for nothing.
 		c.startWriterLocked()
 	}
 	c.mu.Unlock()
 	return nil
 }
 
+// frameCost is what a queued frame costs besides its bytes (its place in
+// the queue's slice, rounded up), counted against the hard cap so that
+// tiny frames cannot pile up for free.
+const frameCost = 32
+
 // pushLocked appends a control frame (pong, close) to the queue and makes
 // sure a writer runs, corked or not: control frames never wait for a room.
 func (c *Conn) pushLocked(f []byte) {
 	c.out = append(c.out, f)
-	c.outFrames++
-	c.outBytes += len(f)
+	c.addedLocked(len(f))
 	c.startWriterLocked()
+}
+
+// addedLocked counts a frame of n bytes just queued. When the queue
+// reaches its budget the stall clock starts, and a write in progress is
+// cut short (its deadline set to now): what it wrote so far went before,
+// and the rest is written under the stall checks (see write).
+func (c *Conn) addedLocked(n int) {
+	c.outFrames++
+	c.outBytes += n
+	if c.full.Load() || !c.atBudgetLocked() {
+		return
+	}
+	c.full.Store(true)
+	h := c.hub
+	c.taken = h.now()
+	if c.writeDL != 0 && c.taken < c.writeDL {
+		c.writeDL, c.stallDL = c.taken, true
+		_ = c.conn.SetWriteDeadline(h.at(c.taken))
+	}
+}
+
+// stallChecks is how many times per SlowTimeout the writer of a socket at
+// its budget looks whether the client took bytes: it is evicted between
+// SlowTimeout and SlowTimeout plus a quarter after the last bytes it took
+// (or after the queue reached its budget, if that was later).
+const stallChecks = 4
+
+// writtenLocked counts frames and bytes the writer has written, or
+// dropped. Once the queue is down to half its budget it is no longer
+// full, and a paused reader goes on.
+func (c *Conn) writtenLocked(frames, n int) {
+	c.outFrames -= frames
+	c.outBytes -= n
+	cfg := &c.hub.cfg
+	if c.full.Load() && c.outFrames <= cfg.OutboundFrames/2 && c.outBytes <= cfg.OutboundBytes/2 {
+		c.full.Store(false)
+		c.resumeLocked()
+	}
+}
+
+// atBudgetLocked reports whether the frames not yet written reach either
+// outbound budget.
+func (c *Conn) atBudgetLocked() bool {
+	cfg := &c.hub.cfg
+	return c.outFrames >= cfg.OutboundFrames || c.outBytes >= cfg.OutboundBytes
+}
+
+// resumeLocked gives a reader stopped by pauseReading back its socket: a
+// fresh goroutine goes on where it stopped. Silence while it was stopped
+// is the node's, not the client's.
+func (c *Conn) resumeLocked() {
+	if !c.paused {
+		return
+	}
+	c.paused = false
+	c.lastSeen.Store(c.hub.now())
+	c.hub.m.readResumes.Inc()
+	if c.raw != nil {
+		go c.pollRead()
+	} else {
+		go c.readLoop()
+	}
 }
 
 func (c *Conn) startWriterLocked() {
@@ -220,7 +298,9 @@ func (c *Conn) startWriterLocked() {
 // sockets it sends to while it works through a burst of events, so that a
 // client sending many messages gets its answers in batches, as a server
 // that writes only when it has nothing left to read would send them.
-// Control frames are not held.
+// Control frames are not held, and neither is a queue that reaches its
+// budget: it is a batch worth a write already, and the socket's reader
+// waits for it to drain.
 func (c *Conn) Cork() {
 	c.mu.Lock()
 	c.corked = true
@@ -262,6 +342,7 @@ func (c *Conn) beginCloseLocked(code int, reason string) bool {
 	c.code = code
 	c.reason = reason
 	c.space.Broadcast() // a reader waiting for inbound room drops its message
+	c.resumeLocked()    // a paused one reads the client's last frames
 	return true
 }
 
@@ -290,9 +371,12 @@ func (c *Conn) queueCloseLocked(code int, reason string, drop bool) {
 	}
 	c.closeSent = true
 	if drop {
+		n := 0
+		for _, f := range c.out {
+			n += len(f)
+		}
+		c.writtenLocked(len(c.out), n)
 		c.out = nil
-		c.outFrames = 0
-		c.outBytes = 0
 	}
 	c.pushLocked(encodeClose(code, reason))
 }
@@ -301,12 +385,12 @@ func (c *Conn) queueCloseLocked(code int, reason string, drop bool) {
 // deadline (an earlier one is kept), so a blocked reader or writer wakes up
 // and closes the connection.
 func (c *Conn) deadlineLocked(d time.Duration) {
-	t := time.Now().Add(d)
-	if !c.closeDeadline.IsZero() && c.closeDeadline.Before(t) {
+	t := c.hub.now() + int64(d)
+	if c.closeDeadline != 0 && c.closeDeadline < t {
 		return
 	}
 	c.closeDeadline = t
-	_ = c.conn.SetDeadline(t)
+	_ = c.conn.SetDeadline(c.hub.at(t))
 	if c.raw != nil {
 		// An idle socket has no reader to time out: give it one, which
 		// waits for the client's last frames in a read under the deadline.
@@ -347,11 +431,12 @@ func (c *Conn) abort() { c.closeTCP() }
 
 // dropIfDead closes the socket as dead if nothing has been read from it for
 // more than two ping intervals at now; silence while the node itself does
-// not read the socket (its reader waits for inbound room) does not count.
+// not read the socket (its reader waits for inbound room, or is paused for
+// the outbound budget) does not count.
 func (c *Conn) dropIfDead(now int64) {
 	h := c.hub
 	c.mu.Lock()
-	if c.closing || c.readerWaiting || now-c.lastSeen.Load() <= int64(2*h.cfg.PingInterval) {
+	if c.closing || c.readerWaiting || c.paused || now-c.lastSeen.Load() <= int64(2*h.cfg.PingInterval) {
 		c.mu.Unlock()
 		return
 	}
@@ -381,6 +466,7 @@ func (c *Conn) writeLoop() {
 		if c.tcpClosed {
 			c.writing = false
 			c.out = nil
+			c.writtenLocked(c.outFrames, c.outBytes) // nothing will be written
 			c.mu.Unlock()
 			return
 		}
@@ -395,6 +481,7 @@ func (c *Conn) writeLoop() {
 		}
 		batch := c.out
 		c.out = nil
+		c.mu.Unlock()
 		n, data := 0, 0
 		for _, f := range batch {
 			n += len(f)
@@ -402,11 +489,6 @@ func (c *Conn) writeLoop() {
 				data++
 			}
 		}
-		// The budget counts what waits; a batch being written is bounded
-		// by WriteTimeout instead.
-		c.outFrames -= len(batch)
-		c.outBytes -= n
-		c.mu.Unlock()
 
 		err := c.writeBatch(batch)
 		putFrameQueue(batch)
@@ -414,10 +496,14 @@ func (c *Conn) writeLoop() {
 		c.mu.Lock()
 		reason := evictNone
 		if err != nil && !c.closing {
-			if errors.Is(err, os.ErrDeadlineExceeded) {
+			switch {
+			case errors.Is(err, errStalled):
+				reason = evictSlowReader
+				c.beginCloseLocked(abi.CloseSlowReader, "slow reader")
+			case errors.Is(err, os.ErrDeadlineExceeded):
 				reason = evictWriteTimeout
 				c.beginCloseLocked(abi.CloseSlowReader, "write timeout")
-			} else {
+			default:
 				c.beginCloseLocked(closeAbnormal, "")
 			}
 		}
@@ -431,6 +517,10 @@ func (c *Conn) writeLoop() {
 		h.m.messagesOut.Add(data)
 	}
 }
+
+// errStalled is returned by write when the client took no byte for
+// SlowTimeout while the socket's queue was at its budget.
+var errStalled = errors.New("socket: client took nothing for the slow-reader timeout")
 
 // Queues of frames (a socket's outbound queue) and of messages (its
 // inbound one) come from pools while they hold something, so that a burst
@@ -497,7 +587,7 @@ func (c *Conn) writeBatch(batch [][]byte) error {
 		f := batch[i]
 		if len(f) >= coalesceLimit || i+1 == len(batch) || len(f)+len(batch[i+1]) > coalesceSize {
 			i++
-			if err := c.write(f); err != nil {
+			if err := c.write(f, 1); err != nil {
 				return err
 			}
 			continue
@@ -506,30 +596,77 @@ func (c *Conn) writeBatch(batch [][]byte) error {
 			bp = writePool.Get().(*[]byte)
 		}
 		buf := (*bp)[:0]
+		frames := 0
 		for i < len(batch) && len(batch[i]) < coalesceLimit && len(buf)+len(batch[i]) <= coalesceSize {
 			buf = append(buf, batch[i]...)
 			i++
+			frames++
 		}
 		*bp = buf
-		if err := c.write(buf); err != nil {
+		if err := c.write(buf, frames); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// write writes p under the write deadline: WriteTimeout from now, or the
-// close deadline if that is sooner.
-func (c *Conn) write(p []byte) error {
-	dl := time.Now().Add(c.hub.cfg.WriteTimeout)
-	c.mu.Lock()
-	if !c.closeDeadline.IsZero() && c.closeDeadline.Before(dl) {
-		dl = c.closeDeadline
+// write writes p, which holds frames whole frames, and counts them
+// written. Its deadline is WriteTimeout from its start, or the close
+// deadline if that is sooner. While the queue is at its budget the write
+// also wakes every SlowTimeout/stallChecks to see whether the client took
+// anything meanwhile: a client that took nothing for SlowTimeout fails it
+// with errStalled. (The bytes of a check come in one count, so they are
+// taken as of the end of the check: a client is never evicted before
+// SlowTimeout without bytes, and at most one check late.)
+func (c *Conn) write(p []byte, frames int) error {
+	h := c.hub
+	size := len(p)
+	now := h.now()
+	limit := now + int64(h.cfg.WriteTimeout)
+	for {
+		c.mu.Lock()
+		dl, stall := limit, false
+		if c.full.Load() {
+			if t := now + int64(h.cfg.SlowTimeout)/stallChecks; t < dl {
+				dl, stall = t, true
+			}
+		}
+		if c.closeDeadline != 0 && c.closeDeadline < dl {
+			dl, stall = c.closeDeadline, false
+		}
+		// Under mu, so that a shorter deadline set by an eviction or by
+		// the queue reaching its budget is never overwritten by a longer
+		// one.
+		c.writeDL, c.stallDL = dl, stall
+		_ = c.conn.SetWriteDeadline(h.at(dl))
+		c.mu.Unlock()
+
+		n, err := c.conn.Write(p)
+
+		c.mu.Lock()
+		stall = c.stallDL
+		c.writeDL, c.stallDL = 0, false
+		if err == nil {
+			if c.full.Load() {
+				c.taken = h.now()
+			}
+			c.writtenLocked(frames, size)
+			c.mu.Unlock()
+			return nil
+		}
+		if !stall || !errors.Is(err, os.ErrDeadlineExceeded) {
+			c.mu.Unlock()
+			return err
+		}
+		now = h.now()
+		if n > 0 {
+			c.taken = now
+		}
+		stuck := now-c.taken >= int64(h.cfg.SlowTimeout)
+		c.mu.Unlock()
+		if n == 0 && stuck {
+			return errStalled
+		}
+		p = p[n:]
 	}
-	// Under mu, so that a shorter deadline set by an eviction is never
-	// overwritten by a longer one.
-	_ = c.conn.SetWriteDeadline(dl)
-	c.mu.Unlock()
-	_, err := c.conn.Write(p)
-	return err
 }

@@ -41,24 +41,49 @@
 // a non-blocking enqueue: the caller is typically a room executing wasm,
 // which must never wait for a client's TCP window.
 //
-// # Eviction policy
+// # Backpressure and eviction
 //
 // Every socket has an outbound budget in frames and bytes
 // ([Config.OutboundFrames], [Config.OutboundBytes]) over what is queued and
-// waiting for the writer (the batch being written is bounded by the write
-// timeout instead). A send that would pass either budget does not wait: the
-// socket is evicted at once (queued frames are dropped, a close frame with
-// [abi.CloseSlowReader] is attempted under a short deadline, then the TCP
-// connection is closed) and the send returns [ErrSlowReader]. A write that
-// takes longer than [Config.WriteTimeout] drops the socket the same way.
-// Each socket has its own queue and writer, so a slow client slows no one
-// else. A socket that sends nothing at all (not even a pong) for twice the
+// not yet written, the batch being written included. A send never waits
+// and is not refused for the budget: the budget is where the socket stops
+// reading its client. Before it takes each frame, the reader looks at the
+// queue; while the queue is at either budget the socket is not read (no
+// goroutine holds it, in either read mode), its bytes wait in the kernel
+// and the client's own writes slow down, until the writer has drained the
+// queue to half of both budgets. What a room sends a socket is mostly its
+// answers to that socket's messages, so this paces a client that sends
+// faster than it reads, instead of evicting it. A corked queue that reaches
+// the budget is written anyway. The messages read and not yet delivered
+// (which are also the largest batch a [BatchHandler] gets) are at most a
+// quarter of either budget, so that a room answering each once adds at
+// most a quarter of the budget past it after the reader stopped.
+//
+// A client that does not read is evicted with [abi.CloseSlowReader]: when
+// its queue is at the budget (and has not drained to half since) and the
+// client takes not one byte of it for [Config.SlowTimeout] (the writer's
+// deadline wakes it four times a timeout to see what the kernel took, so
+// a client that takes a little at a time stays), or when a single write
+// takes longer than [Config.WriteTimeout]. What a socket receives from
+// elsewhere (a room's broadcasts) is not slowed by its reader stopping, so
+// the queue also has a hard cap, [QueueLimitFactor] times the byte budget
+// (each frame counting 32 bytes more, for its place in the queue): a send
+// that would pass it evicts the socket at once and returns
+// [ErrSlowReader]. An evicted socket's queued frames are dropped, a close
+// frame is attempted under a short deadline, then the TCP connection is
+// closed. Each socket has its own queue and writer, so a slow client slows
+// no one else.
+//
+// A socket that sends nothing at all (not even a pong) for twice the
 // ping interval is closed as dead, by the ping loop's next tick: the loop
 // pings one shard of the registry a tick, sixteen ticks an interval, but
 // looks at the silence of every socket at every tick, so that the drop
 // comes at most a tick (PingInterval/16) after the two intervals whatever
-// the phase of the socket's own pings. Every eviction is counted by reason
-// in wasmkeep_socket_evictions_total.
+// the phase of the socket's own pings. Time during which the node does not
+// read a socket (its reader paused, or waiting for its Handler) is not its
+// silence. Every eviction is counted by reason in
+// wasmkeep_socket_evictions_total, and the reader's pauses and resumes in
+// wasmkeep_socket_read_pauses_total and wasmkeep_socket_read_resumes_total.
 //
 // # Admission and rates
 //
@@ -86,9 +111,12 @@
 // Each socket also has a bucket of inbound data messages
 // ([Config.MessageRate], [Config.MessageBurst]): a complete message that
 // finds it empty is dropped, never delivered, and counted in
-// wasmkeep_socket_messages_dropped_total; the socket stays open. Control
-// frames are not counted: pings are answered by the host (a client that
-// pings without reading its pongs fills its outbound queue and is evicted).
+// wasmkeep_socket_messages_dropped_total; the socket stays open, and a
+// flood of messages answered by its room meets the outbound budget like any
+// other traffic: the socket stops being read, it is not evicted while its
+// client reads. Control frames are not counted: pings are answered by the
+// host (a client that pings without reading its pongs fills its outbound
+// queue, stops being read and is evicted after SlowTimeout).
 //
 // # Inbound order and the Handler
 //

@@ -8,10 +8,11 @@ var (
 	// closed, whoever closed it.
 	ErrClosed = errors.New("socket: closed")
 
-	// ErrSlowReader is returned by the send that passed the socket's
-	// outbound budget. The socket has been evicted (it is closing with
+	// ErrSlowReader is returned by the send that would have taken the
+	// socket's outbound queue past its hard cap (QueueLimitFactor times
+	// its byte budget). The socket has been evicted (it is closing with
 	// abi.CloseSlowReader) and the message was not queued.
-	ErrSlowReader = errors.New("socket: outbound queue over budget, socket evicted")
+	ErrSlowReader = errors.New("socket: outbound queue at its hard cap, socket evicted")
 
 	// ErrTooLarge is returned for a message larger than the whole outbound
 	// byte budget; it is not queued and the socket stays open.

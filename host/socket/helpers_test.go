@@ -1,6 +1,7 @@
 package socket
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -8,6 +9,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -126,12 +129,19 @@ type testServer struct {
 // one OnClose.
 func newServer(t testing.TB, cfg Config, h Handler) *testServer {
 	t.Helper()
+	return newServerOn(t, nil, cfg, h)
+}
+
+// newServerOn is newServer on a listener of the caller's (nil: a loopback
+// one of httptest's).
+func newServerOn(t testing.TB, ln net.Listener, cfg Config, h Handler) *testServer {
+	t.Helper()
 	s := &testServer{
 		set:   metrics.NewSet(),
 		conns: make(chan *Conn, 1024),
 	}
 	s.hub = NewHub(cfg, s.set)
-	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	s.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c, err := s.hub.Upgrade(w, r, nil)
 		if err != nil {
 			return
@@ -145,6 +155,11 @@ func newServer(t testing.TB, cfg Config, h Handler) *testServer {
 		default:
 		}
 	}))
+	if ln != nil {
+		s.srv.Listener.Close()
+		s.srv.Listener = ln
+	}
+	s.srv.Start()
 	s.url = "ws://" + s.srv.Listener.Addr().String() + "/"
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
@@ -171,6 +186,24 @@ func newServer(t testing.TB, cfg Config, h Handler) *testServer {
 	return s
 }
 
+// metric reads one sample of the hub's metrics by its full name (with
+// labels), or -1 if the hub has no such metric.
+func (s *testServer) metric(t testing.TB, name string) float64 {
+	t.Helper()
+	var b bytes.Buffer
+	s.set.WritePrometheus(&b)
+	for _, line := range strings.Split(b.String(), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("metric %s: %q", name, v)
+			}
+			return f
+		}
+	}
+	return -1
+}
+
 // conn waits for the next accepted server-side Conn.
 func (s *testServer) conn(t testing.TB) *Conn {
 	t.Helper()
@@ -192,7 +225,17 @@ type client struct {
 
 func dial(t testing.TB, url string) *client {
 	t.Helper()
-	conn, br, _, err := ws.Dial(context.Background(), url)
+	return dialFrom(t, url, nil)
+}
+
+// dialFrom is dial through a dialer of the caller's (nil: the default).
+func dialFrom(t testing.TB, url string, nd *net.Dialer) *client {
+	t.Helper()
+	d := ws.Dialer{}
+	if nd != nil {
+		d.NetDial = nd.DialContext
+	}
+	conn, br, _, err := d.Dial(context.Background(), url)
 	if err != nil {
 		t.Fatalf("dial %s: %v", url, err)
 	}

@@ -36,6 +36,10 @@ type Hub struct {
 	stopped sync.Once
 	loop    sync.WaitGroup
 
+	// queueLimit is the hard cap of a socket's outbound queue, in bytes
+	// with frameCost for each frame.
+	queueLimit int
+
 	upgrader ws.HTTPUpgrader
 
 	shards [shardCount]shard
@@ -82,6 +86,7 @@ func NewHub(cfg Config, set *metrics.Set) *Hub {
 			h.poll = p
 		}
 	}
+	h.queueLimit = QueueLimitFactor * h.cfg.OutboundBytes
 	h.upgrader = ws.HTTPUpgrader{Timeout: h.cfg.HandshakeTimeout}
 	h.adm = newAdmission(h.cfg)
 	if h.cfg.MessageRate != Unlimited {
@@ -107,6 +112,9 @@ func (h *Hub) Config() Config { return h.cfg }
 
 // now is the hub's monotonic clock in nanoseconds.
 func (h *Hub) now() int64 { return int64(time.Since(h.start)) }
+
+// at is the time of a reading t of the hub's clock, for deadlines.
+func (h *Hub) at(t int64) time.Time { return h.start.Add(time.Duration(t)) }
 
 // Count returns the number of sockets open on this hub, including those in
 // their handshake and those whose OnClose has not returned yet.

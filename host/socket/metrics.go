@@ -11,8 +11,11 @@ type hubMetrics struct {
 	bytesIn         *metrics.Counter
 	bytesOut        *metrics.Counter
 	pingsSent       *metrics.Counter
+	readPauses      *metrics.Counter
+	readResumes     *metrics.Counter
 
 	evictSlowReader   *metrics.Counter
+	evictQueueLimit   *metrics.Counter
 	evictWriteTimeout *metrics.Counter
 	evictDead         *metrics.Counter
 	evictTooBig       *metrics.Counter
@@ -31,6 +34,7 @@ type hubMetrics struct {
 const (
 	evictNone         = ""
 	evictSlowReader   = "slow_reader"
+	evictQueueLimit   = "queue_limit"
 	evictWriteTimeout = "write_timeout"
 	evictDead         = "dead"
 	evictTooBig       = "too_big"
@@ -61,7 +65,12 @@ func newHubMetrics(set *metrics.Set, g gauges) *hubMetrics {
 		{`wasmkeep_socket_bytes_in_total`, &m.bytesIn},
 		{`wasmkeep_socket_bytes_out_total`, &m.bytesOut},
 		{`wasmkeep_socket_pings_sent_total`, &m.pingsSent},
+		// A reader stopped because its socket's outbound queue reached
+		// the budget, and let go again once it drained (or closed).
+		{`wasmkeep_socket_read_pauses_total`, &m.readPauses},
+		{`wasmkeep_socket_read_resumes_total`, &m.readResumes},
 		{`wasmkeep_socket_evictions_total{reason="slow_reader"}`, &m.evictSlowReader},
+		{`wasmkeep_socket_evictions_total{reason="queue_limit"}`, &m.evictQueueLimit},
 		{`wasmkeep_socket_evictions_total{reason="write_timeout"}`, &m.evictWriteTimeout},
 		{`wasmkeep_socket_evictions_total{reason="dead"}`, &m.evictDead},
 		{`wasmkeep_socket_evictions_total{reason="too_big"}`, &m.evictTooBig},
@@ -81,9 +90,9 @@ func newHubMetrics(set *metrics.Set, g gauges) *hubMetrics {
 	// Client addresses tracked by the per-address limits (0 when off).
 	set.NewGauge(`wasmkeep_socket_tracked_addresses`, g.addresses)
 	// Queue occupancy summed over the open sockets, read from every socket
-	// when the metrics are written: outbound frames waiting for the writer
-	// (the batch being written excluded, as for the budget) and their
-	// bytes, and inbound messages read and not yet delivered.
+	// when the metrics are written: outbound frames not yet written (the
+	// rest of the batch being written included, as for the budget) and
+	// their bytes, and inbound messages read and not yet delivered.
 	set.NewGauge(`wasmkeep_socket_outbound_queued_frames`, func() float64 { return float64(g.queued().outFrames) })
 	set.NewGauge(`wasmkeep_socket_outbound_queued_bytes`, func() float64 { return float64(g.queued().outBytes) })
 	set.NewGauge(`wasmkeep_socket_inbound_queued_messages`, func() float64 { return float64(g.queued().inMessages) })
@@ -95,6 +104,8 @@ func (m *hubMetrics) evicted(reason string) {
 	switch reason {
 	case evictSlowReader:
 		m.evictSlowReader.Inc()
+	case evictQueueLimit:
+		m.evictQueueLimit.Inc()
 	case evictWriteTimeout:
 		m.evictWriteTimeout.Inc()
 	case evictDead:

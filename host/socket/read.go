@@ -209,8 +209,12 @@ var (
 // 2 KiB while the goroutine is parked in a read; a new goroutine starts at 2
 // KiB. The cost is one goroutine start per burst.
 func (c *Conn) readLoop() {
-	have := 0
-	if c.rb == nil && len(c.carry) == 0 {
+	have := int(c.held) // a reader paused for the outbound budget had read them
+	c.held = 0
+	if have == 0 && c.rb == nil && len(c.carry) == 0 {
+		if c.pauseReading(0) {
+			return
+		}
 		// Idle: wait for the first bytes of the next frame with as few
 		// frames on the stack as possible, straight into c.hb.
 		var ok bool
@@ -245,14 +249,22 @@ func (c *Conn) waitHeader() (have int, ok bool) {
 func (c *Conn) burst(have int) {
 	batched := false // messages are queued that this goroutine must deliver
 	for {
+		if c.pauseReading(have) {
+			if batched {
+				c.dispatch()
+			}
+			return
+		}
 		next := c.readStep(have, &batched)
 		have = 0
 		switch next {
 		case readEnded:
 			return
 		case readDeliver:
-			c.releaseBuffer(false)
-			go c.readLoop()
+			if !c.pauseReading(0) {
+				c.releaseBuffer(false)
+				go c.readLoop()
+			}
 			// From here on this goroutine touches no read state.
 			c.dispatch()
 			return
@@ -373,9 +385,16 @@ func (c *Conn) poll() (more bool, err error) {
 // goroutine becomes it, as in burst: reading goes on on a fresh goroutine if
 // bytes are pending, in the poller otherwise.
 func (c *Conn) pollRead() {
-	have := 0
+	have := int(c.held) // a reader paused for the outbound budget had read them
+	c.held = 0
 	batched := false // messages are queued that this goroutine must deliver
 	for {
+		if c.pauseReading(have) {
+			if batched {
+				c.dispatch()
+			}
+			return
+		}
 		if have == 0 && c.releaseBuffer(false) {
 			more, err := c.poll()
 			switch {
@@ -400,10 +419,14 @@ func (c *Conn) pollRead() {
 		case readMore:
 			continue
 		}
-		if !c.releaseBuffer(false) {
+		switch {
+		case c.pauseReading(0):
+		case !c.releaseBuffer(false):
 			go c.pollRead()
-		} else if more, err := c.poll(); more || err != nil {
-			go c.pollRead() // it meets the error again, or waits
+		default:
+			if more, err := c.poll(); more || err != nil {
+				go c.pollRead() // it meets the error again, or waits
+			}
 		}
 		// From here on this goroutine touches no read state.
 		c.dispatch()
@@ -453,6 +476,31 @@ func (c *Conn) moreBuffered() bool {
 	return room
 }
 
+// pauseReading is the reader's look at the outbound queue before it takes
+// a frame: while the queue is at its budget, the socket is not read (its
+// bytes wait in the kernel, and the client's writes slow down) until the
+// writer has drained it to half the budget (writtenLocked), or the socket
+// closes. It reports whether it stopped the reader: the caller then gives
+// up the socket's read state, which keeps the have header bytes already
+// read, and holds no goroutine for it.
+func (c *Conn) pauseReading(have int) bool {
+	if !c.full.Load() {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closing || !c.full.Load() {
+		return false
+	}
+	if have == 0 {
+		c.releaseBuffer(false) // a paused socket keeps a buffer only if bytes wait in it
+	}
+	c.held = uint8(have)
+	c.paused = true
+	c.hub.m.readPauses.Inc()
+	return true
+}
+
 // finishRead ends the socket after its last frame: fail it or finish the
 // closing handshake, close TCP, and have the close reported after the
 // messages still queued.
@@ -498,7 +546,7 @@ func (c *Conn) waitFlushed() {
 		c.tcpDone = make(chan struct{})
 	}
 	done := c.tcpDone
-	wait := time.Until(c.closeDeadline)
+	wait := time.Duration(c.closeDeadline - c.hub.now())
 	c.mu.Unlock()
 	t := time.NewTimer(wait)
 	select {
