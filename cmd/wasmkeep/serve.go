@@ -45,8 +45,8 @@ func serveFlags() []cli.Flag {
 		&cli.IntFlag{Name: "upload-min-rate", Value: server.DefaultUploadMinRate, Usage: "bytes per second an admin upload (class put, room import) must keep after its first --body-timeout", EnvVars: env("upload-min-rate")},
 		&cli.IntFlag{Name: "max-bodies-per-ip", Value: server.DefaultMaxBodiesPerIP, Usage: "HTTP request bodies one client address may be sending at once (HTTP 429 past it)", EnvVars: env("max-bodies-per-ip")},
 		&cli.IntFlag{Name: "max-response", Value: 16 << 20, Usage: "largest HTTP response a room may give, in bytes", EnvVars: env("max-response")},
-		&cli.IntFlag{Name: "max-message", Value: 1 << 20, Usage: "largest WebSocket message (and frame), in bytes", EnvVars: env("max-message")},
-		&cli.IntFlag{Name: "max-sockets", Value: 50000, Usage: "open WebSockets per node", EnvVars: env("max-sockets")},
+		&cli.IntFlag{Name: "max-message", Value: socket.DefaultMaxMessage, Usage: "largest WebSocket message (and frame), in bytes", EnvVars: env("max-message")},
+		&cli.IntFlag{Name: "max-sockets", Value: socket.DefaultMaxSockets, Usage: "open WebSockets per node", EnvVars: env("max-sockets")},
 		&cli.IntFlag{Name: "max-sockets-per-ip", Value: 0, Usage: "open WebSockets per client address (an IPv6 /64 counts as one); 0: no limit", EnvVars: env("max-sockets-per-ip")},
 		&cli.IntFlag{Name: "upgrade-rate-per-ip", Value: 0, Usage: "WebSocket upgrade attempts per second per client address, after the burst; 0: no limit", EnvVars: env("upgrade-rate-per-ip")},
 		&cli.IntFlag{Name: "upgrade-burst-per-ip", Value: socket.DefaultUpgradeBurst, Usage: "upgrade attempts a client address may make at once under --upgrade-rate-per-ip", EnvVars: env("upgrade-burst-per-ip")},
@@ -55,8 +55,9 @@ func serveFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "handshake-timeout", Value: socket.DefaultHandshakeTimeout, Usage: "time a client has to send its request headers, and to take a WebSocket handshake's answer", EnvVars: env("handshake-timeout")},
 		&cli.IntFlag{Name: "socket-message-rate", Value: socket.DefaultMessageRate, Usage: "messages per second a WebSocket may send, after the burst; more are dropped (0: no limit)", EnvVars: env("socket-message-rate")},
 		&cli.IntFlag{Name: "socket-message-burst", Value: socket.DefaultMessageBurst, Usage: "messages a WebSocket may send at once under --socket-message-rate", EnvVars: env("socket-message-burst")},
-		&cli.IntFlag{Name: "socket-queue-frames", Value: socket.DefaultOutboundFrames, Usage: "frames waiting to be written to one WebSocket; past it the client is evicted as a slow reader", EnvVars: env("socket-queue-frames")},
-		&cli.IntFlag{Name: "socket-queue-bytes", Value: socket.DefaultOutboundBytes, Usage: "bytes waiting to be written to one WebSocket; past it the client is evicted as a slow reader", EnvVars: env("socket-queue-bytes")},
+		&cli.IntFlag{Name: "socket-queue-frames", Value: socket.DefaultOutboundFrames, Usage: "frames waiting to be written to one WebSocket; at it the node stops reading that client until half are written", EnvVars: env("socket-queue-frames")},
+		&cli.IntFlag{Name: "socket-queue-bytes", Value: socket.DefaultOutboundBytes, Usage: "bytes waiting to be written to one WebSocket; at it the node stops reading that client until half are written (4 times it evicts the client)", EnvVars: env("socket-queue-bytes")},
+		&cli.DurationFlag{Name: "socket-slow-timeout", Value: socket.DefaultSlowTimeout, Usage: "time a WebSocket client whose queue is full may take nothing before it is evicted as a slow reader", EnvVars: env("socket-slow-timeout")},
 		&cli.StringFlag{Name: "socket-reader", Value: "auto", Usage: "how idle WebSockets wait for their next frame: epoll (one epoll instance for all, no goroutine per idle socket; Linux), goroutine (a goroutine per socket), or auto (epoll where available)", EnvVars: env("socket-reader")},
 		&cli.DurationFlag{Name: "socket-write-timeout", Value: socket.DefaultWriteTimeout, Usage: "time one write to a WebSocket client may take before the client is evicted as a slow reader", EnvVars: env("socket-write-timeout")},
 		&cli.IntFlag{Name: "mailbox-size", Value: 1024, Usage: "pending events per room", EnvVars: env("mailbox-size")},
@@ -145,6 +146,7 @@ func nodeConfig(c *cli.Context) (node.Config, error) {
 			MessageBurst:      c.Int("socket-message-burst"),
 			OutboundFrames:    c.Int("socket-queue-frames"),
 			OutboundBytes:     c.Int("socket-queue-bytes"),
+			SlowTimeout:       c.Duration("socket-slow-timeout"),
 			WriteTimeout:      c.Duration("socket-write-timeout"),
 			Reader:            reader,
 		},
@@ -181,7 +183,7 @@ func checkLimits(c *cli.Context) error {
 			return fmt.Errorf("--%s must be 0 (no limit) or more, not %d", name, v)
 		}
 	}
-	for _, name := range []string{"handshake-timeout", "socket-write-timeout", "wake-wait", "body-timeout"} {
+	for _, name := range []string{"handshake-timeout", "socket-slow-timeout", "socket-write-timeout", "wake-wait", "body-timeout"} {
 		if v := c.Duration(name); v <= 0 {
 			return fmt.Errorf("--%s must be more than 0, not %s", name, v)
 		}

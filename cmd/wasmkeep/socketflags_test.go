@@ -42,6 +42,7 @@ func TestSocketFlags(t *testing.T) {
 		MessageBurst:      2000,
 		OutboundFrames:    256,
 		OutboundBytes:     1 << 20,
+		SlowTimeout:       5 * time.Second,
 		WriteTimeout:      10 * time.Second,
 	}
 	if got != want {
@@ -49,7 +50,7 @@ func TestSocketFlags(t *testing.T) {
 	}
 	got = parseServe(t, "--max-sockets-per-ip", "8", "--upgrade-rate-per-ip", "5", "--upgrade-burst-per-ip", "10",
 		"--trust-forwarded-for", "--handshake-timeout", "3s", "--socket-message-rate", "0", "--socket-message-burst", "7",
-		"--socket-queue-frames", "64", "--socket-queue-bytes", "65536", "--socket-write-timeout", "2s").Sockets
+		"--socket-queue-frames", "64", "--socket-queue-bytes", "65536", "--socket-slow-timeout", "1500ms", "--socket-write-timeout", "2s").Sockets
 	want = socket.Config{
 		MaxMessage:        1 << 20,
 		MaxSockets:        50000,
@@ -62,6 +63,7 @@ func TestSocketFlags(t *testing.T) {
 		MessageBurst:      7,
 		OutboundFrames:    64,
 		OutboundBytes:     65536,
+		SlowTimeout:       1500 * time.Millisecond,
 		WriteTimeout:      2 * time.Second,
 	}
 	if got != want {
