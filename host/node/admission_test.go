@@ -201,6 +201,8 @@ func TestSocketLimits(t *testing.T) {
 		{"MalformedFrames", testMalformedFrames},
 		{"SlowReaderEvictedFromBroadcasts", testSlowReaderEvictedFromBroadcasts},
 		{"MessageFloodDropped", testMessageFloodDropped},
+		{"MessageFloodWhileReading", testMessageFloodWhileReading},
+		{"NonReaderEvicted", testNonReaderEvicted},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.run(t, cache) })
 	}
@@ -551,4 +553,146 @@ func testMessageFloodDropped(t *testing.T, cache string) {
 		t.Fatal("the room lost the socket")
 	}
 	t.Logf("%d of %d delivered, %d dropped", delivered, flood, dropped)
+}
+
+// testMessageFloodWhileReading: a client that floods its room past the
+// message rate, with a burst allowance larger than its outbound budget,
+// and reads what comes back, is not evicted: the excess is dropped and
+// counted, and every message delivered is answered, in order.
+func testMessageFloodWhileReading(t *testing.T, cache string) {
+	const rate, burst, flood = 200, 600, 3000
+	n := limitsNode(t, cache, Config{Sockets: socket.Config{MessageRate: rate, MessageBurst: burst}})
+	c := openEcho(t, n.URL()+"/actor/echo/flood2", dialOpts{})
+	in0 := metric(t, n, "wasmkeep_socket_messages_in_total")
+	drop0 := metric(t, n, `wasmkeep_socket_messages_dropped_total{reason="rate"}`)
+	var b []byte
+	for i := range flood {
+		m := fmt.Sprint("m", i)
+		b = append(b, wstest.MaskedFrame(0x80|0x1, uint64(len(m)), []byte(m))...)
+	}
+	written := make(chan error, 1)
+	go func() {
+		_ = c.conn.SetWriteDeadline(time.Now().Add(20 * time.Second))
+		_, err := c.conn.Write(b)
+		written <- err
+	}()
+	// Read while the node reads the flood, until it has read all of it and
+	// every message it delivered has come back.
+	last, got := -1, 0
+	for {
+		delivered := -1
+		if metric(t, n, "wasmkeep_socket_messages_in_total") == in0+flood {
+			delivered = flood - int(metric(t, n, `wasmkeep_socket_messages_dropped_total{reason="rate"}`)-drop0)
+		}
+		if got == delivered {
+			break
+		}
+		msg, err := c.next(100 * time.Millisecond)
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			continue // the node is still reading the flood
+		}
+		if err != nil {
+			t.Fatalf("after %d echoes: %v", got, err)
+		}
+		var i int
+		if _, err := fmt.Sscanf(msg, "m%d", &i); err != nil || i <= last {
+			t.Fatalf("echo %d: %q after m%d", got, msg, last)
+		}
+		last = i
+		got++
+	}
+	if err := <-written; err != nil {
+		t.Fatalf("the flood's write: %v", err)
+	}
+	dropped := flood - got
+	if got < burst || dropped == 0 {
+		t.Fatalf("%d of %d messages delivered, want the burst of %d and more, and some dropped", got, flood, burst)
+	}
+	for _, reason := range []string{"slow_reader", "queue_limit", "write_timeout"} {
+		if v := metric(t, n, `wasmkeep_socket_evictions_total{reason="`+reason+`"}`); v != 0 {
+			t.Errorf("%v %s evictions", v, reason)
+		}
+	}
+	c.send("still here")
+	if msg, err := c.next(10 * time.Second); err != nil || msg != "still here" {
+		t.Fatalf("after the flood: %q %v", msg, err)
+	}
+	t.Logf("%d of %d delivered and answered, %d dropped; the reader paused %v times",
+		got, flood, dropped, metric(t, n, "wasmkeep_socket_read_pauses_total"))
+}
+
+// testNonReaderEvicted: a client that sends to its room and never reads
+// the answers is not read any more once its queue is at the budget (its
+// writes wait in TCP), and is evicted with 4008 (slow_reader) once it has
+// taken nothing for the slow-reader timeout, not sooner; another socket of
+// the room keeps its answers coming promptly throughout. With both
+// readers.
+func testNonReaderEvicted(t *testing.T, cache string) {
+	const slow = time.Second
+	for _, mode := range []socket.ReadMode{socket.ReadEpoll, socket.ReadGoroutine} {
+		t.Run(mode.String(), func(t *testing.T) {
+			n := limitsNode(t, cache, Config{Sockets: socket.Config{Reader: mode, SlowTimeout: slow}})
+			url := n.URL() + "/actor/echo/deaf"
+			deaf := openEcho(t, url, dialOpts{})
+			other := openEcho(t, url, dialOpts{})
+			pauses := metric(t, n, "wasmkeep_socket_read_pauses_total")
+			evictions := `wasmkeep_socket_evictions_total{reason="slow_reader"}`
+
+			// Small messages: what the room has taken into its mailbox
+			// before the reader stops is answered anyway (and waits in the
+			// mailbox ahead of the other socket's).
+			msg := strings.Repeat("x", 1<<10)
+			frame := wstest.MaskedFrame(0x80|0x1, uint64(len(msg)), []byte(msg))
+			stopped := make(chan error, 1)
+			go func() {
+				_ = deaf.conn.SetWriteDeadline(time.Now().Add(30 * time.Second))
+				for {
+					if _, err := deaf.conn.Write(frame); err != nil {
+						stopped <- err
+						return
+					}
+				}
+			}()
+			var slowest time.Duration
+			echo := func(i int) {
+				t0 := time.Now()
+				other.send(fmt.Sprint("tick", i))
+				if got, err := other.next(10 * time.Second); err != nil || got != fmt.Sprint("tick", i) {
+					t.Fatalf("the other socket's echo %d: %q %v", i, got, err)
+				}
+				slowest = max(slowest, time.Since(t0))
+			}
+			i := 0
+			for ; metric(t, n, "wasmkeep_socket_read_pauses_total") == pauses; i++ {
+				if i == 10000 {
+					t.Fatal("the socket of a client that does not read is still read")
+				}
+				echo(i)
+			}
+			paused := time.Now()
+			for ; metric(t, n, evictions) == 0; i++ {
+				if time.Since(paused) > 10*slow {
+					t.Fatalf("no eviction %v after the socket stopped being read", time.Since(paused))
+				}
+				echo(i)
+			}
+			// The timeout runs from the last bytes the kernel took, which
+			// may be after the reader stopped (the room answers what it had
+			// taken); host/socket's tests time it on small buffers.
+			waited := time.Since(paused)
+			if waited < slow*3/4 {
+				t.Errorf("evicted %v after the socket stopped being read, before the %v timeout", waited, slow)
+			}
+			if err := <-stopped; err == nil {
+				t.Error("the client's writes went on")
+			}
+			deaf.expectEOF()
+			if slowest > time.Second {
+				t.Errorf("the other socket's echo took up to %v", slowest)
+			}
+			echo(i)
+			t.Logf("evicted %v after the socket stopped being read (slow timeout %v); the other socket's slowest echo %v", waited, slow, slowest)
+		})
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/gobwas/ws"
+	"github.com/wasmkeep/wasmkeep/host/socket"
 	"github.com/wasmkeep/wasmkeep/internal/wstest"
 )
 
@@ -96,5 +97,47 @@ func TestTrapInBatch(t *testing.T) {
 	other.Send("still here")
 	if got := other.ReadText(); got != "still here" {
 		t.Fatalf("the room's other socket: %q", got)
+	}
+}
+
+// TestBurstEchoedWhole: a client that writes 300 or 2,000 text frames at
+// once to an echo room (the default message burst allows 2,000) and reads
+// gets every echo, in order, and its socket stays open: the answers meet
+// the socket's outbound budget (256 frames) by pausing its reader, not by
+// evicting it. With both readers.
+func TestBurstEchoedWhole(t *testing.T) {
+	for _, mode := range []socket.ReadMode{socket.ReadEpoll, socket.ReadGoroutine} {
+		t.Run(mode.String(), func(t *testing.T) {
+			n := startNode(t, Config{Sockets: socket.Config{Reader: mode}})
+			putClass(t, n, "echo", "./testdata/guests/echo")
+			for _, count := range []int{300, 2000} {
+				c := wstest.Dial(t, fmt.Sprintf("%s/actor/echo/burst%d", n.URL(), count))
+				c.ReadText() // the greeting
+				var msgs []string
+				for i := range count {
+					msgs = append(msgs, fmt.Sprint("m", i))
+				}
+				burst(t, c, msgs...)
+				for i, want := range msgs {
+					op, data, err := c.Read()
+					if err != nil {
+						t.Fatalf("%d at once: echo %d: %v", count, i, err)
+					}
+					if op != ws.OpText || string(data) != want {
+						t.Fatalf("%d at once: echo %d: %v %q, want %q", count, i, op, data, want)
+					}
+				}
+				c.Send("still open")
+				if got := c.ReadText(); got != "still open" {
+					t.Fatalf("after %d at once: %q", count, got)
+				}
+			}
+			for _, reason := range []string{"slow_reader", "queue_limit", "write_timeout"} {
+				if v := metric(t, n, `wasmkeep_socket_evictions_total{reason="`+reason+`"}`); v != 0 {
+					t.Errorf("%v %s evictions", v, reason)
+				}
+			}
+			t.Logf("the readers paused %v times", metric(t, n, "wasmkeep_socket_read_pauses_total"))
+		})
 	}
 }
