@@ -1,7 +1,6 @@
 package rooms
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -156,7 +155,7 @@ func (r *Room) handleChannel(ev *event) {
 		r.endJoin(s, msg.Topic, msg.JoinRef, d.Reason.String())
 		return
 	}
-	if err := r.ensureResident(context.Background()); err != nil {
+	if err := r.ensureResident(r.eventCtx(ev)); err != nil {
 		r.failChannel(s, d, unavailable)
 		return
 	}
@@ -324,7 +323,7 @@ func (r *Room) endJoin(s *Socket, topic string, joinRef phoenix.Ref, reason stri
 	if r.inst == nil {
 		r.goneJoins[key] = reason
 		if !r.m.isStopping() {
-			_ = r.ensureResident(context.Background()) // waking delivers it
+			_ = r.ensureResident(r.workCtx()) // waking delivers it
 		}
 		return
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -248,4 +249,55 @@ func TestStopHibernatesEveryRoom(t *testing.T) {
 	if _, err := h.request("a", "GET", "/"); !errors.Is(err, ErrStopping) {
 		t.Fatalf("a request after the stop: %v", err)
 	}
+}
+
+// stuckBucket is a store whose writes hang until their context ends.
+type stuckBucket struct {
+	store.Bucket
+	stuck   chan struct{} // gets a value when a write starts hanging
+	hanging atomic.Int32  // writes hanging now
+}
+
+func (b *stuckBucket) Put(ctx context.Context, key string, body []byte, cond store.Cond) (string, error) {
+	if strings.HasPrefix(key, "rooms/") {
+		b.hanging.Add(1)
+		defer b.hanging.Add(-1)
+		b.stuck <- struct{}{}
+		<-ctx.Done()
+		return "", ctx.Err()
+	}
+	return b.Bucket.Put(ctx, key, body, cond)
+}
+
+// TestContextsReachTheStore: a store that hangs cannot hold a stop past
+// its deadline, nor a request past its client's cancel: their contexts
+// reach the store calls (they were context.Background()).
+func TestContextsReachTheStore(t *testing.T) {
+	h := newHarness(t, Config{})
+	stuck := &stuckBucket{Bucket: h.m.bucket, stuck: make(chan struct{}, 10)}
+	h.m.bucket = stuck
+	h.classes.durable["c"] = true
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := h.m.Request(ctx, Key{"c", "d"}, abi.AppendRequest(nil, &abi.Request{Method: "POST", Path: "/"}))
+		done <- err
+	}()
+	<-stuck.stuck // the durable write hangs
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("a request whose durable write hangs, cancelled: %v", err)
+	}
+	h.waitFor("the cancelled request's write to give up", func() bool { return stuck.hanging.Load() == 0 })
+
+	h.classes.durable["c"] = false
+	h.expect("a", "POST", "/", "1")
+	stop, cancelStop := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancelStop()
+	err := h.m.Shutdown(stop)
+	if err == nil || !strings.Contains(err.Error(), "c/a") {
+		t.Fatalf("a stop whose writes hang past its deadline: %v, want an error naming c/a", err)
+	}
+	h.waitFor("the stop's hanging write to give up at its deadline", func() bool { return stuck.hanging.Load() == 0 })
 }

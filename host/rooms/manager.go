@@ -189,6 +189,12 @@ type Manager struct {
 	workers    workerCount
 	// closed: Close has returned; events are dropped, no worker starts.
 	closed atomic.Bool
+	// ctx is the manager's own, for the store calls of work no caller
+	// waits on (idle hibernations, socket events, the collector, sweeps);
+	// Close cancels it. stopCtx is Shutdown's, for the stop's writes.
+	ctx     context.Context
+	cancel  context.CancelFunc
+	stopCtx atomic.Pointer[context.Context]
 	// stopFailures names the rooms whose state the stop could not write.
 	stopFailures map[Key]error
 }
@@ -216,6 +222,7 @@ func NewManager(ctx context.Context, cfg Config, classes Classes, bucket store.B
 		instance: randomID(),
 		stop:     make(chan struct{}),
 	}
+	m.ctx, m.cancel = context.WithCancel(context.Background())
 	keys, err := bucket.List(ctx, "rooms/")
 	if err != nil {
 		return nil, fmt.Errorf("listing rooms: %w", err)
@@ -620,6 +627,7 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 		return nil
 	}
 	m.stopping = true
+	m.stopCtx.Store(&ctx)
 	m.stopFailures = map[Key]error{}
 	var all []*Room
 	for r := range m.resident {
@@ -663,8 +671,10 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 // ends.
 func (m *Manager) Close(ctx context.Context) error {
 	if err := m.workers.wait(ctx); err != nil {
+		m.cancel() // the workers' store calls give up
 		return fmt.Errorf("rooms: workers still running: %w", err)
 	}
+	defer m.cancel()
 	m.closed.Store(true)
 	return m.workers.wait(ctx) // one that started before the flag was seen
 }

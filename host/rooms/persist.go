@@ -311,7 +311,7 @@ func (c *collector) run(stop <-chan struct{}) {
 			return
 		case <-c.wake:
 		}
-		for c.pass(context.Background()) > 0 {
+		for c.pass(c.m.ctx) > 0 {
 			if !c.m.sleep(c.pause, stop) {
 				return
 			}
@@ -424,7 +424,7 @@ func (m *Manager) sweepLoop() {
 		if !m.sleep(delay, m.stop) {
 			return
 		}
-		if n, err := m.SweepOrphans(context.Background(), m.cfg.SweepLimit); err != nil {
+		if n, err := m.SweepOrphans(m.ctx, m.cfg.SweepLimit); err != nil {
 			m.log.Warn("orphan sweep failed", "err", err)
 		} else if n > 0 {
 			m.log.Info("orphan sweep deleted unreferenced segments", "segments", n)
@@ -471,7 +471,7 @@ func (r *Room) deleteStored(ctx context.Context) error {
 // fails the event is undone like a crash.
 func (r *Room) deleteForGuest(first func()) error {
 	r.inst.CheckpointRequested() // nothing to make durable: the state goes
-	if err := r.deleteStored(context.Background()); err != nil {
+	if err := r.deleteStored(r.callCtx()); err != nil {
 		r.effects = r.effects[:0]
 		err = fmt.Errorf("%w: %w", ErrNotDurable, err)
 		r.crashed(err)
@@ -492,7 +492,7 @@ func (r *Room) deleteForGuest(first func()) error {
 // a pin is lifted. Its next event starts it fresh.
 func (r *Room) delete(ctx context.Context) error {
 	if ctx == nil {
-		ctx = context.Background()
+		ctx = r.workCtx()
 	}
 	r.dropInstance(life.EndDeleted)
 	for _, s := range r.sockets {

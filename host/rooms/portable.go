@@ -227,7 +227,7 @@ func (m *Manager) Import(ctx context.Context, bd *Bundle, mods Modules, opts Imp
 	if err != nil {
 		return key, err
 	}
-	defer m.place.End(context.Background(), hold, life.EndAdmin, 0)
+	defer m.place.End(m.ctx, hold, life.EndAdmin, 0)
 	man := *bd.Manifest
 	man.Generation = hold.Generation
 	man.Segments = make([]snapshot.SegmentRef, len(bd.Manifest.Segments))

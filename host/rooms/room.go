@@ -194,6 +194,9 @@ type Room struct {
 	// writeFailures counts the snapshot writes that failed in a row: the
 	// step of the back-off (retryAt). Worker-owned.
 	writeFailures int
+	// evCtx is the context of the event being handled (eventCtx), for the
+	// store calls its guest calls need (checkpoints, deletes). Worker-owned.
+	evCtx context.Context
 
 	// Channels (channels.go): joins the guest accepted, joins that ended
 	// while it could not hear of it, the join being handled, presence.
@@ -359,6 +362,33 @@ func (r *Room) waitForWork() bool {
 	}
 }
 
+// workCtx is the context for store calls of the room's work that no
+// caller waits on: the manager's, or Shutdown's during a stop.
+func (r *Room) workCtx() context.Context {
+	if c := r.m.stopCtx.Load(); c != nil {
+		return *c
+	}
+	return r.m.ctx
+}
+
+// eventCtx is the context of an event's work: a request's own (its
+// client's cancel reaches the store), else workCtx.
+func (r *Room) eventCtx(ev *event) context.Context {
+	if ev.ctx != nil {
+		return ev.ctx
+	}
+	return r.workCtx()
+}
+
+// callCtx is the context of the event being handled, for the store calls
+// its guest calls need.
+func (r *Room) callCtx() context.Context {
+	if r.evCtx != nil {
+		return r.evCtx
+	}
+	return r.workCtx()
+}
+
 // await queues one of the node's own events (ev.done is set here) and
 // waits for the worker to finish it.
 func (r *Room) await(ctx context.Context, ev *event) error {
@@ -380,16 +410,18 @@ func (r *Room) requestHibernate(why life.EndReason, done chan error) {
 }
 
 func (r *Room) handle(ev *event, more bool) {
+	r.evCtx = r.eventCtx(ev)
+	defer func() { r.evCtx = nil }()
 	if ev.kind == evCheckpoint {
 		var err error
 		if r.inst != nil && life.NeedsWrite(r.changed, r.etag != "") {
-			err = r.checkpoint(context.Background())
+			err = r.checkpoint(r.eventCtx(ev))
 		}
 		ev.done <- err
 		return
 	}
 	if ev.kind == evWake {
-		ev.done <- r.ensureResident(context.Background())
+		ev.done <- r.ensureResident(r.eventCtx(ev))
 		return
 	}
 	if ev.kind == evDelete {
@@ -482,7 +514,7 @@ func (r *Room) handleRequest(ev *event) {
 
 func (r *Room) handleOpen(ev *event) {
 	s := ev.sock
-	if err := r.ensureResident(context.Background()); err != nil {
+	if err := r.ensureResident(r.eventCtx(ev)); err != nil {
 		r.refuseSocket(s, err)
 		return
 	}
@@ -502,7 +534,7 @@ func (r *Room) handleMessage(ev *event) {
 	if r.sockets[s.id] != s {
 		return // closed meanwhile, or its open failed
 	}
-	if err := r.ensureResident(context.Background()); err != nil {
+	if err := r.ensureResident(r.eventCtx(ev)); err != nil {
 		r.refuseSocket(s, err)
 		return
 	}
@@ -534,7 +566,7 @@ func (r *Room) handleMessage(ev *event) {
 	}
 	for _, m := range ev.batch {
 		if r.inst == nil { // the message before deleted the room's state: start it fresh
-			if err := r.ensureResident(context.Background()); err != nil {
+			if err := r.ensureResident(r.eventCtx(ev)); err != nil {
 				r.refuseSocket(s, err)
 				return
 			}
@@ -564,7 +596,7 @@ func (r *Room) handleClose(ev *event) {
 		// Waking delivers the close, if the guest's state knows the
 		// socket; a close that cannot reach the guest is the placement's
 		// to know of.
-		if r.m.isStopping() || r.ensureResident(context.Background()) != nil {
+		if r.m.isStopping() || r.ensureResident(r.eventCtx(ev)) != nil {
 			r.m.place.CloseLost(r.key)
 		}
 		return
@@ -636,7 +668,7 @@ func (r *Room) deliverThen(call func(Instance) error, first func()) error {
 		return r.deleteForGuest(first)
 	}
 	if plan.Write {
-		if err := r.checkpoint(context.Background()); err != nil {
+		if err := r.checkpoint(r.callCtx()); err != nil {
 			r.effects = r.effects[:0]
 			err = fmt.Errorf("%w: %w", ErrNotDurable, err)
 			r.crashed(err)
@@ -821,7 +853,7 @@ func (r *Room) hibernate(why life.EndReason) error {
 	m := r.m
 	start := m.clock.Now()
 	if life.NeedsWrite(r.changed, r.etag != "") {
-		err := r.writeSnapshot(context.Background())
+		err := r.writeSnapshot(r.workCtx())
 		if errors.Is(err, errHoldLost) {
 			r.dropInstance(life.EndDropped)
 			return nil
@@ -888,7 +920,7 @@ func (r *Room) endHold(why life.EndReason) {
 		return
 	}
 	r.held = false
-	r.m.place.End(context.Background(), r.hold, why, r.openSockets())
+	r.m.place.End(r.workCtx(), r.hold, why, r.openSockets())
 }
 
 // openSockets counts the room's sockets here that are open and not
