@@ -45,12 +45,16 @@ func (m *Manager) Request(ctx context.Context, key Key, payload []byte) (*abi.Re
 // queued before the caller starts reading the socket, so it reaches the
 // guest before any message.
 func (m *Manager) OpenSocket(key Key, conn Conn, open *abi.SocketOpen) (*Socket, error) {
-	s := &Socket{conn: conn, open: abi.AppendSocketOpen(nil, open)}
+	s := newSocket(conn, open, nil)
 	ev := &event{kind: evSocketOpen, sock: s}
 	if err := m.enqueueNew(key, ev, false); err != nil {
 		return nil, err
 	}
 	return s, nil
+}
+
+func newSocket(conn Conn, open *abi.SocketOpen, ch *channelState) *Socket {
+	return &Socket{conn: conn, open: abi.AppendSocketOpen(nil, open), ch: ch, inflight: make(chan struct{}, maxInflight)}
 }
 
 // enqueueNew finds or creates the room and queues ev while holding the
@@ -96,7 +100,7 @@ func (s *Socket) Message(kind int, data []byte) error {
 	if s.ch != nil {
 		return s.channelInput(kind, data)
 	}
-	return s.room.enqueue(&event{kind: evSocketMessage, sock: s, msgKind: kind, data: data}, true)
+	return s.queueMessages(&event{kind: evSocketMessage, sock: s, msgKind: kind, data: data})
 }
 
 // Messages delivers several messages that arrived on the socket, in order:
@@ -111,8 +115,32 @@ func (s *Socket) Messages(msgs []Message) error {
 		}
 		return nil
 	}
-	return s.room.enqueue(&event{kind: evSocketMessage, sock: s, batch: msgs}, true)
+	return s.queueMessages(&event{kind: evSocketMessage, sock: s, batch: msgs})
 }
+
+// queueMessages queues a message event of the socket once fewer than
+// maxInflight of its events wait in the room's mailbox, waiting until
+// then: the socket's reader stops meanwhile (its client slows down through
+// TCP), so one client's flood can neither fill its room's mailbox nor push
+// other sockets' events far back, and what the room answers to it stays
+// within its outbound budget.
+func (s *Socket) queueMessages(ev *event) error {
+	select {
+	case s.inflight <- struct{}{}:
+	case <-s.room.m.stop:
+		return ErrStopping
+	}
+	if err := s.room.enqueue(ev, true); err != nil {
+		<-s.inflight
+		return err
+	}
+	return nil
+}
+
+// maxInflight is how many message events of one socket may wait in its
+// room's mailbox (each a batch of at most a quarter of its outbound
+// budget: see host/socket): one being handled, one ready behind it.
+const maxInflight = 2
 
 // Closed reports that the socket is gone, with the close code and reason
 // the client sent (or the one the host closed it with).

@@ -43,7 +43,7 @@ type joinKey struct {
 // OpenChannelSocket attaches a newly accepted Phoenix socket to a room,
 // like OpenSocket. Its messages go through the Phoenix protocol.
 func (m *Manager) OpenChannelSocket(key Key, conn Conn, open *abi.SocketOpen, cfg phoenix.Config) (*Socket, error) {
-	s := &Socket{conn: conn, open: abi.AppendSocketOpen(nil, open), ch: &channelState{session: phoenix.NewSession(cfg)}}
+	s := newSocket(conn, open, &channelState{session: phoenix.NewSession(cfg)})
 	if err := m.enqueueNew(key, &event{kind: evSocketOpen, sock: s}, false); err != nil {
 		return nil, err
 	}

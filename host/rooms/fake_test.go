@@ -37,7 +37,8 @@ import (
 //	POST /broadcast   sends the body to every socket; answers "ok"
 //	socket open       counts it (opens), sends "open <id>"
 //	socket message    "trap" traps; "close" closes the socket with 4000;
-//	                  anything else is echoed and counted
+//	                  "wait" waits for the class's gate to open; anything
+//	                  else is echoed and counted
 //	socket close      counts it (closes)
 //
 // Memory: the counter, then the counts of opens, messages and closes, as
@@ -55,11 +56,12 @@ const fakeMemory = 2 * snapshot.ChunkSize
 
 type fakeClass struct {
 	hash string
-	base []byte // the initial memory: zeros
+	base []byte        // the initial memory: zeros
+	gate chan struct{} // what a "wait" message waits for
 }
 
 func newFakeClass(name string) *fakeClass {
-	return &fakeClass{hash: "sha256:fake-" + name, base: make([]byte, fakeMemory)}
+	return &fakeClass{hash: "sha256:fake-" + name, base: make([]byte, fakeMemory), gate: make(chan struct{})}
 }
 
 func (c *fakeClass) Start(_ context.Context, host engine.Host) (Instance, error) {
@@ -139,6 +141,8 @@ func (i *fakeInstance) SocketMessage(id uint32, kind int, data []byte) error {
 	case "close":
 		i.host.SocketClose(id, 4000, "bye")
 		return nil
+	case "wait":
+		<-i.class.gate
 	}
 	i.add(offMessages, 1)
 	i.host.SocketSend(id, kind, data)

@@ -301,3 +301,49 @@ func TestContextsReachTheStore(t *testing.T) {
 	}
 	h.waitFor("the stop's hanging write to give up at its deadline", func() bool { return stuck.hanging.Load() == 0 })
 }
+
+// TestOneSocketCannotFillItsRoom: while its room is busy, a socket gets
+// at most two message events into the room's mailbox; its next message
+// waits (and with it the socket's reader, so TCP slows the client down)
+// instead of queueing ahead of everyone else's events and of its own
+// outbound budget.
+func TestOneSocketCannotFillItsRoom(t *testing.T) {
+	h := newHarness(t, Config{})
+	a, ca := h.open("r")
+	h.waitFor("the open", func() bool { return len(ca.sent()) == 1 })
+	if err := a.Message(abi.MessageText, []byte("wait")); err != nil { // the room is busy until the gate opens
+		t.Fatal(err)
+	}
+	var calls atomic.Int32
+	flooded := make(chan error, 1)
+	go func() {
+		for i := range 20 {
+			calls.Add(1)
+			if err := a.Message(abi.MessageText, []byte{byte('a' + i)}); err != nil {
+				flooded <- err
+				return
+			}
+		}
+		flooded <- nil
+	}()
+	// The event running ("wait") holds one of the socket's two places:
+	// the flood's first message takes the other, its second waits.
+	h.waitFor("the flood to reach its second message", func() bool { return calls.Load() >= 2 })
+	room := a.room
+	room.mu.Lock()
+	queued := len(room.queue) - room.head
+	room.mu.Unlock()
+	if got := calls.Load(); got != 2 || queued != 1 {
+		t.Fatalf("with the room busy on one of its events, the socket made %d calls and has %d queued; want its second call waiting and one queued", got, queued)
+	}
+	close(h.classes.byName["c"].gate)
+	if err := <-flooded; err != nil {
+		t.Fatal(err)
+	}
+	h.waitFor("every echo", func() bool { return len(ca.sent()) == 22 }) // the open, "wait", and 20
+	for i, got := range ca.sent()[2:] {
+		if want := string(rune('a' + i)); got != want {
+			t.Fatalf("echo %d is %q, want %q: messages out of order", i, got, want)
+		}
+	}
+}

@@ -64,6 +64,9 @@ type Socket struct {
 	// closing: the room or the node has closed it, and its close event is
 	// still to come; it no longer counts as open. Worker-owned.
 	closing bool
+	// inflight holds a token per message event of the socket waiting in
+	// the room's mailbox (queueMessages).
+	inflight chan struct{}
 }
 
 // ID is the socket's id within its room (0 until its open event ran).
@@ -474,6 +477,7 @@ func (r *Room) handle(ev *event, more bool) {
 		r.handleOpen(ev)
 	case evSocketMessage:
 		r.handleMessage(ev)
+		<-ev.sock.inflight
 	case evSocketClose:
 		r.handleClose(ev)
 	case evChannel:
