@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -158,5 +159,9 @@ func socketClients(urls []string, n int) int {
 	wg.Wait()
 	fmt.Println("ready")
 	bufio.NewScanner(os.Stdin).Scan() // hold the sockets until the parent is done
+	// Without this the clients are garbage once the scan starts, and a
+	// collection during it closes their sockets (net.Conn finalizers):
+	// the node then saw most of its sockets go while it measured them.
+	runtime.KeepAlive(clients)
 	return 0
 }
