@@ -30,8 +30,9 @@ func TestAfterCall(t *testing.T) {
 
 func TestPlaces(t *testing.T) {
 	p := Places{Max: 2}
-	if !p.Take() || !p.Take() || p.Take() {
-		t.Fatalf("two places of two, then none: %+v", p)
+	first, second, third := p.Take(), p.Take(), p.Take()
+	if !first || !second || third {
+		t.Fatalf("two places of two, then none: %v %v %v, %+v", first, second, third, p)
 	}
 	p.Woke()
 	p.GiveBack() // the second wake failed
