@@ -6,7 +6,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -20,13 +19,14 @@ import (
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
-	"github.com/gobwas/ws"
 	"github.com/wasmkeep/wasmkeep/abi"
 	"github.com/wasmkeep/wasmkeep/internal/memtest"
+	"github.com/wasmkeep/wasmkeep/internal/wstest"
 )
 
 // The memory test runs its clients in a child process (this test binary,
-// running TestHelperIdleClients) so that only the server side is measured.
+// whose TestMain runs idleClients when envClientAddr is set) so that only
+// the server side is measured.
 const (
 	envClientAddr = "WASMKEEP_SOCKET_TEST_CLIENT_ADDR"
 	envClientN    = "WASMKEEP_SOCKET_TEST_CLIENT_N"
@@ -59,12 +59,14 @@ func (h *countingHandler) OnClose(*Conn, int, string)   { h.closes.Add(1) }
 // goroutine per socket, blocked in a read) and ReadEpoll (idle sockets in
 // the hub's epoll instance, no goroutine). $WASMKEEP_IDLE_SOCKETS sets the
 // count (`just bench` measures 50,000 too).
+//
+// Under -race it opens 2,000 sockets, since the race detector caps a process
+// at 8,128 live goroutines, and its bounds are looser (the detector's larger
+// frames grow the readers' stacks): it then checks that nothing leaks, and
+// its figures are not those of docs/PERFORMANCE.md.
 func TestIdleSocketMemory(t *testing.T) {
 	if testing.Short() {
-		t.Skip("opens 10,000 sockets")
-	}
-	if raceEnabled {
-		t.Skip("the race detector allows 8128 goroutines and inflates memory")
+		t.Skip("opens 10,000 sockets; not in -short")
 	}
 	for _, mode := range []ReadMode{ReadEpoll, ReadGoroutine} {
 		t.Run(mode.String(), func(t *testing.T) { idleSocketMemory(t, mode) })
@@ -72,7 +74,11 @@ func TestIdleSocketMemory(t *testing.T) {
 }
 
 func idleSocketMemory(t *testing.T, mode ReadMode) {
-	n := memtest.IdleSockets(t, 10000)
+	sockets, idleBound, activeStackBound := 10000, 4096.0, 2600.0
+	if raceEnabled {
+		sockets, idleBound, activeStackBound = 2000, 16384, 16384
+	}
+	n := memtest.IdleSockets(t, sockets)
 	if limit := memtest.RaiseFileLimit(t, uint64(n)+2000); limit < uint64(n)+2000 {
 		n = int(limit) - 2000
 		t.Logf("RLIMIT_NOFILE %d: measuring %d sockets", limit, n)
@@ -101,7 +107,7 @@ func idleSocketMemory(t *testing.T, mode ReadMode) {
 	baseGoroutines := runtime.NumGoroutine()
 	before := memtest.Take(t)
 
-	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperIdleClients$", "-test.count=1")
+	cmd := exec.Command(os.Args[0]) // its TestMain runs idleClients
 	cmd.Env = append(os.Environ(), envClientAddr+"="+srv.Listener.Addr().String(), envClientN+"="+strconv.Itoa(n))
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -144,8 +150,8 @@ func idleSocketMemory(t *testing.T, mode ReadMode) {
 
 	t.Logf("%d idle sockets read with %v, server side, per socket (goroutine starting stack now %d B):", n, mode, startingStack())
 	t.Logf("  after handshake:       heap %.0f B + stack %.0f B = %.0f B; RSS %.0f B", hi, si, hi+si, ri)
-	if hi+si > 4096 {
-		t.Errorf("an idle socket costs more than 4 KiB of heap and stack")
+	if hi+si > idleBound {
+		t.Errorf("an idle socket costs %.0f B of heap and stack, over %.0f B", hi+si, idleBound)
 	}
 
 	// One message each way, then idle again; twice. The first round leaves
@@ -185,7 +191,7 @@ func idleSocketMemory(t *testing.T, mode ReadMode) {
 		ha, sa, ra := memtest.Per(after, before, n)
 		t.Logf("  after message round %d: heap %.0f B + stack %.0f B = %.0f B; RSS %.0f B (starting stack %d B)",
 			round, ha, sa, ha+sa, ra, startingStack())
-		if sa > 2600 {
+		if sa > activeStackBound {
 			t.Errorf("idle reader stacks grew after activity: %.0f B per socket", sa)
 		}
 	}
@@ -197,17 +203,27 @@ func idleSocketMemory(t *testing.T, mode ReadMode) {
 	}
 }
 
-// TestHelperIdleClients is the client side of TestIdleSocketMemory; it does
-// nothing unless run by it.
-func TestHelperIdleClients(t *testing.T) {
-	addr := os.Getenv(envClientAddr)
-	if addr == "" {
-		t.Skip("helper process for TestIdleSocketMemory")
+// TestMain runs the test binary as TestIdleSocketMemory's client process
+// when it is asked to.
+func TestMain(m *testing.M) {
+	if addr := os.Getenv(envClientAddr); addr != "" {
+		n, _ := strconv.Atoi(os.Getenv(envClientN))
+		os.Exit(idleClients(addr, n))
 	}
-	n, _ := strconv.Atoi(os.Getenv(envClientN))
-	memtest.RaiseFileLimit(t, uint64(n)+1000)
+	os.Exit(m.Run())
+}
+
+// idleClients is the client side of TestIdleSocketMemory: it opens n
+// sockets to addr, says "ready", sends one message on each whenever its
+// standard input says "send" (answering "sent"), and holds them until its
+// standard input ends. It returns the process's exit code.
+func idleClients(addr string, n int) int {
+	if _, err := memtest.RaiseFileLimitTo(uint64(n) + 1000); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
 	url := "ws://" + addr + "/"
-	conns := make([]*client, n)
+	conns := make([]*wstest.Client, n)
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	for range 32 {
@@ -217,15 +233,10 @@ func TestHelperIdleClients(t *testing.T) {
 				if i >= n {
 					return
 				}
-				nd := memtest.LoopbackDialer(i)
-				conn, br, _, err := ws.Dialer{NetDial: nd.DialContext}.Dial(context.Background(), url)
+				c, err := wstest.DialWith(url, nil, memtest.LoopbackDialer(i))
 				if err != nil {
 					fmt.Fprintf(os.Stderr, "dial %d: %v\n", i, err)
 					os.Exit(2)
-				}
-				c := &client{t: t, conn: conn, r: conn}
-				if br != nil {
-					c.r = io.MultiReader(br, conn)
 				}
 				conns[i] = c
 			}
@@ -236,10 +247,18 @@ func TestHelperIdleClients(t *testing.T) {
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
 		if in.Text() == "send" {
-			for _, c := range conns {
-				c.write(ws.OpText, true, []byte("hello from the client"))
+			for i, c := range conns {
+				if err := c.SendErr("hello from the client"); err != nil {
+					fmt.Fprintf(os.Stderr, "send %d: %v\n", i, err)
+					return 2
+				}
 			}
 			fmt.Println("sent")
 		}
 	}
+	// Without this the clients are garbage once the scan starts, and a
+	// collection closes their sockets (net.Conn finalizers) while the
+	// server is being measured.
+	runtime.KeepAlive(conns)
+	return 0
 }
