@@ -3,6 +3,8 @@ package socket
 import (
 	"fmt"
 	"time"
+
+	"github.com/wasmkeep/wasmkeep/internal/clock"
 )
 
 // Config holds the limits and timings of a [Hub]. The zero value of every
@@ -124,6 +126,12 @@ type Config struct {
 	// not available means ReadGoroutine. A connection without a file
 	// descriptor (TLS, a pipe) is always read by a goroutine.
 	Reader ReadMode
+
+	// Clock is the hub's clock: liveness, pings, rates, the slow-reader
+	// and close timeouts run on it (default clock.Real()). Network
+	// deadlines are the kernel's and so always real; they are set as
+	// offsets from the hub clock's now.
+	Clock clock.Clock
 }
 
 // ReadMode is how a hub's sockets wait for their next frame: see
@@ -235,6 +243,9 @@ func (c Config) withDefaults() Config {
 		c.Reader = ReadEpoll
 	default:
 		c.Reader = ReadGoroutine
+	}
+	if c.Clock == nil {
+		c.Clock = clock.Real()
 	}
 	return c
 }

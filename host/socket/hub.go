@@ -12,6 +12,7 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/gobwas/ws"
+	"github.com/wasmkeep/wasmkeep/internal/clock"
 )
 
 // shardCount is the number of registry shards. The ping loop visits one
@@ -28,13 +29,16 @@ type Hub struct {
 	adm     *admission // nil without per-address limits
 	poll    *poller    // ReadEpoll's; nil with ReadGoroutine
 	msgRate gcra       // each socket's inbound message bucket
-	start   time.Time  // origin of the monotonic clock returned by now
-	count   atomic.Int64
-	nextID  atomic.Uint64
-	closed  atomic.Bool
-	stop    chan struct{}
-	stopped sync.Once
-	loop    sync.WaitGroup
+	clock   clock.Clock
+	// pingTurns counts the ping loop's turns, so that a test on a manual
+	// clock knows a tick has been handled before it moves the clock on.
+	pingTurns atomic.Int64
+	count     atomic.Int64
+	nextID    atomic.Uint64
+	closed    atomic.Bool
+	stop      chan struct{}
+	stopped   sync.Once
+	loop      sync.WaitGroup
 
 	// queueLimit is the hard cap of a socket's outbound queue, in bytes
 	// with frameCost for each frame.
@@ -71,10 +75,10 @@ func NewHub(cfg Config, set *metrics.Set) *Hub {
 		set = metrics.NewSet()
 	}
 	h := &Hub{
-		cfg:   cfg.withDefaults(),
-		start: time.Now(),
-		stop:  make(chan struct{}),
+		cfg:  cfg.withDefaults(),
+		stop: make(chan struct{}),
 	}
+	h.clock = h.cfg.Clock
 	for i := range h.shards {
 		h.shards[i].m = make(map[uint64]*Conn)
 	}
@@ -111,10 +115,7 @@ func NewHub(cfg Config, set *metrics.Set) *Hub {
 func (h *Hub) Config() Config { return h.cfg }
 
 // now is the hub's monotonic clock in nanoseconds.
-func (h *Hub) now() int64 { return int64(time.Since(h.start)) }
-
-// at is the time of a reading t of the hub's clock, for deadlines.
-func (h *Hub) at(t int64) time.Time { return h.start.Add(time.Duration(t)) }
+func (h *Hub) now() int64 { return h.clock.Now() }
 
 // Count returns the number of sockets open on this hub, including those in
 // their handshake and those whose OnClose has not returned yet.
@@ -336,7 +337,7 @@ func (h *Hub) queued() queueTotals {
 // the pings take turns).
 func (h *Hub) pingLoop() {
 	defer h.loop.Done()
-	t := time.NewTicker(h.pingTick())
+	t := h.clock.NewTicker(h.pingTick())
 	defer t.Stop()
 	var buf []*Conn
 	next := 0
@@ -344,7 +345,7 @@ func (h *Hub) pingLoop() {
 		select {
 		case <-h.stop:
 			return
-		case <-t.C:
+		case <-t.C():
 		}
 		now := h.now()
 		buf = h.silent(now, buf[:0])
@@ -358,6 +359,7 @@ func (h *Hub) pingLoop() {
 			c.ping()
 		}
 		clear(buf)
+		h.pingTurns.Add(1)
 	}
 }
 

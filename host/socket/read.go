@@ -548,10 +548,10 @@ func (c *Conn) waitFlushed() {
 	done := c.tcpDone
 	wait := time.Duration(c.closeDeadline - c.hub.now())
 	c.mu.Unlock()
-	t := time.NewTimer(wait)
+	t := c.hub.clock.NewTimer(wait)
 	select {
 	case <-done:
-	case <-t.C:
+	case <-t.C():
 	}
 	t.Stop()
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gobwas/ws"
 	"github.com/wasmkeep/wasmkeep/abi"
+	"github.com/wasmkeep/wasmkeep/internal/clock"
 	"github.com/wasmkeep/wasmkeep/internal/wstest"
 )
 
@@ -240,51 +241,64 @@ func (h silenceClock) OnClose(c *Conn, code int, _ string) {
 }
 
 // TestDeadSocketDroppedOnTime: a socket from which nothing arrives is
-// dropped once it has been silent for two ping intervals, at most one tick
-// of the ping loop (an interval/16) later, whatever the phase of its silence
-// against its own pings. Its last frame comes half an interval after its
-// shard was pinged, when the socket of the shard pinged half an interval
-// later gets its ping; a check made only with each socket's ping would drop
-// it two and a half intervals after that frame.
+// dropped as soon as it has been silent for more than two ping intervals,
+// at the ping loop's next tick (an interval/16), whatever the phase of its
+// silence against its own pings. On a manual clock, with the default
+// interval, the drop comes exactly two intervals and a tick after the last
+// frame; its last frame comes half an interval after its shard's ping, so a
+// check made only with each socket's ping would drop it two and a half
+// intervals after that frame.
 func TestDeadSocketDroppedOnTime(t *testing.T) {
 	for _, mode := range []ReadMode{ReadEpoll, ReadGoroutine} {
 		t.Run(mode.String(), func(t *testing.T) {
 			t.Parallel()
-			const interval = 1200 * time.Millisecond
+			const interval = DefaultPingInterval
+			clk := clock.NewManual(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 			closes := make(silenceClock, 64)
-			s := newServer(t, Config{PingInterval: interval, Reader: mode}, closes)
-			// Ids are handed out from 1; a socket is in shard id%16, and
-			// shards are pinged in turn, one a tick: shard 9 half an
-			// interval after shard 1.
+			s := newServer(t, Config{PingInterval: interval, Reader: mode, Clock: clk}, closes)
+			tick := s.hub.pingTick()
+			ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+			defer cancel()
+			if err := clk.WaitTimers(ctx, 1); err != nil {
+				t.Fatal("the ping loop armed no ticker:", err)
+			}
+			// step moves the clock a tick on and waits until the ping loop
+			// has handled it, so that no tick is skipped.
+			step := func() {
+				t.Helper()
+				turns := s.hub.pingTurns.Load()
+				clk.Advance(tick)
+				eventually(t, "the ping loop's turn", func() bool { return s.hub.pingTurns.Load() > turns })
+			}
 			a := dial(t, s.url)
 			sa := s.conn(t)
-			var b *client
-			for b == nil {
-				c := dial(t, s.url)
-				if s.conn(t).ID()%shardCount == (sa.ID()+shardCount/2)%shardCount {
-					b = c
-				}
+			// The loop pings shard k%16 at its turn k (from 0); a socket's
+			// shard is its id%16.
+			for range sa.ID()%shardCount + 1 {
+				step()
 			}
-			b.readUntil(ws.OpPing)
+			for range shardCount / 2 {
+				step()
+			}
 			a.write(ws.OpText, true, []byte("last words"))
+			last := clk.Now()
+			eventually(t, "the last frame read", func() bool { return sa.lastSeen.Load() == last })
 			for {
-				e := waitFor(t, closes, "the silent socket's close")
-				if e.conn != sa {
-					continue // the other sockets are silent too
+				select {
+				case e := <-closes:
+					if e.conn != sa || e.code != closeAbnormal {
+						t.Fatalf("close of socket %d with %d, want %d with %d", e.conn.ID(), e.code, sa.ID(), closeAbnormal)
+					}
+					if want := 2*interval + tick; e.silent != want {
+						t.Fatalf("dropped after %v of silence, want %v (two intervals and a tick)", e.silent, want)
+					}
+					return
+				default:
 				}
-				if e.code != closeAbnormal {
-					t.Errorf("closed with %d, want %d", e.code, closeAbnormal)
+				if silent := time.Duration(clk.Now() - last); silent > 3*interval {
+					t.Fatalf("not dropped after %v of silence", silent)
 				}
-				// A tick is interval/16. The limit, two intervals and six
-				// ticks, leaves five ticks for scheduling and is two ticks
-				// short of the two and a half intervals that a check made
-				// only with each socket's ping takes here.
-				if limit := 2*interval + 6*interval/16; e.silent <= 2*interval || e.silent > limit {
-					t.Fatalf("dropped after %v of silence, want more than %v and at most %v (two intervals and a tick, with room for scheduling)",
-						e.silent, 2*interval, limit)
-				}
-				t.Logf("dropped after %v of silence (ping interval %v, tick %v)", e.silent, interval, s.hub.pingTick())
-				return
+				step()
 			}
 		})
 	}
