@@ -32,6 +32,7 @@ import (
 	"github.com/wasmkeep/wasmkeep/abi"
 	"github.com/wasmkeep/wasmkeep/host/engine/wasmrw"
 	"github.com/wasmkeep/wasmkeep/host/snapshot"
+	"github.com/wasmkeep/wasmkeep/internal/clock"
 )
 
 // Config holds the engine's settings. The zero value of each field means the
@@ -57,6 +58,10 @@ type Config struct {
 	Interpreter bool
 	// Logger receives guest output and engine events (default slog.Default()).
 	Logger *slog.Logger
+	// Clock is the host's clock (default clock.Real()): guests' monotonic
+	// and wall clocks and their sleeps, the event timeout's watchdog, and
+	// the wall time a snapshot records and a restore measures the sleep by.
+	Clock clock.Clock
 }
 
 func (c Config) withDefaults() Config {
@@ -78,6 +83,9 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.Clock == nil {
+		c.Clock = clock.Real()
+	}
 	return c
 }
 
@@ -86,7 +94,7 @@ type Engine struct {
 	cfg      Config
 	rt       wazero.Runtime
 	provided map[string]map[string]bool // module → function names the host provides
-	start    time.Time                  // origin of the host monotonic clock
+	clock    clock.Clock
 
 	mu      sync.Mutex
 	live    map[*Instance]struct{} // instances the watchdog looks at
@@ -118,7 +126,7 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	e := &Engine{
 		cfg:     cfg,
 		rt:      wazero.NewRuntimeWithConfig(ctx, rc),
-		start:   time.Now(),
+		clock:   cfg.Clock,
 		live:    map[*Instance]struct{}{},
 		classes: map[*Class]struct{}{},
 		stop:    make(chan struct{}),
@@ -165,9 +173,15 @@ func (e *Engine) Close(ctx context.Context) error {
 // Config returns the engine's configuration with defaults filled in.
 func (e *Engine) Config() Config { return e.cfg }
 
-// nanotime is the host's monotonic clock, in nanoseconds since the engine
-// started. Guest clocks are offsets from it.
-func (e *Engine) nanotime() int64 { return int64(time.Since(e.start)) }
+// nanotime is the host's monotonic clock, in nanoseconds. Guest clocks are
+// offsets from it.
+func (e *Engine) nanotime() int64 { return e.clock.Now() }
+
+// walltime is the host's wall clock in wazero's form, for guests.
+func (e *Engine) walltime() (sec int64, nsec int32) {
+	w := e.clock.Wall()
+	return w.Unix(), int32(w.Nanosecond())
+}
 
 // watchdog interrupts calls that overrun the event timeout. Instances mark
 // the start of each call in an atomic; the watchdog reads them on a tick, so
@@ -175,13 +189,13 @@ func (e *Engine) nanotime() int64 { return int64(time.Since(e.start)) }
 func (e *Engine) watchdog() {
 	defer close(e.done)
 	tick := min(max(e.cfg.EventTimeout/20, 5*time.Millisecond), 250*time.Millisecond)
-	t := time.NewTicker(tick)
+	t := e.clock.NewTicker(tick)
 	defer t.Stop()
 	for {
 		select {
 		case <-e.stop:
 			return
-		case <-t.C:
+		case <-t.C():
 		}
 		now := e.nanotime()
 		limit := int64(e.cfg.EventTimeout)

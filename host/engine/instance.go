@@ -122,7 +122,7 @@ func (c *Class) instantiate(ctx context.Context) (*Instance, error) {
 	cfg := wazero.NewModuleConfig().
 		WithName("").
 		WithStartFunctions(). // nothing runs at instantiation: cold starts and restores decide
-		WithSysWalltime().
+		WithWalltime(e.walltime, sys.ClockResolution(time.Microsecond)).
 		WithNanotime(func() int64 { return e.nanotime() + inst.offset.Load() }, 1).
 		WithNanosleep(inst.sleep).
 		WithRandSource(rand.Reader).
@@ -166,9 +166,9 @@ func (i *Instance) sleep(ns int64) {
 	if ns <= 0 {
 		return
 	}
-	t := time.NewTimer(time.Duration(ns))
+	t := i.class.e.clock.NewTimer(time.Duration(ns))
 	select {
-	case <-t.C:
+	case <-t.C():
 	case <-i.ctx.Done():
 		t.Stop()
 	}
@@ -221,7 +221,7 @@ func (c *Class) Restore(ctx context.Context, man *snapshot.Manifest, segs map[st
 	// The guest clock goes on from where it stopped, advanced by the wall
 	// time that passed while the room slept (never backwards, even if the
 	// wall clock was set back or the host restarted).
-	slept := max(time.Now().UnixNano()-man.WallUnixNano, 0)
+	slept := max(c.e.clock.Wall().UnixNano()-man.WallUnixNano, 0)
 	inst.offset.Store(man.Nanotime + slept - c.e.nanotime())
 	return inst, nil
 }
@@ -297,7 +297,7 @@ func (i *Instance) Snapshot(enc *snapshot.Encoder, prev *snapshot.Manifest, prev
 			ABI:          uint32(i.class.ABI),
 			Globals:      make([]uint64, len(i.globals)),
 			Nanotime:     i.Nanotime(),
-			WallUnixNano: time.Now().UnixNano(),
+			WallUnixNano: i.class.e.clock.Wall().UnixNano(),
 			RoomState:    roomState,
 		},
 		Memory:     view,

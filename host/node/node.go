@@ -24,6 +24,7 @@ import (
 	"github.com/wasmkeep/wasmkeep/host/server"
 	"github.com/wasmkeep/wasmkeep/host/socket"
 	"github.com/wasmkeep/wasmkeep/host/store"
+	"github.com/wasmkeep/wasmkeep/internal/clock"
 )
 
 // Config is everything a node needs; zero fields take the defaults of the
@@ -49,6 +50,10 @@ type Config struct {
 	Bucket store.Bucket
 	// Placement overrides single-node placement (the cluster plugs in here).
 	Placement rooms.Placement
+
+	// Clock is the one clock of the node's engine, rooms and sockets
+	// (default clock.Real()); it overrides theirs. Tests give a manual one.
+	Clock clock.Clock
 
 	Engine  engine.Config
 	Rooms   rooms.Config
@@ -104,6 +109,9 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real()
+	}
 	n := &Node{cfg: cfg, Metrics: metrics.NewSet(), served: make(chan error, 2)}
 	defer func() {
 		if err != nil {
@@ -137,7 +145,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if ecfg.CacheDir == "" {
 		ecfg.CacheDir = filepath.Join(cfg.DataDir, "cache")
 	}
-	ecfg.Logger = cfg.Logger
+	ecfg.Logger, ecfg.Clock = cfg.Logger, cfg.Clock
 	n.Engine, err = engine.New(ctx, ecfg)
 	if err != nil {
 		return nil, err
@@ -151,19 +159,21 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	n.Classes = classes.New(n.Bucket, n.Engine, cfg.MaxModuleBytes)
 	n.Metrics.NewGauge(`wasmkeep_classes_compiled`, func() float64 { return float64(n.Engine.Stats().Classes) })
 
-	n.Hub = socket.NewHub(cfg.Sockets, n.Metrics)
+	sockets := cfg.Sockets
+	sockets.Clock = cfg.Clock
+	n.Hub = socket.NewHub(sockets, n.Metrics)
 	n.closers = append(n.closers, func() error { n.Hub.Close(); return nil })
 
 	place := cfg.Placement
 	if place == nil {
 		// Generations grow from a counter in the bucket; the wall clock
 		// only seeds it the first time (older versions used it alone).
-		if place, err = rooms.NewStoredLocal(ctx, n.Bucket, uint64(time.Now().UnixMicro())); err != nil {
+		if place, err = rooms.NewStoredLocal(ctx, n.Bucket, uint64(cfg.Clock.Wall().UnixMicro())); err != nil {
 			return nil, err
 		}
 	}
 	rcfg := cfg.Rooms
-	rcfg.Logger, rcfg.Metrics, rcfg.Framer = cfg.Logger, n.Metrics, server.Framer(n.Hub)
+	rcfg.Logger, rcfg.Metrics, rcfg.Framer, rcfg.Clock = cfg.Logger, n.Metrics, server.Framer(n.Hub), cfg.Clock
 	n.Rooms, err = rooms.NewManager(ctx, rcfg, rooms.EngineClasses(n.Classes), n.Bucket, place)
 	if err != nil {
 		return nil, err
