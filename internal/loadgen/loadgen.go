@@ -124,7 +124,9 @@ func (c *Config) RoomURL(i int) string {
 
 // Result is what a run measured. Counts of messages sent and delivered,
 // and the latencies, are those of the measured period (after the warmup);
-// errors, lost and reordered cover the whole run.
+// errors, lost and reordered cover the whole run, but for what a socket
+// missed before the first message of its stream it received (sent while it
+// was joining its room).
 type Result struct {
 	Target   string  `json:"target"`
 	Prefix   string  `json:"prefix"`
@@ -153,7 +155,7 @@ type Result struct {
 
 	Errors       int64    `json:"errors"`                  // sockets that failed (read, write, closed by the server)
 	ErrorSamples []string `json:"error_samples,omitempty"` // the first few errors
-	Lost         int64    `json:"lost"`                    // deliveries that never came
+	Lost         int64    `json:"lost"`                    // deliveries that never came, from each socket's first on
 	Reordered    int64    `json:"reordered"`               // deliveries that came after a later message of their stream
 	Other        int64    `json:"other"`                   // messages that were not this run's (a greeting, a chat room's history)
 }
@@ -244,9 +246,14 @@ type sock struct {
 	readerDone chan struct{}
 
 	// Reader's goroutine only (read once it has ended).
-	next      uint32 // next sequence number expected
-	got       int64  // messages of its stream received, whole run
-	gotWin    int64  // in the measured period
+	next   uint32 // next sequence number expected
+	got    int64  // messages of its stream received, whole run
+	gotWin int64  // in the measured period
+	// first is the seq of the first message of its stream it received (-1
+	// before one came): losses count from there, since a socket may miss
+	// what its room sent before it had joined (its handshake done, the
+	// server not yet done adding it to the room).
+	first     int64
 	reordered int64
 	other     int64
 	hist      Histogram
@@ -402,7 +409,7 @@ func (r *runner) plan() {
 	cfg := &r.cfg
 	r.socks = make([]*sock, cfg.Sockets)
 	for i := range r.socks {
-		r.socks[i] = &sock{r: r, idx: i, readerDone: make(chan struct{})}
+		r.socks[i] = &sock{r: r, idx: i, readerDone: make(chan struct{}), first: -1}
 	}
 	newStream := func(id int, sender *sock, members int, n int) *stream {
 		st := &stream{
@@ -712,6 +719,9 @@ func (s *sock) message(p []byte) {
 	}
 	now := s.r.now()
 	s.got++
+	if s.first < 0 {
+		s.first = int64(h.seq)
+	}
 	switch {
 	case h.seq == s.next:
 		s.next++
@@ -779,7 +789,7 @@ func (r *runner) result(connect time.Duration) *Result {
 		res.Delivered += s.gotWin
 		res.Reordered += s.reordered
 		res.Other += s.other
-		res.Lost += max(s.recv.sent-s.got, 0)
+		res.Lost += max(s.recv.sent-max(s.first, 0)-s.got, 0)
 		hist.Merge(&s.hist)
 	}
 	sec := cfg.Duration.Seconds()

@@ -289,3 +289,42 @@ func TestPlainBroadcastRooms(t *testing.T) {
 		t.Fatalf("room 1 got %q, want next", f.Payload)
 	}
 }
+
+// TestLostCountsFromTheFirstDelivery: an echo server that drops a socket's
+// 1st-3rd and 30th-35th messages. The first three come before the socket
+// received anything of its stream, which a socket still joining its room
+// misses without a fault of the server's; the other six are lost.
+func TestLostCountsFromTheFirstDelivery(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		conn, _, _, err := ws.UpgradeHTTP(r, w)
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		for n := 1; ; n++ {
+			msg, op, err := wsutil.ReadClientData(conn)
+			if err != nil {
+				return
+			}
+			if n <= 3 || (n >= 30 && n <= 35) {
+				continue
+			}
+			if err := wsutil.WriteServerMessage(conn, op, msg); err != nil {
+				return
+			}
+		}
+	}))
+	t.Cleanup(srv.Close)
+	cfg := small("ws://"+strings.TrimPrefix(srv.URL, "http://")+"/actor/echo", Echo)
+	// The nine messages dropped keep their places in the window; sixteen
+	// leave it open, and it never drains.
+	cfg.Inflight, cfg.Drain = 16, 300*time.Millisecond
+	res := run(t, cfg)
+	if want := int64(6 * cfg.Sockets); res.Lost != want {
+		t.Fatalf("lost %d, want %d (six of each of %d sockets)", res.Lost, want, cfg.Sockets)
+	}
+	if res.Delivered == 0 || res.Sent == 0 {
+		t.Fatalf("sent %d, delivered %d in the measured period", res.Sent, res.Delivered)
+	}
+}
