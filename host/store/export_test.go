@@ -30,3 +30,7 @@ var (
 	Flock   = flock
 	Funlock = funlock
 )
+
+// ProbeCreators is how many writers the probe's concurrent-create check
+// starts.
+const ProbeCreators = probeCreators
