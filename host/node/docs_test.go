@@ -45,7 +45,7 @@ func TestMetricsDocumented(t *testing.T) {
 	}
 	documented := map[string]bool{}
 	// "`wasmkeep_x_in_total` / `_out_total`" documents two names.
-	re := regexp.MustCompile("`(wasmkeep_[a-z_]+)(?:\\{[a-z]+\\})?`(?: / `(_[a-z_]+)`)?")
+	re := regexp.MustCompile("`(wasmkeep_[a-z_]+)(?:\\{[a-z,]+\\})?`(?: / `(_[a-z_]+)`)?")
 	for _, m := range re.FindAllStringSubmatch(string(doc), -1) {
 		documented[m[1]] = true
 		if m[2] != "" {

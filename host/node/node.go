@@ -140,6 +140,10 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		n.Bucket = dir
 		n.closers = append(n.closers, dir.Close)
 	}
+	n.Bucket = store.Metered(n.Bucket, n.Metrics)
+	if err := store.CheckFormat(ctx, n.Bucket); err != nil {
+		return nil, err
+	}
 
 	ecfg := cfg.Engine
 	if ecfg.CacheDir == "" {

@@ -1,0 +1,67 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/wasmkeep/wasmkeep/host/store"
+)
+
+func TestCheckFormat(t *testing.T) {
+	ctx := context.Background()
+	b := store.NewMem()
+	// Nodes starting at once on a new bucket: one writes, all agree.
+	var wg sync.WaitGroup
+	errs := make([]error, 8)
+	for i := range errs {
+		wg.Go(func() { errs[i] = store.CheckFormat(ctx, b) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("node %d: %v", i, err)
+		}
+	}
+	body, etag, err := b.Get(ctx, store.FormatKey)
+	if err != nil || !strings.Contains(string(body), `"version":1`) {
+		t.Fatalf("format object %q, %v", body, err)
+	}
+	// Checked again, it is left as it is.
+	if err := store.CheckFormat(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	if _, again, _ := b.Get(ctx, store.FormatKey); again != etag {
+		t.Fatal("a check rewrote the format object")
+	}
+
+	for _, tc := range []struct{ body, says string }{
+		{`{"format":"wasmkeep","version":2}`, "newer than this binary's 1"},
+		{`{"format":"wasmkeep","version":0}`, "does not read"},
+		{`{"format":"othertool","version":1}`, "othertool's data"},
+		{`<xml/>`, "another program's"},
+	} {
+		b := store.NewMem()
+		if _, err := b.Put(ctx, store.FormatKey, []byte(tc.body), store.Cond{}); err != nil {
+			t.Fatal(err)
+		}
+		err := store.CheckFormat(ctx, b)
+		var fe *store.FormatError
+		if !errors.As(err, &fe) || !strings.Contains(err.Error(), tc.says) {
+			t.Errorf("format %s: %v, want a FormatError saying %q", tc.body, err, tc.says)
+		}
+	}
+
+	// A lost answer to the create is resolved by reading.
+	faulty := store.WithFaults(store.NewMem(), func(op store.Op) store.Fault {
+		if op.Kind == store.OpPut {
+			return store.LoseAnswer()
+		}
+		return store.Fault{}
+	})
+	if err := store.CheckFormat(ctx, faulty); err != nil {
+		t.Fatalf("with the create's answer lost: %v", err)
+	}
+}
