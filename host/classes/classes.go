@@ -76,10 +76,24 @@ type Registry struct {
 	maxBytes int
 
 	mu       sync.Mutex
-	names    map[string]Record     // cache of classes/<name>
-	compiled map[string]*compiling // by hash
-	asks     uint64                // counts compile calls, for compiling.asked
+	names    map[string]cachedRecord // cache of classes/<name>
+	compiled map[string]*compiling   // by hash
+	asks     uint64                  // counts compile calls, for compiling.asked
 }
+
+// cachedRecord is a class record as read from the bucket, and when (on the
+// engine's clock) it was last read.
+type cachedRecord struct {
+	rec  Record
+	read int64
+}
+
+// RecordTTL is how long a class record read from the bucket is used
+// before it is read again. Another node sharing the bucket may upload or
+// remove the class: within RecordTTL every node serves the new version, or
+// stops serving a removed class, at the price of one small read per class
+// and node every RecordTTL while the class is in use.
+const RecordTTL = 2 * time.Second
 
 type compiling struct {
 	done  chan struct{}
@@ -99,7 +113,7 @@ func New(bucket store.Bucket, eng *engine.Engine, maxBytes int) *Registry {
 		bucket:   bucket,
 		engine:   eng,
 		maxBytes: maxBytes,
-		names:    map[string]Record{},
+		names:    map[string]cachedRecord{},
 		compiled: map[string]*compiling{},
 	}
 }
@@ -147,9 +161,9 @@ func (r *Registry) Put(ctx context.Context, name string, wasm []byte, opts Optio
 	}
 	r.mu.Lock()
 	prev, had := r.names[name]
-	r.names[name] = rec
+	r.names[name] = cachedRecord{rec, r.now()}
 	r.mu.Unlock()
-	if had && prev.Hash != hash {
+	if had && prev.rec.Hash != hash {
 		r.retireIdle()
 	}
 	return rec, nil
@@ -170,8 +184,8 @@ func (r *Registry) retireIdle() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	current := map[string]bool{}
-	for _, rec := range r.names {
-		current[rec.Hash] = true
+	for _, c := range r.names {
+		current[c.rec.Hash] = true
 	}
 	var idle []string
 	for hash, c := range r.compiled {
@@ -195,30 +209,63 @@ func (r *Registry) retireIdle() {
 	}
 }
 
-// Get returns the record a name points at.
+// now is the registry's clock: the engine's, which is the node's.
+func (r *Registry) now() int64 { return r.engine.Config().Clock.Now() }
+
+// Get returns the record a name points at. A record read from the bucket
+// within RecordTTL is used as it is; an older one is read again, so that a
+// class uploaded or removed through another node sharing the bucket is
+// seen within RecordTTL. While the bucket cannot be read, the record last
+// read goes on being used.
 func (r *Registry) Get(ctx context.Context, name string) (Record, error) {
+	now := r.now()
 	r.mu.Lock()
-	rec, ok := r.names[name]
+	cached, ok := r.names[name]
 	r.mu.Unlock()
-	if ok {
-		return rec, nil
+	if ok && now-cached.read < int64(RecordTTL) {
+		return cached.rec, nil
 	}
 	if !NamePattern.MatchString(name) {
 		return Record{}, fmt.Errorf("%w %q", ErrUnknownClass, name)
 	}
 	body, _, err := r.bucket.Get(ctx, nameKey(name))
 	if errors.Is(err, store.ErrNotFound) {
+		r.mu.Lock()
+		removed := ok && r.names[name] == cached
+		if removed {
+			delete(r.names, name)
+		}
+		r.mu.Unlock()
+		if removed {
+			r.retireIdle()
+		}
 		return Record{}, fmt.Errorf("%w %q", ErrUnknownClass, name)
 	}
+	var rec Record
+	if err == nil {
+		if err = json.Unmarshal(body, &rec); err != nil {
+			err = fmt.Errorf("class record %q: %w", name, err)
+		}
+	}
 	if err != nil {
+		if ok && ctx.Err() == nil {
+			// Read again after another RecordTTL, not at every call.
+			r.mu.Lock()
+			if r.names[name] == cached {
+				r.names[name] = cachedRecord{cached.rec, now}
+			}
+			r.mu.Unlock()
+			return cached.rec, nil
+		}
 		return Record{}, err
 	}
-	if err := json.Unmarshal(body, &rec); err != nil {
-		return Record{}, fmt.Errorf("class record %q: %w", name, err)
-	}
 	r.mu.Lock()
-	r.names[name] = rec
+	prev, had := r.names[name]
+	r.names[name] = cachedRecord{rec, now}
 	r.mu.Unlock()
+	if had && prev.rec.Hash != rec.Hash {
+		r.retireIdle()
+	}
 	return rec, nil
 }
 
