@@ -141,22 +141,80 @@ func (r *Room) readSnapshot(ctx context.Context, body []byte) (*snapshot.Manifes
 	if err != nil {
 		return nil, nil, savedState{}, err
 	}
-	segs := make(map[string]*snapshot.Segment, len(man.Segments))
-	for _, ref := range man.Segments {
-		b, _, err := r.m.bucket.Get(ctx, r.key.segmentKey(ref.ID))
-		if errors.Is(err, store.ErrNotFound) {
-			return nil, nil, savedState{}, fmt.Errorf("%w: %s", snapshot.ErrMissingSegment, ref.ID)
-		}
-		if err != nil {
-			return nil, nil, savedState{}, err
-		}
-		seg, err := snapshot.DecodeSegment(b)
-		if err != nil {
-			return nil, nil, savedState{}, fmt.Errorf("segment %s: %w", ref.ID, err)
-		}
-		segs[ref.ID] = seg
+	segs, err := r.readSegments(ctx, man)
+	if err != nil {
+		return nil, nil, savedState{}, err
 	}
 	return man, segs, st, nil
+}
+
+// segmentReads is how many of a wake's segment reads run at once. On S3
+// each is a round trip of milliseconds; a wake after many hibernations
+// names several segments, and reading them one after another would add the
+// round trips up.
+const segmentReads = 8
+
+// readSegments reads and decodes the segments man references, up to
+// segmentReads at once. The first failure cancels the others.
+func (r *Room) readSegments(ctx context.Context, man *snapshot.Manifest) (map[string]*snapshot.Segment, error) {
+	refs := man.Segments
+	decoded := make([]*snapshot.Segment, len(refs))
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		firstErr error
+	)
+	fail := func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if firstErr == nil {
+			firstErr = err
+			cancel()
+		}
+	}
+	next := make(chan int)
+	for range min(segmentReads, len(refs)) {
+		wg.Go(func() {
+			for i := range next {
+				id := refs[i].ID
+				b, _, err := r.m.bucket.Get(ctx, r.key.segmentKey(id))
+				if errors.Is(err, store.ErrNotFound) {
+					err = fmt.Errorf("%w: %s", snapshot.ErrMissingSegment, id)
+				}
+				if err == nil {
+					if decoded[i], err = snapshot.DecodeSegment(b); err != nil {
+						err = fmt.Errorf("segment %s: %w", id, err)
+					}
+				}
+				if err != nil {
+					fail(err)
+				}
+			}
+		})
+	}
+feed:
+	for i := range refs {
+		select {
+		case next <- i:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(next)
+	wg.Wait()
+	if firstErr != nil {
+		return nil, firstErr
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	segs := make(map[string]*snapshot.Segment, len(refs))
+	for i, ref := range refs {
+		segs[ref.ID] = decoded[i]
+	}
+	return segs, nil
 }
 
 // unreadable counts a room whose snapshot cannot be read and logs it once:
