@@ -344,6 +344,27 @@ func (d *Dir) List(ctx context.Context, prefix string) ([]string, error) {
 	return keys, nil
 }
 
+// ListPage implements [Bucket]. It walks the directories as List does
+// and reads the header of each object on the page for its ETag.
+func (d *Dir) ListPage(ctx context.Context, prefix, after string, limit int) ([]Entry, bool, error) {
+	keys, err := d.List(ctx, prefix)
+	if err != nil {
+		return nil, false, err
+	}
+	page, more := pageOf(keys, after, limit)
+	entries := make([]Entry, 0, len(page))
+	for _, k := range page {
+		h, exists, err := readHeader(d.objectFile(k))
+		if err != nil {
+			return nil, false, opError("list", prefix, err)
+		}
+		if exists { // not deleted meanwhile
+			entries = append(entries, Entry{Key: k, ETag: h.etag()})
+		}
+	}
+	return entries, more, nil
+}
+
 // walk appends to keys the keys with prefix under the directory fsdir,
 // which holds the keys that begin keyDir+pending (pending: the pieces of a
 // long segment read so far).

@@ -174,6 +174,10 @@ func (a *alternating) List(ctx context.Context, prefix string) ([]string, error)
 	return a.next().List(ctx, prefix)
 }
 
+func (a *alternating) ListPage(ctx context.Context, prefix, after string, limit int) ([]store.Entry, bool, error) {
+	return a.next().ListPage(ctx, prefix, after, limit)
+}
+
 func TestDirReopen(t *testing.T) {
 	ctx := t.Context()
 	path := t.TempDir()

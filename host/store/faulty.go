@@ -184,3 +184,17 @@ func (x *Faulty) List(ctx context.Context, prefix string) ([]string, error) {
 	}
 	return keys, err
 }
+
+// ListPage implements [Bucket]; its faults are decided as a List's.
+func (x *Faulty) ListPage(ctx context.Context, prefix, after string, limit int) ([]Entry, bool, error) {
+	op := Op{Kind: OpList, Key: prefix}
+	f := x.decide(op)
+	if f.Err != nil && !f.Applied {
+		return nil, false, injected(op, f)
+	}
+	page, more, err := x.b.ListPage(ctx, prefix, after, limit)
+	if f.Err != nil {
+		return nil, false, injected(op, f)
+	}
+	return page, more, err
+}

@@ -115,3 +115,21 @@ func (m *Mem) List(ctx context.Context, prefix string) ([]string, error) {
 	slices.Sort(keys)
 	return keys, nil
 }
+
+// ListPage implements [Bucket].
+func (m *Mem) ListPage(ctx context.Context, prefix, after string, limit int) ([]Entry, bool, error) {
+	keys, err := m.List(ctx, prefix)
+	if err != nil {
+		return nil, false, err
+	}
+	page, more := pageOf(keys, after, limit)
+	entries := make([]Entry, 0, len(page))
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, k := range page {
+		if o, ok := m.objs[k]; ok { // not deleted meanwhile
+			entries = append(entries, Entry{Key: k, ETag: o.etag})
+		}
+	}
+	return entries, more, nil
+}

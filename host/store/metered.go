@@ -114,3 +114,11 @@ func (m *MeteredBucket) List(ctx context.Context, prefix string) ([]string, erro
 	m.done(OpList, start, err)
 	return keys, err
 }
+
+// ListPage implements Bucket; it is counted as a list.
+func (m *MeteredBucket) ListPage(ctx context.Context, prefix, after string, limit int) ([]Entry, bool, error) {
+	start := time.Now()
+	page, more, err := m.Bucket.ListPage(ctx, prefix, after, limit)
+	m.done(OpList, start, err)
+	return page, more, err
+}

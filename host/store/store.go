@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // Sentinel errors. Backends wrap them with the operation and key; test with
@@ -124,6 +125,47 @@ type Bucket interface {
 	// List is not a snapshot: keys written or deleted while it runs may or
 	// may not appear.
 	List(ctx context.Context, prefix string) ([]string, error)
+
+	// ListPage returns, in ascending byte order, up to limit entries (at
+	// most MaxListPage; limit <= 0 means MaxListPage) whose keys start with
+	// prefix and sort after after ("" starts at the beginning), each with
+	// its object's ETag, and whether more such keys follow. The next page
+	// starts after the last key returned. Bounded sweeps and membership
+	// read a bucket this way, a page per step, where List would read it
+	// whole. Prefix and errors are as for List; after needs no checking
+	// (any string orders keys).
+	ListPage(ctx context.Context, prefix, after string, limit int) (page []Entry, more bool, err error)
+}
+
+// Entry is a key with its object's ETag, as ListPage returns them.
+type Entry struct {
+	Key  string
+	ETag string
+}
+
+// MaxListPage is the most entries one ListPage returns: S3's page size.
+const MaxListPage = 1000
+
+// pageLimit is limit as ListPage takes it.
+func pageLimit(limit int) int {
+	if limit <= 0 || limit > MaxListPage {
+		return MaxListPage
+	}
+	return limit
+}
+
+// pageOf cuts a page out of sorted keys: those after after, up to limit.
+func pageOf(sorted []string, after string, limit int) (page []string, more bool) {
+	i, _ := slices.BinarySearch(sorted, after)
+	for i < len(sorted) && sorted[i] <= after {
+		i++
+	}
+	sorted = sorted[i:]
+	limit = pageLimit(limit)
+	if len(sorted) > limit {
+		return sorted[:limit], true
+	}
+	return sorted, false
 }
 
 // opError wraps err (usually one of the sentinels) with the operation and

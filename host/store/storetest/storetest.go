@@ -57,6 +57,8 @@ func RunWith(t *testing.T, newBucket func(t *testing.T) store.Bucket, o Options)
 		{"RecreateAfterDelete", testRecreateAfterDelete},
 		{"List", testList},
 		{"ListEmpty", testListEmpty},
+		{"ListPage", testListPage},
+		{"ListPageBound", testListPageBound},
 		{"InvalidKeys", testInvalidKeys},
 		{"LongKeys", testLongKeys},
 		{"EscapedNames", testEscapedNames},
