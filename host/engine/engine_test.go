@@ -29,8 +29,8 @@ func (h *fakeHost) SocketSend(id uint32, kind int, data []byte) abi.Status {
 	h.sent = append(h.sent, string(data))
 	return abi.Success
 }
-func (h *fakeHost) SocketClose(uint32, int, string) abi.Status { return abi.Success }
-func (h *fakeHost) SocketList(dst []uint32) []uint32           { return append(dst, 1) }
+func (h *fakeHost) SocketClose(uint32, abi.CloseCode, string) abi.Status { return abi.Success }
+func (h *fakeHost) SocketList(dst []uint32) []uint32                     { return append(dst, 1) }
 func (h *fakeHost) Broadcast(int, []byte, uint32) int {
 	h.count++
 	return 1

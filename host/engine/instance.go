@@ -29,7 +29,7 @@ const (
 // during the call; implementations copy what they keep.
 type Host interface {
 	SocketSend(id uint32, kind int, data []byte) abi.Status
-	SocketClose(id uint32, code int, reason string) abi.Status
+	SocketClose(id uint32, code abi.CloseCode, reason string) abi.Status
 	// SocketList appends the ids of the room's open sockets to dst.
 	SocketList(dst []uint32) []uint32
 	// Broadcast returns how many sockets the message was queued to.
@@ -435,7 +435,7 @@ func (i *Instance) SocketMessages(id uint32, batch []byte) error {
 }
 
 // SocketClose tells the guest socket id is gone.
-func (i *Instance) SocketClose(id uint32, code int, reason string) error {
+func (i *Instance) SocketClose(id uint32, code abi.CloseCode, reason string) error {
 	return i.event(EventSocketClose, 2, uint64(id), uint64(code), []byte(reason))
 }
 

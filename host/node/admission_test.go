@@ -147,7 +147,7 @@ func (c *rawClient) next(d time.Duration) (string, error) {
 
 // expectClose reads until the server's close frame, which must carry code,
 // and then until the server closes TCP.
-func (c *rawClient) expectClose(code int) {
+func (c *rawClient) expectClose(code abi.CloseCode) {
 	c.t.Helper()
 	for {
 		h, p, err := c.frame(10 * time.Second)
@@ -157,7 +157,7 @@ func (c *rawClient) expectClose(code int) {
 		if h.OpCode != ws.OpClose {
 			continue
 		}
-		if got, reason := ws.ParseCloseFrameData(p); int(got) != code {
+		if got, reason := ws.ParseCloseFrameData(p); abi.CloseCode(got) != code {
 			c.t.Fatalf("closed with %d %q, want %d", got, reason, code)
 		}
 		break
@@ -390,7 +390,7 @@ func testMalformedFrames(t *testing.T, cache string) {
 	cases := []struct {
 		name  string
 		frame []byte
-		code  int
+		code  abi.CloseCode
 	}{
 		{"unmasked", []byte{0x80 | 0x1, 2, 'h', 'i'}, abi.CloseProtocolError},
 		{"reserved opcode", wstest.MaskedFrame(0x80|0x3, 2, []byte("hi")), abi.CloseProtocolError},

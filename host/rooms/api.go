@@ -144,7 +144,7 @@ const maxInflight = 2
 
 // Closed reports that the socket is gone, with the close code and reason
 // the client sent (or the one the host closed it with).
-func (s *Socket) Closed(code int, reason string) {
+func (s *Socket) Closed(code abi.CloseCode, reason string) {
 	if s.ch != nil {
 		s.channelClosed()
 	}

@@ -27,6 +27,7 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 
+	"github.com/wasmkeep/wasmkeep/abi"
 	"github.com/wasmkeep/wasmkeep/host/rooms/life"
 	"github.com/wasmkeep/wasmkeep/host/snapshot"
 	"github.com/wasmkeep/wasmkeep/host/store"
@@ -515,7 +516,7 @@ func (m *Manager) DropAll(ctx context.Context) error {
 
 // CloseSockets closes every socket of a room on this node with code and
 // reason (a drain or a move: 1012); their close events follow as usual.
-func (m *Manager) CloseSockets(ctx context.Context, key Key, code int, reason string) error {
+func (m *Manager) CloseSockets(ctx context.Context, key Key, code abi.CloseCode, reason string) error {
 	m.mu.Lock()
 	r := m.rooms[key]
 	m.mu.Unlock()

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/gobwas/ws"
+
+	"github.com/wasmkeep/wasmkeep/abi"
 )
 
 // batchRecorder is a BatchHandler that records what it was given and how.
@@ -31,7 +33,7 @@ func (h *batchRecorder) OnMessages(_ *Conn, msgs []Message) {
 	h.mu.Unlock()
 }
 
-func (h *batchRecorder) OnClose(*Conn, int, string) {}
+func (h *batchRecorder) OnClose(*Conn, abi.CloseCode, string) {}
 
 // TestBatchDelivery: messages that arrive together are queued whole before
 // delivery and handed to a BatchHandler in batches, in wire order, with

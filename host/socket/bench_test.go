@@ -7,13 +7,15 @@ import (
 	"time"
 
 	"github.com/gobwas/ws"
+
+	"github.com/wasmkeep/wasmkeep/abi"
 )
 
 // echoHandler echoes every message.
 type echoHandler struct{}
 
 func (echoHandler) OnMessage(c *Conn, kind int, data []byte) { _ = c.Send(kind, data) }
-func (echoHandler) OnClose(*Conn, int, string)               {}
+func (echoHandler) OnClose(*Conn, abi.CloseCode, string)     {}
 
 // BenchmarkEcho64 measures round trips of 64-byte binary messages on one
 // socket: the client waits for each echo before sending the next.

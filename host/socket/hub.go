@@ -12,6 +12,8 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/gobwas/ws"
+
+	"github.com/wasmkeep/wasmkeep/abi"
 )
 
 // shardCount is the number of registry shards. The ping loop visits one
@@ -54,7 +56,7 @@ type Hub struct {
 }
 
 type closeCause struct {
-	code   int
+	code   abi.CloseCode
 	reason string
 }
 
@@ -391,7 +393,7 @@ func (h *Hub) silent(now int64, buf []*Conn) []*Conn {
 // (TCP closed) and ctx's error is returned. Sockets are closed as described
 // at Conn.Close; so are sockets upgraded while CloseAll runs. CloseAll does
 // not stop new upgrades; Close does.
-func (h *Hub) CloseAll(ctx context.Context, code int, reason string) error {
+func (h *Hub) CloseAll(ctx context.Context, code abi.CloseCode, reason string) error {
 	h.closeMu.Lock()
 	h.closeCalls++
 	h.closing.Store(&closeCause{code, reason})

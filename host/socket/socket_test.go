@@ -225,7 +225,7 @@ func TestServerPingAndDeadClient(t *testing.T) {
 // silentClose is an OnClose seen by a silenceClock.
 type silentClose struct {
 	conn   *Conn
-	code   int
+	code   abi.CloseCode
 	silent time.Duration // since the last frame read from the socket
 }
 
@@ -235,7 +235,7 @@ type silenceClock chan silentClose
 
 func (silenceClock) OnMessage(*Conn, int, []byte) {}
 
-func (h silenceClock) OnClose(c *Conn, code int, _ string) {
+func (h silenceClock) OnClose(c *Conn, code abi.CloseCode, _ string) {
 	h <- silentClose{c, code, time.Duration(c.hub.now() - c.lastSeen.Load())}
 }
 
@@ -272,8 +272,8 @@ func TestDeadSocketDroppedOnTime(t *testing.T) {
 				if e.conn != sa {
 					continue // the other sockets are silent too
 				}
-				if e.code != closeAbnormal {
-					t.Errorf("closed with %d, want %d", e.code, closeAbnormal)
+				if e.code != abi.CloseAbnormal {
+					t.Errorf("closed with %d, want %d", e.code, abi.CloseAbnormal)
 				}
 				// A tick is interval/16. The limit, two intervals and six
 				// ticks, leaves five ticks for scheduling and is two ticks
@@ -330,7 +330,7 @@ func TestProtocolErrors(t *testing.T) {
 		name  string
 		frame []byte
 		first []byte // sent before frame
-		code  int
+		code  abi.CloseCode
 	}{
 		{
 			name:  "unmasked",
@@ -381,13 +381,13 @@ func TestProtocolErrors(t *testing.T) {
 		{
 			name:  "invalid UTF-8 text",
 			frame: wstest.MaskedFrame(0x80|opText, 3, []byte{'a', 0xff, 'b'}),
-			code:  closeInvalidData,
+			code:  abi.CloseInvalidData,
 		},
 		{
 			name:  "invalid UTF-8 across fragments",
 			first: wstest.MaskedFrame(opText, 1, []byte{0xe2}),
 			frame: wstest.MaskedFrame(0x80|opContinuation, 1, []byte{'a'}),
-			code:  closeInvalidData,
+			code:  abi.CloseInvalidData,
 		},
 		{
 			name:  "close with one byte",
@@ -412,7 +412,7 @@ func TestProtocolErrors(t *testing.T) {
 		{
 			name:  "close with invalid UTF-8 reason",
 			frame: wstest.MaskedFrame(0x80|opClose, 4, append(closeBody(1000, ""), 0xc3, 0x28)),
-			code:  closeInvalidData,
+			code:  abi.CloseInvalidData,
 		},
 	}
 	for _, tc := range cases {
@@ -522,7 +522,7 @@ func TestServerClose(t *testing.T) {
 	sc2.Close(abi.CloseServiceRestart, strings.Repeat("é", 100)) // reason cut to 123 bytes
 	p = c2.readUntil(ws.OpClose)
 	code, reason := ws.ParseCloseFrameData(p)
-	if code != abi.CloseServiceRestart || len(reason) > abi.MaxCloseReason || !strings.HasPrefix(reason, "éé") {
+	if abi.CloseCode(code) != abi.CloseServiceRestart || len(reason) > abi.MaxCloseReason || !strings.HasPrefix(reason, "éé") {
 		t.Fatalf("close frame %d %q (%d bytes)", code, reason, len(reason))
 	}
 	c2.expectEOF()
@@ -750,7 +750,7 @@ func TestCloseAll(t *testing.T) {
 	for i, c := range clients {
 		wg.Go(func() {
 			p := c.readUntil(ws.OpClose)
-			if code, _ := ws.ParseCloseFrameData(p); code != abi.CloseServiceRestart {
+			if code, _ := ws.ParseCloseFrameData(p); abi.CloseCode(code) != abi.CloseServiceRestart {
 				t.Errorf("client %d: close code %d", i, code)
 			}
 			if i%2 == 0 {
