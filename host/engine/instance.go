@@ -495,12 +495,12 @@ func (i *Instance) classify(err error) error {
 		return fmt.Errorf("%w (%s)", ErrTimeout, i.class.e.cfg.EventTimeout)
 	case errors.As(err, &exit):
 		if i.nearMemoryLimit() {
-			return fmt.Errorf("%w (%d MiB)", ErrMemoryLimit, i.class.e.cfg.MaxMemoryPages/16)
+			return fmt.Errorf("%w (%d MiB)", ErrMemoryLimit, i.class.e.cfg.MaxMemoryPages/PagesPerMiB)
 		}
 		return fmt.Errorf("%w with code %d", ErrExit, exit.ExitCode())
 	}
 	if i.nearMemoryLimit() {
-		return fmt.Errorf("%w (%d MiB): %s", ErrMemoryLimit, i.class.e.cfg.MaxMemoryPages/16, firstLine(err))
+		return fmt.Errorf("%w (%d MiB): %s", ErrMemoryLimit, i.class.e.cfg.MaxMemoryPages/PagesPerMiB, firstLine(err))
 	}
 	return fmt.Errorf("%w: %s", ErrTrap, firstLine(err))
 }
