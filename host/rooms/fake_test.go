@@ -21,6 +21,7 @@ import (
 	"github.com/wasmkeep/wasmkeep/host/snapshot"
 	"github.com/wasmkeep/wasmkeep/host/store"
 	"github.com/wasmkeep/wasmkeep/internal/clock"
+	"github.com/wasmkeep/wasmkeep/internal/limits"
 )
 
 // A fake guest, so that the room lifecycle is tested without wasm: its
@@ -360,7 +361,7 @@ func newHarness(t *testing.T, cfg Config) *harness {
 		cfg.IdleTimeout = time.Hour
 	}
 	if cfg.SweepInterval == 0 {
-		cfg.SweepInterval = -1
+		cfg.SweepInterval = limits.Off
 	}
 	h.place = &recordingPlacement{Local: NewLocal(1), invalid: map[Key]bool{}}
 	m, err := NewManager(context.Background(), cfg, h.classes, h.bucket, h.place)

@@ -15,6 +15,7 @@ import (
 	"github.com/wasmkeep/wasmkeep/host/rooms/life"
 	"github.com/wasmkeep/wasmkeep/host/snapshot"
 	"github.com/wasmkeep/wasmkeep/host/store"
+	"github.com/wasmkeep/wasmkeep/internal/limits"
 )
 
 // A room's objects in the bucket:
@@ -416,7 +417,7 @@ func (m *Manager) SweepOrphans(ctx context.Context, limit int) (int, error) {
 
 // sweepLoop runs the orphan sweep a while after start, then periodically.
 func (m *Manager) sweepLoop() {
-	if m.cfg.SweepInterval < 0 {
+	if limits.IsOff(m.cfg.SweepInterval) {
 		return
 	}
 	delay := time.Minute
