@@ -90,10 +90,15 @@ type compiling struct {
 	asked uint64
 }
 
-// New returns a registry over bucket. maxBytes caps uploads (0 = 64 MiB).
+// DefaultMaxModuleBytes leaves room for large guests and still bounds what
+// one upload holds in memory.
+const DefaultMaxModuleBytes = 64 << 20
+
+// New returns a registry over bucket. maxBytes caps uploads (zero:
+// DefaultMaxModuleBytes).
 func New(bucket store.Bucket, eng *engine.Engine, maxBytes int) *Registry {
 	if maxBytes <= 0 {
-		maxBytes = 64 << 20
+		maxBytes = DefaultMaxModuleBytes
 	}
 	return &Registry{
 		bucket:   bucket,

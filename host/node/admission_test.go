@@ -17,6 +17,7 @@ import (
 
 	"github.com/wasmkeep/wasmkeep/abi"
 	"github.com/wasmkeep/wasmkeep/host/socket"
+	"github.com/wasmkeep/wasmkeep/internal/limits"
 	"github.com/wasmkeep/wasmkeep/internal/wstest"
 )
 
@@ -636,7 +637,7 @@ func testNonReaderEvicted(t *testing.T, cache string) {
 			// speed, which on a quiet machine passes the default 1,000 a
 			// second, and a tick dropped by the bucket would never be
 			// echoed (the test waited for it until its timeout).
-			n := limitsNode(t, cache, Config{Sockets: socket.Config{Reader: mode, SlowTimeout: slow, MessageRate: socket.Unlimited}})
+			n := limitsNode(t, cache, Config{Sockets: socket.Config{Reader: mode, SlowTimeout: slow, MessageRate: limits.Off}})
 			url := n.URL() + "/actor/echo/deaf"
 			deaf := openEcho(t, url, dialOpts{})
 			other := openEcho(t, url, dialOpts{})

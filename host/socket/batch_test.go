@@ -9,6 +9,7 @@ import (
 	"github.com/gobwas/ws"
 
 	"github.com/wasmkeep/wasmkeep/abi"
+	"github.com/wasmkeep/wasmkeep/internal/limits"
 )
 
 // batchRecorder is a BatchHandler that records what it was given and how.
@@ -42,7 +43,7 @@ func TestBatchDelivery(t *testing.T) {
 	for _, mode := range []ReadMode{ReadEpoll, ReadGoroutine} {
 		t.Run(mode.String(), func(t *testing.T) {
 			h := &batchRecorder{}
-			s := newServer(t, Config{Reader: mode, MessageRate: Unlimited}, h)
+			s := newServer(t, Config{Reader: mode, MessageRate: limits.Off}, h)
 			c := dial(t, s.url)
 			const n = 300
 			var b []byte

@@ -9,6 +9,7 @@ import (
 	"github.com/gobwas/ws"
 
 	"github.com/wasmkeep/wasmkeep/abi"
+	"github.com/wasmkeep/wasmkeep/internal/limits"
 )
 
 // echoHandler echoes every message.
@@ -105,7 +106,7 @@ func benchClient(b *testing.B, mode ReadMode) *client {
 	b.Helper()
 	// The message rate is off: the default bucket (1000 a second) would
 	// measure itself.
-	s := newServer(b, Config{MessageRate: Unlimited, Reader: mode}, echoHandler{})
+	s := newServer(b, Config{MessageRate: limits.Off, Reader: mode}, echoHandler{})
 	c := dial(b, s.url)
 	c.r = bufio.NewReaderSize(c.r, 64<<10) // the client's reads are not what we measure
 	return c

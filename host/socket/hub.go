@@ -14,6 +14,7 @@ import (
 	"github.com/gobwas/ws"
 
 	"github.com/wasmkeep/wasmkeep/abi"
+	"github.com/wasmkeep/wasmkeep/internal/limits"
 )
 
 // shardCount is the number of registry shards. The ping loop visits one
@@ -91,7 +92,7 @@ func NewHub(cfg Config, set *metrics.Set) *Hub {
 	h.queueLimit = QueueLimitFactor * h.cfg.OutboundBytes
 	h.upgrader = ws.HTTPUpgrader{Timeout: h.cfg.HandshakeTimeout}
 	h.adm = newAdmission(h.cfg)
-	if h.cfg.MessageRate != Unlimited {
+	if !limits.IsOff(h.cfg.MessageRate) {
 		h.msgRate = newGCRA(h.cfg.MessageRate, h.cfg.MessageBurst)
 	}
 	h.m = newHubMetrics(set, gauges{

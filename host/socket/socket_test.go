@@ -14,6 +14,7 @@ import (
 
 	"github.com/gobwas/ws"
 	"github.com/wasmkeep/wasmkeep/abi"
+	"github.com/wasmkeep/wasmkeep/internal/limits"
 	"github.com/wasmkeep/wasmkeep/internal/wstest"
 )
 
@@ -571,7 +572,7 @@ func TestCloseBeforeStart(t *testing.T) {
 func TestSlowReaderEvicted(t *testing.T) {
 	rec := newRecorder(t, true)
 	// The other socket echoes as fast as it can: no message rate.
-	s := newServer(t, Config{OutboundBytes: 256 << 10, MessageRate: Unlimited}, rec)
+	s := newServer(t, Config{OutboundBytes: 256 << 10, MessageRate: limits.Off}, rec)
 
 	slow := dial(t, s.url) // never reads
 	slowConn := s.conn(t)
