@@ -30,11 +30,11 @@ import (
 // Errors.
 var (
 	// ErrUnknownClass: no class has that name (or no module that hash).
-	ErrUnknownClass = errors.New("unknown class")
+	ErrUnknownClass = errors.New("classes: unknown class")
 	// ErrBadName: a class name outside NamePattern.
-	ErrBadName = errors.New("invalid class name")
+	ErrBadName = errors.New("classes: invalid class name")
 	// ErrTooLarge: a module over the configured size limit.
-	ErrTooLarge = errors.New("module too large")
+	ErrTooLarge = errors.New("classes: module too large")
 )
 
 // NamePattern is what a class name must match: it appears in URLs and keys.
@@ -119,7 +119,7 @@ func moduleKey(hash string) string {
 }
 
 // ErrBadOption: an upload option outside its documented values.
-var ErrBadOption = errors.New("invalid class option")
+var ErrBadOption = errors.New("classes: invalid class option")
 
 // Put validates and compiles wasm, stores it, and points name at it.
 func (r *Registry) Put(ctx context.Context, name string, wasm []byte, opts Options) (Record, error) {

@@ -228,7 +228,7 @@ type ModuleError struct{ Reason string }
 func (e *ModuleError) Error() string { return "invalid module: " + e.Reason }
 
 // ErrInvalidModule matches every *ModuleError with errors.Is.
-var ErrInvalidModule = errors.New("invalid module")
+var ErrInvalidModule = errors.New("engine: invalid module")
 
 // Is makes errors.Is(err, ErrInvalidModule) true for module errors.
 func (e *ModuleError) Is(target error) bool { return target == ErrInvalidModule }
@@ -320,7 +320,8 @@ func Hash(wasm []byte) string {
 func (e *Engine) Compile(ctx context.Context, wasm []byte) (*Class, error) {
 	out, info, err := wasmrw.Rewrite(wasm)
 	if err != nil {
-		return nil, &ModuleError{Reason: err.Error()}
+		// The uploader reads the reason; the package is for logs.
+		return nil, &ModuleError{Reason: strings.TrimPrefix(err.Error(), "wasmrw: ")}
 	}
 	version, err := declaredABI(info)
 	if err != nil {

@@ -51,15 +51,15 @@ type Host interface {
 var (
 	// ErrTrap: the guest trapped (unreachable, out-of-bounds access, a Go
 	// panic, a stack overflow...).
-	ErrTrap = errors.New("guest trapped")
+	ErrTrap = errors.New("engine: guest trapped")
 	// ErrTimeout: the event ran past the event timeout.
-	ErrTimeout = errors.New("guest exceeded the event time limit")
+	ErrTimeout = errors.New("engine: guest exceeded the event time limit")
 	// ErrMemoryLimit: the guest needed more memory than the room limit.
-	ErrMemoryLimit = errors.New("guest exceeded the memory limit")
+	ErrMemoryLimit = errors.New("engine: guest exceeded the memory limit")
 	// ErrExit: the guest called proc_exit.
-	ErrExit = errors.New("guest exited")
+	ErrExit = errors.New("engine: guest exited")
 	// ErrClosed: the instance was already closed.
-	ErrClosed = errors.New("instance closed")
+	ErrClosed = errors.New("engine: instance closed")
 )
 
 // Instance is one room's module instance.

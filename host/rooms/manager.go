@@ -152,12 +152,12 @@ var (
 	// to write its snapshot). The client should retry later.
 	ErrNodeFull = errors.New("rooms: the node is at its limit of resident rooms (--max-resident)")
 	// ErrStopping: the node is shutting down and takes no new work.
-	ErrStopping = errors.New("node is stopping")
+	ErrStopping = errors.New("rooms: node is stopping")
 	// ErrOverloaded: the room's mailbox is full.
-	ErrOverloaded = errors.New("room is overloaded")
+	ErrOverloaded = errors.New("rooms: room is overloaded")
 	// ErrUnavailable: the room cannot be woken (its snapshot is unreadable,
 	// its module is missing...). Other rooms are unaffected.
-	ErrUnavailable = errors.New("room unavailable")
+	ErrUnavailable = errors.New("rooms: room unavailable")
 )
 
 // Manager owns every room of the node.
@@ -463,7 +463,7 @@ func (m *Manager) since(start int64) float64 {
 }
 
 // ErrUnknownRoom: no such room, in memory or in the bucket.
-var ErrUnknownRoom = errors.New("no such room")
+var ErrUnknownRoom = errors.New("rooms: no such room")
 
 // Hibernate puts a room to sleep now and waits until it is done. A room
 // that is already hibernated is left as it is; one the node has never seen

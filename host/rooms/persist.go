@@ -57,7 +57,7 @@ var errHoldLost = errors.New("rooms: the room's hold is no longer valid")
 
 // ErrNotDurable: the room's state could not be made durable, so the event
 // that needed it is undone (the room rolls back) and fails.
-var ErrNotDurable = errors.New("the room's state could not be made durable")
+var ErrNotDurable = errors.New("rooms: the room's state could not be made durable")
 
 // load creates the instance: restored from the bucket, or started fresh
 // when the room has never been stored.

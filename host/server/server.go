@@ -441,12 +441,26 @@ func textError(w http.ResponseWriter, status int, msg string) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
-	io.WriteString(w, msg+"\n")
+	io.WriteString(w, forClient(msg)+"\n")
 }
 
 func jsonError(w http.ResponseWriter, status int, msg string) {
-	writeJSON(w, status, map[string]string{"error": msg})
+	writeJSON(w, status, map[string]string{"error": forClient(msg)})
 }
+
+// forClient is an error's message as a client reads it: without the
+// package prefix the sentinel errors of the room and class layers begin
+// with ("rooms: no such room"), which tells a log's reader where an error
+// came from and a client nothing.
+func forClient(msg string) string {
+	if pkg, rest, ok := strings.Cut(msg, ": "); ok && clientPrefixes[pkg] {
+		return rest
+	}
+	return msg
+}
+
+// clientPrefixes are the packages whose errors a response carries.
+var clientPrefixes = map[string]bool{"rooms": true, "classes": true, "engine": true}
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")

@@ -53,7 +53,7 @@ func (s *Server) upgradeInto(w http.ResponseWriter, r *http.Request, below strin
 		} else if errors.Is(err, rooms.ErrOverloaded) {
 			code = abi.CloseTryAgainLater
 		}
-		conn.Close(code, err.Error())
+		conn.Close(code, forClient(err.Error()))
 		conn.Start(discard{})
 		return
 	}
