@@ -264,21 +264,6 @@ const (
 	LogError = 3
 )
 
-// Close codes the host uses and documents (RFC 6455 and its registry).
-const (
-	CloseNormal          = 1000
-	CloseGoingAway       = 1001
-	CloseProtocolError   = 1002
-	ClosePolicyViolation = 1008
-	CloseTooBig          = 1009
-	CloseInternalError   = 1011 // the room crashed while handling this socket's event
-	CloseServiceRestart  = 1012 // node stopping, draining or moving the room: reconnect
-	CloseTryAgainLater   = 1013 // overloaded: reconnect after a pause
-	// CloseSlowReader is sent to a socket whose outbound queue passed its
-	// budget. It is a private-use code (4000–4999) so clients can tell it apart.
-	CloseSlowReader = 4008
-)
-
 // Limits that are part of the contract (hosts may be configured lower for
 // bodies and messages, never for these).
 const (
@@ -286,8 +271,3 @@ const (
 	MaxLogLine     = 4096
 	MaxHeaderCount = 256
 )
-
-// ValidGuestCloseCode reports whether a guest may close a socket with code.
-func ValidGuestCloseCode(code int) bool {
-	return code == CloseNormal || (code >= 3000 && code <= 4999)
-}

@@ -24,19 +24,19 @@ import (
 
 func benchFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "target", Value: "ws://127.0.0.1:8080/actor/echo", Usage: "base URL of the rooms: socket i goes to <target>/<prefix><i % rooms>", EnvVars: env("target")},
-		&cli.StringFlag{Name: "prefix", Value: "bench-", Usage: "room names' prefix", EnvVars: env("prefix")},
-		&cli.StringFlag{Name: "mode", Value: "echo", Usage: "echo (the server sends each message back) or broadcast (one sender per room; the server sends each message to every socket of the room)", EnvVars: env("mode")},
-		&cli.IntFlag{Name: "sockets", Value: 100, Usage: "sockets to open", EnvVars: env("sockets")},
-		&cli.IntFlag{Name: "rooms", Value: 10, Usage: "rooms the sockets are spread over, round-robin", EnvVars: env("rooms")},
-		&cli.IntFlag{Name: "rate", Value: 0, Usage: "messages a second sent in total (0: as fast as the windows allow)", EnvVars: env("rate")},
-		&cli.IntFlag{Name: "inflight", Value: 16, Usage: "messages in flight per sender (socket in echo, room in broadcast)", EnvVars: env("inflight")},
-		&cli.IntFlag{Name: "size", Value: 64, Usage: "message size in bytes (at least 40)", EnvVars: env("size")},
-		&cli.DurationFlag{Name: "warmup", Value: 2 * time.Second, Usage: "sending before measuring", EnvVars: env("warmup")},
-		&cli.DurationFlag{Name: "duration", Value: 10 * time.Second, Usage: "measured sending", EnvVars: env("duration")},
-		&cli.DurationFlag{Name: "drain", Value: 5 * time.Second, Usage: "wait at the end for messages in flight; those that do not come are lost", EnvVars: env("drain")},
-		&cli.IntFlag{Name: "dial-concurrency", Value: 64, Usage: "sockets being opened at once", EnvVars: env("dial-concurrency")},
-		&cli.IntFlag{Name: "target-pid", Value: 0, Usage: "process id of the target's server on this machine, to report its CPU time per delivered message (Linux; 0: none)", EnvVars: env("target-pid")},
+		&cli.StringFlag{Name: "target", Value: loadgen.DefaultTarget, Usage: "base URL of the rooms: socket i goes to <target>/<prefix><i % rooms>", EnvVars: env("target")},
+		&cli.StringFlag{Name: "prefix", Value: benchPrefix, Usage: "room names' prefix", EnvVars: env("prefix")},
+		&cli.StringFlag{Name: "mode", Value: string(loadgen.DefaultMode), Usage: "echo (the server sends each message back) or broadcast (one sender per room; the server sends each message to every socket of the room)", EnvVars: env("mode")},
+		&cli.IntFlag{Name: "sockets", Value: loadgen.DefaultSockets, Usage: "sockets to open", EnvVars: env("sockets")},
+		&cli.IntFlag{Name: "rooms", Value: loadgen.DefaultRooms, Usage: "rooms the sockets are spread over, round-robin", EnvVars: env("rooms")},
+		&cli.IntFlag{Name: "rate", Value: flagLimit(loadgen.DefaultRate), Usage: "messages a second sent in total (0: as fast as the windows allow)", EnvVars: env("rate")},
+		&cli.IntFlag{Name: "inflight", Value: loadgen.DefaultInflight, Usage: "messages in flight per sender (socket in echo, room in broadcast)", EnvVars: env("inflight")},
+		&cli.IntFlag{Name: "size", Value: loadgen.DefaultSize, Usage: "message size in bytes (at least 40)", EnvVars: env("size")},
+		&cli.DurationFlag{Name: "warmup", Value: loadgen.DefaultWarmup, Usage: "sending before measuring", EnvVars: env("warmup")},
+		&cli.DurationFlag{Name: "duration", Value: loadgen.DefaultDuration, Usage: "measured sending", EnvVars: env("duration")},
+		&cli.DurationFlag{Name: "drain", Value: loadgen.DefaultDrain, Usage: "wait at the end for messages in flight; those that do not come are lost", EnvVars: env("drain")},
+		&cli.IntFlag{Name: "dial-concurrency", Value: loadgen.DefaultDialConcurrency, Usage: "sockets being opened at once", EnvVars: env("dial-concurrency")},
+		&cli.IntFlag{Name: "target-pid", Usage: "process id of the target's server on this machine, to report its CPU time per delivered message (Linux; 0: none)", EnvVars: env("target-pid")},
 		&cli.BoolFlag{Name: "json", Usage: "print the result as JSON", EnvVars: env("json")},
 		&cli.BoolFlag{Name: "compare", Usage: "then run the same load against a plain gobwas/ws server (a child process on a loopback port) and print the ratio of delivered msgs/s", EnvVars: env("compare")},
 		&cli.StringFlag{Name: "serve-plain", Usage: "run the plain gobwas/ws server (echo or broadcast, by --mode) on this address until interrupted, instead of a load", EnvVars: env("serve-plain")},
@@ -65,18 +65,21 @@ func benchCommand() *cli.Command {
 			if addr := c.String("serve-plain"); addr != "" {
 				return servePlain(ctx, c.App.Writer, addr, mode)
 			}
+			if err := checkBenchFlags(c); err != nil {
+				return cli.Exit("wasmkeep: "+err.Error(), 2)
+			}
 			cfg := loadgen.Config{
 				Target:          c.String("target"),
 				Prefix:          c.String("prefix"),
 				Sockets:         c.Int("sockets"),
 				Rooms:           c.Int("rooms"),
 				Mode:            mode,
-				Rate:            c.Int("rate"),
+				Rate:            limitOf(c.Int("rate")),
 				Inflight:        c.Int("inflight"),
 				Size:            c.Int("size"),
-				Warmup:          c.Duration("warmup"),
+				Warmup:          limitOf(c.Duration("warmup")),
 				Duration:        c.Duration("duration"),
-				Drain:           c.Duration("drain"),
+				Drain:           limitOf(c.Duration("drain")),
 				DialConcurrency: c.Int("dial-concurrency"),
 				TargetPID:       c.Int("target-pid"),
 			}
@@ -86,6 +89,34 @@ func benchCommand() *cli.Command {
 			return bench(ctx, c.App.Writer, cfg, c.Bool("compare"), c.Bool("json"))
 		},
 	}
+}
+
+// benchPrefix is the command line's prefix of room names (the load
+// generator takes any, none included).
+const benchPrefix = "bench-"
+
+// checkBenchFlags refuses what the load generator would not take as
+// written: it reads a zero or negative count as its default, and a
+// negative --rate, --warmup or --drain as off, where the command line
+// says off with 0.
+func checkBenchFlags(c *cli.Context) error {
+	for _, name := range []string{"sockets", "rooms", "inflight", "size", "dial-concurrency"} {
+		if v := c.Int(name); v < 1 {
+			return fmt.Errorf("--%s must be at least 1, not %d", name, v)
+		}
+	}
+	if v := c.Int("rate"); v < 0 {
+		return fmt.Errorf("--rate must be 0 (as fast as the windows allow) or more, not %d", v)
+	}
+	for _, name := range []string{"warmup", "drain"} {
+		if v := c.Duration(name); v < 0 {
+			return fmt.Errorf("--%s must be 0 or more, not %v", name, v)
+		}
+	}
+	if v := c.Duration("duration"); v <= 0 {
+		return fmt.Errorf("--duration must be more than 0, not %v", v)
+	}
+	return nil
 }
 
 // servePlain runs the plain server until ctx ends.

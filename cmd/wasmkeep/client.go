@@ -18,12 +18,14 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/wasmkeep/wasmkeep/host/classes"
+	"github.com/wasmkeep/wasmkeep/host/node"
 	"github.com/wasmkeep/wasmkeep/host/server"
 )
 
 func clientFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "server", Value: "http://127.0.0.1:8080", Usage: "base URL of the node's admin API: its --admin-listen address if it has one, else its --listen address (default: $WASMKEEP_ADMIN_LISTEN if set)", EnvVars: env("server")},
+		&cli.StringFlag{Name: "server", Value: "http://" + node.DefaultListen, Usage: "base URL of the node's admin API: its --admin-listen address if it has one, else its --listen address (default: $WASMKEEP_ADMIN_LISTEN if set)", EnvVars: env("server")},
 		&cli.StringFlag{Name: "token", Usage: "admin token, for a node off loopback", EnvVars: env("admin-token")},
 	}
 }
@@ -184,7 +186,7 @@ func classCommand() *cli.Command {
 				Usage:     "upload FILE.wasm as class NAME (replacing its current version for new rooms)",
 				ArgsUsage: "NAME FILE.wasm",
 				Flags: append(clientFlags(), &cli.StringFlag{
-					Name: "durability", Value: "hibernate", EnvVars: env("durability"),
+					Name: "durability", Value: classes.DurabilityHibernate, EnvVars: env("durability"),
 					Usage: "when rooms' state becomes durable: hibernate (and on checkpoint()) or event (after every event, before its output)",
 				}),
 				Action: func(c *cli.Context) error {
@@ -256,13 +258,17 @@ func shortHash(h string) string {
 	return h
 }
 
+// defaultWatchInterval refreshes `rooms --watch` at a pace a reader can
+// follow, for a request the node barely notices.
+const defaultWatchInterval = 2 * time.Second
+
 func roomsCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "rooms",
 		Usage: "list rooms: state, sockets, why awake, memory, last event, snapshot size",
 		Flags: append(clientFlags(),
 			&cli.BoolFlag{Name: "watch", Aliases: []string{"w"}, Usage: "refresh the list every --interval until interrupted", EnvVars: env("watch")},
-			&cli.DurationFlag{Name: "interval", Value: 2 * time.Second, Usage: "time between two refreshes of --watch", EnvVars: env("interval")},
+			&cli.DurationFlag{Name: "interval", Value: defaultWatchInterval, Usage: "time between two refreshes of --watch", EnvVars: env("interval")},
 		),
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 0 {

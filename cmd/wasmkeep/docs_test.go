@@ -1,7 +1,12 @@
 package main
 
 import (
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -178,6 +183,92 @@ func TestConfigurationDoc(t *testing.T) {
 			t.Errorf("%s:%d documents --%s, which no command has", docFile, row.line, name)
 		}
 	}
+}
+
+// TestFlagDefaultsAreNamed: no flag writes its default as a literal. A
+// default is the Default* constant of the package the flag configures (or
+// a constant of the command's own, named once), so that the doc, checked
+// against the flags by TestConfigurationDoc, also says what the packages
+// do with a zero field.
+func TestFlagDefaultsAreNamed(t *testing.T) {
+	for _, v := range flagLiterals(t, ".") {
+		t.Error(v)
+	}
+	// The rule is not vacuous: it finds the literals of a file that has
+	// them, and only those.
+	tmp := t.TempDir()
+	src := `package main
+import ("time"; "github.com/urfave/cli/v2")
+var flags = []cli.Flag{
+	&cli.IntFlag{Name: "a", Value: 256},
+	&cli.DurationFlag{Name: "b", Value: 10 * time.Second},
+	&cli.StringFlag{Name: "c", Value: "auto"},
+	&cli.IntFlag{Name: "d", Value: defaultD},
+	&cli.StringFlag{Name: "e", Value: "http://" + hostD},
+}
+`
+	if err := os.WriteFile(filepath.Join(tmp, "x.go"), []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := flagLiterals(t, tmp); len(got) != 3 {
+		t.Errorf("the rule found %q in a file with three literal defaults", got)
+	}
+}
+
+// flagLiterals lists the cli flags of dir's non-test files whose Value is
+// a literal or holds a number.
+func flagLiterals(t *testing.T, dir string) []string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	fset := token.NewFileSet()
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			lit, ok := n.(*ast.CompositeLit)
+			if !ok {
+				return true
+			}
+			if sel, ok := lit.Type.(*ast.SelectorExpr); !ok || !strings.HasSuffix(sel.Sel.Name, "Flag") {
+				return true
+			}
+			for _, e := range lit.Elts {
+				kv, ok := e.(*ast.KeyValueExpr)
+				if !ok {
+					continue
+				}
+				if key, ok := kv.Key.(*ast.Ident); !ok || key.Name != "Value" {
+					continue
+				}
+				if _, bare := kv.Value.(*ast.BasicLit); bare || holdsNumber(kv.Value) {
+					out = append(out, fmt.Sprintf("%s: a flag's default written as a literal: name it (a package's Default* constant)", fset.Position(kv.Pos())))
+				}
+			}
+			return true
+		})
+	}
+	return out
+}
+
+// holdsNumber reports whether e has a numeric literal in it.
+func holdsNumber(e ast.Expr) bool {
+	found := false
+	ast.Inspect(e, func(n ast.Node) bool {
+		if b, ok := n.(*ast.BasicLit); ok && b.Kind != token.STRING && b.Kind != token.CHAR {
+			found = true
+		}
+		return !found
+	})
+	return found
 }
 
 // TestFlagEnvironmentNames: every flag reads WASMKEEP_ and its name in

@@ -9,16 +9,17 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/wasmkeep/wasmkeep/host/classes"
 	"github.com/wasmkeep/wasmkeep/host/engine"
 	"github.com/wasmkeep/wasmkeep/host/node"
 	"github.com/wasmkeep/wasmkeep/host/rooms"
 	"github.com/wasmkeep/wasmkeep/host/server"
 	"github.com/wasmkeep/wasmkeep/host/socket"
 	"github.com/wasmkeep/wasmkeep/host/store"
+	"github.com/wasmkeep/wasmkeep/internal/limits"
 )
 
 // env names a flag's environment variable: WASMKEEP_ and the flag's name in
@@ -29,42 +30,42 @@ func env(flag string) []string {
 
 func serveFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "data", Value: "./wasmkeep-data", Usage: "directory for the local store and compile cache", EnvVars: env("data")},
-		&cli.StringFlag{Name: "listen", Value: "127.0.0.1:8080", Usage: "HTTP address for rooms, and for the admin API, dashboard, metrics and pprof unless --admin-listen", EnvVars: env("listen")},
+		&cli.StringFlag{Name: "data", Value: node.DefaultDataDir, Usage: "directory for the local store and compile cache", EnvVars: env("data")},
+		&cli.StringFlag{Name: "listen", Value: node.DefaultListen, Usage: "HTTP address for rooms, and for the admin API, dashboard, metrics and pprof unless --admin-listen", EnvVars: env("listen")},
 		&cli.StringFlag{Name: "admin-listen", Usage: "HTTP address of a listener of its own for the admin API, dashboard, metrics and pprof (--listen then serves rooms only)", EnvVars: env("admin-listen")},
 		&cli.StringFlag{Name: "admin-token", Usage: "bearer token that opens the admin API to clients off loopback", EnvVars: env("admin-token")},
 		&cli.StringSliceFlag{Name: "admin-hosts", Usage: "names clients reach the admin API by, besides its listen address's (comma-separated); a request for another name is refused", EnvVars: env("admin-hosts")},
-		&cli.DurationFlag{Name: "idle-timeout", Value: 10 * time.Second, Usage: "hibernate a room after this long without events", EnvVars: env("idle-timeout")},
+		&cli.DurationFlag{Name: "idle-timeout", Value: rooms.DefaultIdleTimeout, Usage: "hibernate a room after this long without events", EnvVars: env("idle-timeout")},
 		&cli.IntFlag{Name: "max-resident", Value: rooms.DefaultMaxResident, Usage: "rooms kept in memory; a wake past it hibernates the least recently used idle room and waits for it", EnvVars: env("max-resident")},
 		&cli.DurationFlag{Name: "wake-wait", Value: rooms.DefaultWakeWait, Usage: "time a wake may wait for a place under --max-resident before its event is refused (HTTP 503, WebSocket close 1013)", EnvVars: env("wake-wait")},
-		&cli.DurationFlag{Name: "event-timeout", Value: 10 * time.Second, Usage: "time one event may run in a room before the room is stopped and rolled back (0: no limit, for trusted guests: saves ~1.4 µs per event)", EnvVars: env("event-timeout")},
-		&cli.IntFlag{Name: "max-room-memory", Value: 256, Usage: "linear memory per room, in MiB", EnvVars: env("max-room-memory")},
-		&cli.IntFlag{Name: "max-module-size", Value: 64 << 20, Usage: "largest module accepted at upload, in bytes", EnvVars: env("max-module-size")},
+		&cli.DurationFlag{Name: "event-timeout", Value: flagLimit(engine.DefaultEventTimeout), Usage: "time one event may run in a room before the room is stopped and rolled back (0: no limit, for trusted guests: saves ~1.4 µs per event)", EnvVars: env("event-timeout")},
+		&cli.IntFlag{Name: "max-room-memory", Value: engine.DefaultMaxMemoryPages / engine.PagesPerMiB, Usage: "linear memory per room, in MiB", EnvVars: env("max-room-memory")},
+		&cli.IntFlag{Name: "max-module-size", Value: classes.DefaultMaxModuleBytes, Usage: "largest module accepted at upload, in bytes", EnvVars: env("max-module-size")},
 		&cli.Int64Flag{Name: "max-body", Value: server.DefaultMaxRequestBody, Usage: "largest HTTP request body sent to a room, in bytes", EnvVars: env("max-body")},
 		&cli.DurationFlag{Name: "body-timeout", Value: server.DefaultBodyTimeout, Usage: "time an HTTP request body has to arrive whole after its headers (HTTP 408 past it)", EnvVars: env("body-timeout")},
 		&cli.IntFlag{Name: "upload-min-rate", Value: server.DefaultUploadMinRate, Usage: "bytes per second an admin upload (class put, room import) must keep after its first --body-timeout", EnvVars: env("upload-min-rate")},
 		&cli.IntFlag{Name: "max-bodies-per-ip", Value: server.DefaultMaxBodiesPerIP, Usage: "HTTP request bodies one client address may be sending at once (HTTP 429 past it)", EnvVars: env("max-bodies-per-ip")},
-		&cli.IntFlag{Name: "max-response", Value: 16 << 20, Usage: "largest HTTP response a room may give, in bytes", EnvVars: env("max-response")},
+		&cli.IntFlag{Name: "max-response", Value: engine.DefaultMaxResponseBytes, Usage: "largest HTTP response a room may give, in bytes", EnvVars: env("max-response")},
 		&cli.IntFlag{Name: "max-message", Value: socket.DefaultMaxMessage, Usage: "largest WebSocket message (and frame), in bytes", EnvVars: env("max-message")},
 		&cli.IntFlag{Name: "max-sockets", Value: socket.DefaultMaxSockets, Usage: "open WebSockets per node", EnvVars: env("max-sockets")},
-		&cli.IntFlag{Name: "max-sockets-per-ip", Value: 0, Usage: "open WebSockets per client address (an IPv6 /64 counts as one); 0: no limit", EnvVars: env("max-sockets-per-ip")},
-		&cli.IntFlag{Name: "upgrade-rate-per-ip", Value: 0, Usage: "WebSocket upgrade attempts per second per client address, after the burst; 0: no limit", EnvVars: env("upgrade-rate-per-ip")},
-		&cli.IntFlag{Name: "upgrade-burst-per-ip", Value: socket.DefaultUpgradeBurst, Usage: "upgrade attempts a client address may make at once under --upgrade-rate-per-ip", EnvVars: env("upgrade-burst-per-ip")},
+		&cli.IntFlag{Name: "max-sockets-per-ip", Value: flagLimit(socket.DefaultMaxSocketsPerIP), Usage: "open WebSockets per client address (an IPv6 /64 counts as one); 0: no limit", EnvVars: env("max-sockets-per-ip")},
+		&cli.IntFlag{Name: "upgrade-rate-per-ip", Value: flagLimit(socket.DefaultUpgradeRatePerIP), Usage: "WebSocket upgrade attempts per second per client address, after the burst; 0: no limit", EnvVars: env("upgrade-rate-per-ip")},
+		&cli.IntFlag{Name: "upgrade-burst-per-ip", Value: socket.DefaultUpgradeBurstPerIP, Usage: "upgrade attempts a client address may make at once under --upgrade-rate-per-ip", EnvVars: env("upgrade-burst-per-ip")},
 		&cli.StringSliceFlag{Name: "allowed-origins", Usage: "origins (scheme://host[:port], a host may start with *.; * for any) whose pages may open WebSockets, besides the node's own (comma-separated)", EnvVars: env("allowed-origins")},
 		&cli.BoolFlag{Name: "trust-forwarded-for", Usage: "count the per-address limits under the last X-Forwarded-For address (only behind a proxy)", EnvVars: env("trust-forwarded-for")},
 		&cli.DurationFlag{Name: "handshake-timeout", Value: socket.DefaultHandshakeTimeout, Usage: "time a client has to send its request headers, and to take a WebSocket handshake's answer", EnvVars: env("handshake-timeout")},
-		&cli.IntFlag{Name: "socket-message-rate", Value: socket.DefaultMessageRate, Usage: "messages per second a WebSocket may send, after the burst; more are dropped (0: no limit)", EnvVars: env("socket-message-rate")},
+		&cli.IntFlag{Name: "socket-message-rate", Value: flagLimit(socket.DefaultMessageRate), Usage: "messages per second a WebSocket may send, after the burst; more are dropped (0: no limit)", EnvVars: env("socket-message-rate")},
 		&cli.IntFlag{Name: "socket-message-burst", Value: socket.DefaultMessageBurst, Usage: "messages a WebSocket may send at once under --socket-message-rate", EnvVars: env("socket-message-burst")},
 		&cli.IntFlag{Name: "socket-queue-frames", Value: socket.DefaultOutboundFrames, Usage: "frames waiting to be written to one WebSocket; at it the node stops reading that client until half are written", EnvVars: env("socket-queue-frames")},
 		&cli.IntFlag{Name: "socket-queue-bytes", Value: socket.DefaultOutboundBytes, Usage: "bytes waiting to be written to one WebSocket; at it the node stops reading that client until half are written (4 times it evicts the client)", EnvVars: env("socket-queue-bytes")},
 		&cli.DurationFlag{Name: "socket-slow-timeout", Value: socket.DefaultSlowTimeout, Usage: "time a WebSocket client whose queue is full may take nothing before it is evicted as a slow reader", EnvVars: env("socket-slow-timeout")},
-		&cli.StringFlag{Name: "socket-reader", Value: "auto", Usage: "how idle WebSockets wait for their next frame: epoll (one epoll instance for all, no goroutine per idle socket; Linux), goroutine (a goroutine per socket), or auto (epoll where available)", EnvVars: env("socket-reader")},
+		&cli.StringFlag{Name: "socket-reader", Value: socket.ReadAuto.String(), Usage: "how idle WebSockets wait for their next frame: epoll (one epoll instance for all, no goroutine per idle socket; Linux), goroutine (a goroutine per socket), or auto (epoll where available)", EnvVars: env("socket-reader")},
 		&cli.DurationFlag{Name: "socket-write-timeout", Value: socket.DefaultWriteTimeout, Usage: "time one write to a WebSocket client may take before the client is evicted as a slow reader", EnvVars: env("socket-write-timeout")},
-		&cli.IntFlag{Name: "mailbox-size", Value: 1024, Usage: "pending events per room", EnvVars: env("mailbox-size")},
-		&cli.IntFlag{Name: "pool-size", Value: 2, Usage: "blank instances kept ready per class to speed up wakes (0 disables)", EnvVars: env("pool-size")},
+		&cli.IntFlag{Name: "mailbox-size", Value: rooms.DefaultMailboxSize, Usage: "pending events per room", EnvVars: env("mailbox-size")},
+		&cli.IntFlag{Name: "pool-size", Value: flagLimit(engine.DefaultPoolSize), Usage: "blank instances kept ready per class to speed up wakes (0 disables)", EnvVars: env("pool-size")},
 		&cli.BoolFlag{Name: "interpreter", Usage: "run guests with wazero's interpreter instead of its compiler", EnvVars: env("interpreter")},
-		&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error", EnvVars: env("log-level")},
-		&cli.StringFlag{Name: "log-format", Value: "text", Usage: "text or json", EnvVars: env("log-format")},
+		&cli.StringFlag{Name: "log-level", Value: defaultLogLevel, Usage: "debug, info, warn or error", EnvVars: env("log-level")},
+		&cli.StringFlag{Name: "log-format", Value: defaultLogFormat, Usage: "text or json", EnvVars: env("log-format")},
 	}
 }
 
@@ -105,27 +106,15 @@ func nodeConfig(c *cli.Context) (node.Config, error) {
 		return node.Config{}, cli.Exit("wasmkeep: "+err.Error(), 2)
 	}
 	mem := c.Int("max-room-memory")
-	eventTimeout := c.Duration("event-timeout")
-	if eventTimeout == 0 {
-		eventTimeout = -1
-	}
-	pool := c.Int("pool-size")
-	if pool == 0 {
-		pool = -1
-	}
-	messageRate := c.Int("socket-message-rate")
-	if messageRate == 0 {
-		messageRate = socket.Unlimited
-	}
 	return node.Config{
 		DataDir:     c.String("data"),
 		Listen:      c.String("listen"),
 		AdminListen: c.String("admin-listen"),
 		Engine: engine.Config{
-			MaxMemoryPages:   uint32(mem * 16),
-			EventTimeout:     eventTimeout,
+			MaxMemoryPages:   uint32(mem * engine.PagesPerMiB),
+			EventTimeout:     limitOf(c.Duration("event-timeout")),
 			MaxResponseBytes: c.Int("max-response"),
-			PoolSize:         pool,
+			PoolSize:         limitOf(c.Int("pool-size")),
 			Interpreter:      c.Bool("interpreter"),
 		},
 		Rooms: rooms.Config{
@@ -137,12 +126,12 @@ func nodeConfig(c *cli.Context) (node.Config, error) {
 		Sockets: socket.Config{
 			MaxMessage:        c.Int("max-message"),
 			MaxSockets:        c.Int("max-sockets"),
-			MaxSocketsPerIP:   c.Int("max-sockets-per-ip"),
-			UpgradeRatePerIP:  c.Int("upgrade-rate-per-ip"),
+			MaxSocketsPerIP:   limitOf(c.Int("max-sockets-per-ip")),
+			UpgradeRatePerIP:  limitOf(c.Int("upgrade-rate-per-ip")),
 			UpgradeBurstPerIP: c.Int("upgrade-burst-per-ip"),
 			TrustForwardedFor: c.Bool("trust-forwarded-for"),
 			HandshakeTimeout:  c.Duration("handshake-timeout"),
-			MessageRate:       messageRate,
+			MessageRate:       limitOf(c.Int("socket-message-rate")),
 			MessageBurst:      c.Int("socket-message-burst"),
 			OutboundFrames:    c.Int("socket-queue-frames"),
 			OutboundBytes:     c.Int("socket-queue-bytes"),
@@ -164,10 +153,34 @@ func nodeConfig(c *cli.Context) (node.Config, error) {
 	}, nil
 }
 
+// The command line's own defaults, which no package has.
+const (
+	defaultLogLevel  = "info"
+	defaultLogFormat = "text"
+)
+
+// flagLimit is how the command line shows the default of a limit that 0
+// turns off: the packages say "off" with limits.Off, the flags with 0.
+func flagLimit[T limits.Signed](def T) T {
+	if limits.IsOff(def) {
+		return 0
+	}
+	return def
+}
+
+// limitOf maps a flag that 0 turns off to its package's field: 0 is
+// limits.Off there, since a zero field means the default.
+func limitOf[T limits.Signed](v T) T {
+	if v == 0 {
+		return limits.Off
+	}
+	return v
+}
+
 // checkLimits refuses values the node would not take as written: the
-// packages below read zero and negative limits as "the default" (and the
-// engine a negative response limit as "refuse every response"), so
-// --max-sockets 0 or --idle-timeout 0 would silently mean 50000 or 10s.
+// packages below read zero and negative limits as "the default" (and a
+// negative one of those that can be off as "off"), so --max-sockets 0 or
+// --idle-timeout 0 would silently mean 50000 or 10s.
 func checkLimits(c *cli.Context) error {
 	if mem := c.Int("max-room-memory"); mem < 1 || mem > 4096 {
 		return fmt.Errorf("--max-room-memory must be 1–4096 MiB, not %d", mem)

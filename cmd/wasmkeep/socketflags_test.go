@@ -6,8 +6,13 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/wasmkeep/wasmkeep/host/classes"
+	"github.com/wasmkeep/wasmkeep/host/engine"
 	"github.com/wasmkeep/wasmkeep/host/node"
+	"github.com/wasmkeep/wasmkeep/host/rooms"
+	"github.com/wasmkeep/wasmkeep/host/server"
 	"github.com/wasmkeep/wasmkeep/host/socket"
+	"github.com/wasmkeep/wasmkeep/internal/limits"
 )
 
 // parseServe runs serve's flag parsing and nodeConfig on args, without
@@ -34,16 +39,18 @@ func parseServe(t *testing.T, args ...string) node.Config {
 func TestSocketFlags(t *testing.T) {
 	got := parseServe(t).Sockets
 	want := socket.Config{
-		MaxMessage:        1 << 20,
-		MaxSockets:        50000,
-		UpgradeBurstPerIP: 20,
-		HandshakeTimeout:  10 * time.Second,
-		MessageRate:       1000,
-		MessageBurst:      2000,
-		OutboundFrames:    256,
-		OutboundBytes:     1 << 20,
-		SlowTimeout:       5 * time.Second,
-		WriteTimeout:      10 * time.Second,
+		MaxMessage:        socket.DefaultMaxMessage,
+		MaxSockets:        socket.DefaultMaxSockets,
+		MaxSocketsPerIP:   socket.DefaultMaxSocketsPerIP,
+		UpgradeRatePerIP:  socket.DefaultUpgradeRatePerIP,
+		UpgradeBurstPerIP: socket.DefaultUpgradeBurstPerIP,
+		HandshakeTimeout:  socket.DefaultHandshakeTimeout,
+		MessageRate:       socket.DefaultMessageRate,
+		MessageBurst:      socket.DefaultMessageBurst,
+		OutboundFrames:    socket.DefaultOutboundFrames,
+		OutboundBytes:     socket.DefaultOutboundBytes,
+		SlowTimeout:       socket.DefaultSlowTimeout,
+		WriteTimeout:      socket.DefaultWriteTimeout,
 	}
 	if got != want {
 		t.Errorf("defaults:\n got %+v\nwant %+v", got, want)
@@ -52,14 +59,14 @@ func TestSocketFlags(t *testing.T) {
 		"--trust-forwarded-for", "--handshake-timeout", "3s", "--socket-message-rate", "0", "--socket-message-burst", "7",
 		"--socket-queue-frames", "64", "--socket-queue-bytes", "65536", "--socket-slow-timeout", "1500ms", "--socket-write-timeout", "2s").Sockets
 	want = socket.Config{
-		MaxMessage:        1 << 20,
-		MaxSockets:        50000,
+		MaxMessage:        socket.DefaultMaxMessage,
+		MaxSockets:        socket.DefaultMaxSockets,
 		MaxSocketsPerIP:   8,
 		UpgradeRatePerIP:  5,
 		UpgradeBurstPerIP: 10,
 		TrustForwardedFor: true,
 		HandshakeTimeout:  3 * time.Second,
-		MessageRate:       socket.Unlimited,
+		MessageRate:       limits.Off,
 		MessageBurst:      7,
 		OutboundFrames:    64,
 		OutboundBytes:     65536,
@@ -68,5 +75,41 @@ func TestSocketFlags(t *testing.T) {
 	}
 	if got != want {
 		t.Errorf("set:\n got %+v\nwant %+v", got, want)
+	}
+	got = parseServe(t, "--max-sockets-per-ip", "0", "--upgrade-rate-per-ip", "0").Sockets
+	if got.MaxSocketsPerIP != limits.Off || got.UpgradeRatePerIP != limits.Off {
+		t.Errorf("--max-sockets-per-ip 0 --upgrade-rate-per-ip 0: %d, %d; want both off", got.MaxSocketsPerIP, got.UpgradeRatePerIP)
+	}
+}
+
+// TestServeFlagDefaults: serve's flags default to what a zero Config
+// means in the packages below (their Default* constants), and a flag's 0
+// that means "no limit" reaches them as limits.Off.
+func TestServeFlagDefaults(t *testing.T) {
+	cfg := parseServe(t)
+	if cfg.DataDir != node.DefaultDataDir || cfg.Listen != node.DefaultListen || cfg.MaxModuleBytes != classes.DefaultMaxModuleBytes {
+		t.Errorf("node: data %q, listen %q, max module %d", cfg.DataDir, cfg.Listen, cfg.MaxModuleBytes)
+	}
+	wantEngine := engine.Config{
+		MaxMemoryPages:   engine.DefaultMaxMemoryPages,
+		EventTimeout:     engine.DefaultEventTimeout,
+		MaxResponseBytes: engine.DefaultMaxResponseBytes,
+		PoolSize:         engine.DefaultPoolSize,
+	}
+	if cfg.Engine != wantEngine {
+		t.Errorf("engine:\n got %+v\nwant %+v", cfg.Engine, wantEngine)
+	}
+	r := cfg.Rooms
+	if r.IdleTimeout != rooms.DefaultIdleTimeout || r.MaxResident != rooms.DefaultMaxResident || r.WakeWait != rooms.DefaultWakeWait || r.MailboxSize != rooms.DefaultMailboxSize {
+		t.Errorf("rooms: %+v", r)
+	}
+	srv := cfg.Server
+	if srv.MaxRequestBody != server.DefaultMaxRequestBody || srv.BodyTimeout != server.DefaultBodyTimeout ||
+		srv.UploadMinRate != server.DefaultUploadMinRate || srv.MaxBodiesPerIP != server.DefaultMaxBodiesPerIP {
+		t.Errorf("server: %+v", srv)
+	}
+	off := parseServe(t, "--event-timeout", "0", "--pool-size", "0").Engine
+	if off.EventTimeout != limits.Off || off.PoolSize != limits.Off {
+		t.Errorf("--event-timeout 0 --pool-size 0: %v, %d; want both off", off.EventTimeout, off.PoolSize)
 	}
 }

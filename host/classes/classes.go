@@ -30,11 +30,11 @@ import (
 // Errors.
 var (
 	// ErrUnknownClass: no class has that name (or no module that hash).
-	ErrUnknownClass = errors.New("unknown class")
+	ErrUnknownClass = errors.New("classes: unknown class")
 	// ErrBadName: a class name outside NamePattern.
-	ErrBadName = errors.New("invalid class name")
+	ErrBadName = errors.New("classes: invalid class name")
 	// ErrTooLarge: a module over the configured size limit.
-	ErrTooLarge = errors.New("module too large")
+	ErrTooLarge = errors.New("classes: module too large")
 )
 
 // NamePattern is what a class name must match: it appears in URLs and keys.
@@ -104,10 +104,15 @@ type compiling struct {
 	asked uint64
 }
 
-// New returns a registry over bucket. maxBytes caps uploads (0 = 64 MiB).
+// DefaultMaxModuleBytes leaves room for large guests and still bounds what
+// one upload holds in memory.
+const DefaultMaxModuleBytes = 64 << 20
+
+// New returns a registry over bucket. maxBytes caps uploads (zero:
+// DefaultMaxModuleBytes).
 func New(bucket store.Bucket, eng *engine.Engine, maxBytes int) *Registry {
 	if maxBytes <= 0 {
-		maxBytes = 64 << 20
+		maxBytes = DefaultMaxModuleBytes
 	}
 	return &Registry{
 		bucket:   bucket,
@@ -128,7 +133,7 @@ func moduleKey(hash string) string {
 }
 
 // ErrBadOption: an upload option outside its documented values.
-var ErrBadOption = errors.New("invalid class option")
+var ErrBadOption = errors.New("classes: invalid class option")
 
 // Put validates and compiles wasm, stores it, and points name at it.
 func (r *Registry) Put(ctx context.Context, name string, wasm []byte, opts Options) (Record, error) {

@@ -5,6 +5,8 @@ package engine
 import (
 	"context"
 	"testing"
+
+	"github.com/wasmkeep/wasmkeep/internal/limits"
 )
 
 // TestChatDensity measures, with TestDensity's method (the growth of the
@@ -27,7 +29,7 @@ func TestChatDensity(t *testing.T) {
 		t.Run(cc.name, func(t *testing.T) {
 			ctx := context.Background()
 			wasm := cc.wasm(t)
-			e := newEngine(t, Config{PoolSize: -1})
+			e := newEngine(t, Config{PoolSize: limits.Off})
 			c, err := e.Compile(ctx, wasm)
 			if err != nil {
 				t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/wasmkeep/wasmkeep/abi"
 	"github.com/wasmkeep/wasmkeep/internal/clock"
+	"github.com/wasmkeep/wasmkeep/internal/limits"
 )
 
 // get sends a request for method and path to inst and returns its body as
@@ -74,7 +75,7 @@ func startOn(tb testing.TB, clk *clock.Manual, c *Class, armed int) *Instance {
 // never back when the wall clock was set back.
 func TestGuestClocksAreTheHosts(t *testing.T) {
 	clk := clock.NewManual(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
-	e := newEngine(t, Config{Clock: clk, EventTimeout: -1})
+	e := newEngine(t, Config{Clock: clk, EventTimeout: limits.Off})
 	c := compile(t, e, "./testdata/guests/clock")
 	inst := startOn(t, clk, c, 0)
 	if got, want := getNumber(t, inst, "GET", "/wall"), clk.Wall().UnixMilli(); got != want {

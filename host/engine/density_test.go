@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wasmkeep/wasmkeep/internal/limits"
 	"github.com/wasmkeep/wasmkeep/internal/testwasm"
 )
 
@@ -127,7 +128,7 @@ func TestDensity(t *testing.T) {
 			ctx := context.Background()
 			// No pool: rooms instantiate on the test's goroutine and the
 			// pool's instances do not blur the before/after samples.
-			e := newEngine(t, Config{PoolSize: -1})
+			e := newEngine(t, Config{PoolSize: limits.Off})
 			c, err := e.Compile(ctx, wasm)
 			if err != nil {
 				t.Fatal(err)
@@ -239,7 +240,7 @@ func BenchmarkMemoryBackends(b *testing.B) {
 	for be := range numMemoryBackends {
 		b.Run(be.String()+"/instantiate", func(b *testing.B) {
 			setMemoryBackend(b, be)
-			c := compile(b, newEngine(b, Config{PoolSize: -1}), "./examples/counter")
+			c := compile(b, newEngine(b, Config{PoolSize: limits.Off}), "./examples/counter")
 			var ds []time.Duration
 			for b.Loop() {
 				t0 := time.Now()
@@ -254,7 +255,7 @@ func BenchmarkMemoryBackends(b *testing.B) {
 		})
 		b.Run(be.String()+"/start", func(b *testing.B) {
 			setMemoryBackend(b, be)
-			c := compile(b, newEngine(b, Config{PoolSize: -1}), "./examples/counter")
+			c := compile(b, newEngine(b, Config{PoolSize: limits.Off}), "./examples/counter")
 			var ds []time.Duration
 			for b.Loop() {
 				t0 := time.Now()
@@ -268,7 +269,7 @@ func BenchmarkMemoryBackends(b *testing.B) {
 			}
 			percentiles(b, ds)
 		})
-		for _, pool := range []int{-1, 2} {
+		for _, pool := range []int{limits.Off, DefaultPoolSize} {
 			b.Run(be.String()+"/restore/pool="+strconv.Itoa(max(pool, 0)), func(b *testing.B) {
 				setMemoryBackend(b, be)
 				c := compile(b, newEngine(b, Config{PoolSize: pool}), "./examples/counter")

@@ -33,26 +33,30 @@ import (
 	"github.com/wasmkeep/wasmkeep/host/engine/wasmrw"
 	"github.com/wasmkeep/wasmkeep/host/snapshot"
 	"github.com/wasmkeep/wasmkeep/internal/clock"
+	"github.com/wasmkeep/wasmkeep/internal/limits"
 )
 
-// Config holds the engine's settings. The zero value of each field means the
-// default given in its comment.
+// Config holds the engine's settings. A zero field means its Default*
+// constant, and limits.Off turns off the limits that say so
+// (internal/limits has the convention).
 type Config struct {
 	// CacheDir keeps compiled machine code across restarts ("" = no cache).
 	CacheDir string
 	// MaxMemoryPages caps each instance's linear memory, in 64 KiB pages
-	// (default 4096 = 256 MiB). A guest that grows past it fails to grow;
+	// (DefaultMaxMemoryPages). A guest that grows past it fails to grow;
 	// Go guests then abort, which is handled as a crash.
 	MaxMemoryPages uint32
 	// EventTimeout caps the wall time of one event's call into the guest
-	// (default 10s). An overrun ends the call and discards the instance.
-	// Negative: no limit, for trusted guests only (a guest that loops
-	// forever then holds its room, and a CPU, forever).
+	// (DefaultEventTimeout). An overrun ends the call and discards the
+	// instance. limits.Off: no limit, for trusted guests only (a guest
+	// that loops forever then holds its room, and a CPU, forever).
 	EventTimeout time.Duration
-	// MaxResponseBytes caps an encoded HTTP response (default 16 MiB).
+	// MaxResponseBytes caps an encoded HTTP response
+	// (DefaultMaxResponseBytes).
 	MaxResponseBytes int
 	// PoolSize is how many blank instances each class keeps ready so that
-	// wakes and cold starts skip instantiation (default 2; -1 disables).
+	// wakes and cold starts skip instantiation (DefaultPoolSize; limits.Off:
+	// no pool).
 	PoolSize int
 	// Interpreter selects wazero's interpreter instead of its compiler.
 	Interpreter bool
@@ -64,22 +68,31 @@ type Config struct {
 	Clock clock.Clock
 }
 
+// Defaults of Config.
+const (
+	// DefaultMaxMemoryPages is 256 MiB: enough for any room that keeps its
+	// state in memory, small enough that a runaway one cannot take a
+	// machine's memory.
+	DefaultMaxMemoryPages = 4096
+	// DefaultEventTimeout is far above what an event handler needs, and
+	// short enough that a looping guest frees its room soon.
+	DefaultEventTimeout = 10 * time.Second
+	// DefaultMaxResponseBytes bounds what one response holds in memory.
+	DefaultMaxResponseBytes = 16 << 20
+	// DefaultPoolSize keeps a wake or two per class ready; a burst beyond
+	// instantiates (about 0.16 ms each) while the pool refills.
+	DefaultPoolSize = 2
+)
+
+// PagesPerMiB is the number of 64 KiB WebAssembly pages in a MiB, the
+// unit the command line gives MaxMemoryPages in.
+const PagesPerMiB = 16
+
 func (c Config) withDefaults() Config {
-	if c.MaxMemoryPages == 0 {
-		c.MaxMemoryPages = 4096
-	}
-	if c.EventTimeout == 0 {
-		c.EventTimeout = 10 * time.Second
-	}
-	if c.MaxResponseBytes <= 0 {
-		c.MaxResponseBytes = 16 << 20
-	}
-	if c.PoolSize == 0 {
-		c.PoolSize = 2
-	}
-	if c.PoolSize < 0 {
-		c.PoolSize = 0
-	}
+	limits.Default(&c.MaxMemoryPages, DefaultMaxMemoryPages)
+	limits.DefaultOrOff(&c.EventTimeout, DefaultEventTimeout)
+	limits.Default(&c.MaxResponseBytes, DefaultMaxResponseBytes)
+	limits.DefaultOrOff(&c.PoolSize, DefaultPoolSize)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -229,7 +242,7 @@ type ModuleError struct{ Reason string }
 func (e *ModuleError) Error() string { return "invalid module: " + e.Reason }
 
 // ErrInvalidModule matches every *ModuleError with errors.Is.
-var ErrInvalidModule = errors.New("invalid module")
+var ErrInvalidModule = errors.New("engine: invalid module")
 
 // Is makes errors.Is(err, ErrInvalidModule) true for module errors.
 func (e *ModuleError) Is(target error) bool { return target == ErrInvalidModule }
@@ -321,7 +334,8 @@ func Hash(wasm []byte) string {
 func (e *Engine) Compile(ctx context.Context, wasm []byte) (*Class, error) {
 	out, info, err := wasmrw.Rewrite(wasm)
 	if err != nil {
-		return nil, &ModuleError{Reason: err.Error()}
+		// The uploader reads the reason; the package is for logs.
+		return nil, &ModuleError{Reason: strings.TrimPrefix(err.Error(), "wasmrw: ")}
 	}
 	version, err := declaredABI(info)
 	if err != nil {

@@ -135,7 +135,7 @@ func socketClose(ctx context.Context, mod api.Module, stack []uint64) {
 	case len(reason) > abi.MaxCloseReason:
 		ret(stack, abi.StatusTooLarge)
 	default:
-		ret(stack, inst.host.SocketClose(uint32(stack[0]), code, string(reason)))
+		ret(stack, inst.host.SocketClose(uint32(stack[0]), abi.CloseCode(code), string(reason)))
 	}
 }
 

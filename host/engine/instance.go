@@ -29,7 +29,7 @@ const (
 // during the call; implementations copy what they keep.
 type Host interface {
 	SocketSend(id uint32, kind int, data []byte) abi.Status
-	SocketClose(id uint32, code int, reason string) abi.Status
+	SocketClose(id uint32, code abi.CloseCode, reason string) abi.Status
 	// SocketList appends the ids of the room's open sockets to dst.
 	SocketList(dst []uint32) []uint32
 	// Broadcast returns how many sockets the message was queued to.
@@ -51,15 +51,15 @@ type Host interface {
 var (
 	// ErrTrap: the guest trapped (unreachable, out-of-bounds access, a Go
 	// panic, a stack overflow...).
-	ErrTrap = errors.New("guest trapped")
+	ErrTrap = errors.New("engine: guest trapped")
 	// ErrTimeout: the event ran past the event timeout.
-	ErrTimeout = errors.New("guest exceeded the event time limit")
+	ErrTimeout = errors.New("engine: guest exceeded the event time limit")
 	// ErrMemoryLimit: the guest needed more memory than the room limit.
-	ErrMemoryLimit = errors.New("guest exceeded the memory limit")
+	ErrMemoryLimit = errors.New("engine: guest exceeded the memory limit")
 	// ErrExit: the guest called proc_exit.
-	ErrExit = errors.New("guest exited")
+	ErrExit = errors.New("engine: guest exited")
 	// ErrClosed: the instance was already closed.
-	ErrClosed = errors.New("instance closed")
+	ErrClosed = errors.New("engine: instance closed")
 )
 
 // Instance is one room's module instance.
@@ -435,7 +435,7 @@ func (i *Instance) SocketMessages(id uint32, batch []byte) error {
 }
 
 // SocketClose tells the guest socket id is gone.
-func (i *Instance) SocketClose(id uint32, code int, reason string) error {
+func (i *Instance) SocketClose(id uint32, code abi.CloseCode, reason string) error {
 	return i.event(EventSocketClose, 2, uint64(id), uint64(code), []byte(reason))
 }
 
@@ -495,12 +495,12 @@ func (i *Instance) classify(err error) error {
 		return fmt.Errorf("%w (%s)", ErrTimeout, i.class.e.cfg.EventTimeout)
 	case errors.As(err, &exit):
 		if i.nearMemoryLimit() {
-			return fmt.Errorf("%w (%d MiB)", ErrMemoryLimit, i.class.e.cfg.MaxMemoryPages/16)
+			return fmt.Errorf("%w (%d MiB)", ErrMemoryLimit, i.class.e.cfg.MaxMemoryPages/PagesPerMiB)
 		}
 		return fmt.Errorf("%w with code %d", ErrExit, exit.ExitCode())
 	}
 	if i.nearMemoryLimit() {
-		return fmt.Errorf("%w (%d MiB): %s", ErrMemoryLimit, i.class.e.cfg.MaxMemoryPages/16, firstLine(err))
+		return fmt.Errorf("%w (%d MiB): %s", ErrMemoryLimit, i.class.e.cfg.MaxMemoryPages/PagesPerMiB, firstLine(err))
 	}
 	return fmt.Errorf("%w: %s", ErrTrap, firstLine(err))
 }

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/wasmkeep/wasmkeep/host/engine/wasmrw"
+	"github.com/wasmkeep/wasmkeep/internal/limits"
 	"github.com/wasmkeep/wasmkeep/internal/testwasm"
 )
 
@@ -76,7 +77,7 @@ func TestMappedMemoryCollected(t *testing.T) {
 }
 
 func TestClassImage(t *testing.T) {
-	e := newEngine(t, Config{PoolSize: -1})
+	e := newEngine(t, Config{PoolSize: limits.Off})
 	c := compile(t, e, "./examples/counter")
 	a := c.imageMemory(0, 64<<16)
 	b := c.imageMemory(0, 64<<16)
@@ -124,7 +125,7 @@ func TestClassImage(t *testing.T) {
 // not lift (here: none to lift) still gets a correct image.
 func TestImageMemoryWithoutLiftedData(t *testing.T) {
 	wasm := testwasm.Build(t, "./examples/counter")
-	e := newEngine(t, Config{PoolSize: -1})
+	e := newEngine(t, Config{PoolSize: limits.Off})
 	c, err := e.Compile(context.Background(), wasm)
 	if err != nil {
 		t.Fatal(err)
@@ -176,7 +177,7 @@ func TestTrimMemory(t *testing.T) {
 	for b := range numMemoryBackends {
 		t.Run(b.String(), func(t *testing.T) {
 			setMemoryBackend(t, b)
-			e := newEngine(t, Config{PoolSize: -1})
+			e := newEngine(t, Config{PoolSize: limits.Off})
 			c, err := e.Compile(context.Background(), wasm)
 			if err != nil {
 				t.Fatal(err)
@@ -231,7 +232,7 @@ func TestTrimMemory(t *testing.T) {
 // keep their memory on the Go heap rather than risk the Go runtime's own
 // mappings.
 func TestMappingLimit(t *testing.T) {
-	e := newEngine(t, Config{PoolSize: -1})
+	e := newEngine(t, Config{PoolSize: limits.Off})
 	c := compile(t, e, "./examples/counter")
 	old := maxMapCount()
 	t.Cleanup(func() { mapLimit.Store(old) })

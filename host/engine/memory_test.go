@@ -10,6 +10,7 @@ import (
 
 	"github.com/wasmkeep/wasmkeep/abi"
 	"github.com/wasmkeep/wasmkeep/host/snapshot"
+	"github.com/wasmkeep/wasmkeep/internal/limits"
 	"github.com/wasmkeep/wasmkeep/internal/testwasm"
 )
 
@@ -44,7 +45,7 @@ func TestMemoryBackends(t *testing.T) {
 	for b := range numMemoryBackends {
 		t.Run(b.String(), func(t *testing.T) {
 			setMemoryBackend(t, b)
-			e := newEngine(t, Config{PoolSize: -1})
+			e := newEngine(t, Config{PoolSize: limits.Off})
 			c, err := e.Compile(ctx, wasm)
 			if err != nil {
 				t.Fatal(err)
@@ -94,7 +95,7 @@ func TestMemoryLimitEveryBackend(t *testing.T) {
 	for b := range numMemoryBackends {
 		t.Run(b.String(), func(t *testing.T) {
 			setMemoryBackend(t, b)
-			e := newEngine(t, Config{EventTimeout: time.Minute, MaxMemoryPages: 512, PoolSize: -1})
+			e := newEngine(t, Config{EventTimeout: time.Minute, MaxMemoryPages: 512, PoolSize: limits.Off})
 			c, err := e.Compile(context.Background(), wasm)
 			if err != nil {
 				t.Fatal(err)

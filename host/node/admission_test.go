@@ -17,6 +17,7 @@ import (
 
 	"github.com/wasmkeep/wasmkeep/abi"
 	"github.com/wasmkeep/wasmkeep/host/socket"
+	"github.com/wasmkeep/wasmkeep/internal/limits"
 	"github.com/wasmkeep/wasmkeep/internal/wstest"
 )
 
@@ -147,7 +148,7 @@ func (c *rawClient) next(d time.Duration) (string, error) {
 
 // expectClose reads until the server's close frame, which must carry code,
 // and then until the server closes TCP.
-func (c *rawClient) expectClose(code int) {
+func (c *rawClient) expectClose(code abi.CloseCode) {
 	c.t.Helper()
 	for {
 		h, p, err := c.frame(10 * time.Second)
@@ -157,7 +158,7 @@ func (c *rawClient) expectClose(code int) {
 		if h.OpCode != ws.OpClose {
 			continue
 		}
-		if got, reason := ws.ParseCloseFrameData(p); int(got) != code {
+		if got, reason := ws.ParseCloseFrameData(p); abi.CloseCode(got) != code {
 			c.t.Fatalf("closed with %d %q, want %d", got, reason, code)
 		}
 		break
@@ -390,7 +391,7 @@ func testMalformedFrames(t *testing.T, cache string) {
 	cases := []struct {
 		name  string
 		frame []byte
-		code  int
+		code  abi.CloseCode
 	}{
 		{"unmasked", []byte{0x80 | 0x1, 2, 'h', 'i'}, abi.CloseProtocolError},
 		{"reserved opcode", wstest.MaskedFrame(0x80|0x3, 2, []byte("hi")), abi.CloseProtocolError},
@@ -636,7 +637,7 @@ func testNonReaderEvicted(t *testing.T, cache string) {
 			// speed, which on a quiet machine passes the default 1,000 a
 			// second, and a tick dropped by the bucket would never be
 			// echoed (the test waited for it until its timeout).
-			n := limitsNode(t, cache, Config{Sockets: socket.Config{Reader: mode, SlowTimeout: slow, MessageRate: socket.Unlimited}})
+			n := limitsNode(t, cache, Config{Sockets: socket.Config{Reader: mode, SlowTimeout: slow, MessageRate: limits.Off}})
 			url := n.URL() + "/actor/echo/deaf"
 			deaf := openEcho(t, url, dialOpts{})
 			other := openEcho(t, url, dialOpts{})

@@ -25,13 +25,15 @@ import (
 	"github.com/wasmkeep/wasmkeep/host/socket"
 	"github.com/wasmkeep/wasmkeep/host/store"
 	"github.com/wasmkeep/wasmkeep/internal/clock"
+	"github.com/wasmkeep/wasmkeep/internal/limits"
 )
 
-// Config is everything a node needs; zero fields take the defaults of the
-// packages they configure (documented in docs/configuration.md).
+// Config is everything a node needs. A zero field means its Default*
+// constant, of this package or of the package it configures (documented in
+// docs/configuration.md; internal/limits has the convention).
 type Config struct {
 	// DataDir holds the local bucket and the compilation cache
-	// (default ./wasmkeep-data). A node that keeps its bucket there holds
+	// (DefaultDataDir). A node that keeps its bucket there holds
 	// the directory while it runs (HoldDataDir): a second node on it is
 	// refused with a *store.InUseError naming the first.
 	DataDir string
@@ -40,7 +42,7 @@ type Config struct {
 	// its classes into DataDir first. The node releases it when it stops,
 	// or when Start fails.
 	Hold *store.DirHold
-	// Listen is the HTTP address (default 127.0.0.1:8080; port 0 picks one).
+	// Listen is the HTTP address (DefaultListen; port 0 picks one).
 	Listen string
 	// AdminListen, if set, is the address of a listener of its own for the
 	// admin API, the dashboard, /metrics and pprof; Listen then serves
@@ -59,12 +61,44 @@ type Config struct {
 	Rooms   rooms.Config
 	Sockets socket.Config
 	Server  server.Config
-	// MaxModuleBytes caps an uploaded module (default 64 MiB).
+	// MaxModuleBytes caps an uploaded module
+	// (classes.DefaultMaxModuleBytes).
 	MaxModuleBytes int
-	// StopTimeout bounds a clean stop (default 30s).
+	// StopTimeout bounds a clean stop (DefaultStopTimeout).
 	StopTimeout time.Duration
 
 	Logger *slog.Logger
+}
+
+// Defaults of Config.
+const (
+	// DefaultDataDir is relative: a node tried out in a checkout keeps
+	// its state beside it.
+	DefaultDataDir = "./wasmkeep-data"
+	// DefaultListen answers this machine only: opening rooms to the
+	// network is a choice.
+	DefaultListen = "127.0.0.1:8080"
+	// DefaultStopTimeout gives a clean stop time to hibernate many rooms,
+	// and ends one that a store which no longer answers would hold up.
+	DefaultStopTimeout = 30 * time.Second
+)
+
+func (c Config) withDefaults() Config {
+	if c.DataDir == "" {
+		c.DataDir = DefaultDataDir
+	}
+	if c.Listen == "" {
+		c.Listen = DefaultListen
+	}
+	limits.Default(&c.MaxModuleBytes, classes.DefaultMaxModuleBytes)
+	limits.Default(&c.StopTimeout, DefaultStopTimeout)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Clock == nil {
+		c.Clock = clock.Real()
+	}
+	return c
 }
 
 // idleTimeout is how long the HTTP server keeps an idle kept-alive
@@ -97,21 +131,7 @@ type Node struct {
 
 // Start builds a node and starts serving.
 func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
-	if cfg.DataDir == "" {
-		cfg.DataDir = "wasmkeep-data"
-	}
-	if cfg.Listen == "" {
-		cfg.Listen = "127.0.0.1:8080"
-	}
-	if cfg.StopTimeout <= 0 {
-		cfg.StopTimeout = 30 * time.Second
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.Clock == nil {
-		cfg.Clock = clock.Real()
-	}
+	cfg = cfg.withDefaults()
 	n := &Node{cfg: cfg, Metrics: metrics.NewSet(), served: make(chan error, 2)}
 	defer func() {
 		if err != nil {

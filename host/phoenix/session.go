@@ -27,7 +27,9 @@ const (
 	DefaultMessageBurst = 200
 )
 
-// Config sets the limits of a Session. Its zero value gives the defaults.
+// Config sets the limits of a Session. A zero field means its Default*
+// constant, and a negative value (limits.Off, internal/limits has the
+// convention) turns off the limits that say so.
 type Config struct {
 	// MaxTopics is the most topics joined or pending at once: 0 means
 	// DefaultMaxTopics, a negative value means no limit.
@@ -229,30 +231,34 @@ type Session struct {
 
 // NewSession returns a Session with the limits of cfg.
 func NewSession(cfg Config) *Session {
-	maxTopics := cfg.MaxTopics
-	if maxTopics == 0 {
-		maxTopics = DefaultMaxTopics
-	}
+	cfg = cfg.withDefaults()
 	return &Session{
-		maxTopics: maxTopics,
-		joins:     newBucket(orDefault(cfg.JoinRate, DefaultJoinRate), orDefaultInt(cfg.JoinBurst, DefaultJoinBurst)),
-		msgs:      newBucket(orDefault(cfg.MessageRate, DefaultMessageRate), orDefaultInt(cfg.MessageBurst, DefaultMessageBurst)),
+		maxTopics: cfg.MaxTopics,
+		joins:     newBucket(cfg.JoinRate, cfg.JoinBurst),
+		msgs:      newBucket(cfg.MessageRate, cfg.MessageBurst),
 		topics:    make(map[string]*channel),
 	}
 }
 
-func orDefault(v, def float64) float64 {
-	if v == 0 {
-		return def
+// withDefaults fills in c's zero fields. The package is pure (standard
+// library only), so it spells internal/limits' rules out.
+func (c Config) withDefaults() Config {
+	if c.MaxTopics == 0 {
+		c.MaxTopics = DefaultMaxTopics
 	}
-	return v
-}
-
-func orDefaultInt(v, def int) int {
-	if v <= 0 {
-		return def
+	if c.JoinRate == 0 {
+		c.JoinRate = DefaultJoinRate
 	}
-	return v
+	if c.JoinBurst <= 0 {
+		c.JoinBurst = DefaultJoinBurst
+	}
+	if c.MessageRate == 0 {
+		c.MessageRate = DefaultMessageRate
+	}
+	if c.MessageBurst <= 0 {
+		c.MessageBurst = DefaultMessageBurst
+	}
+	return c
 }
 
 func send(data []byte) Action { return Action{Kind: ActionSend, Frame: Frame{Data: data}} }

@@ -3,19 +3,22 @@ package rooms
 import (
 	"context"
 	"errors"
-	"fmt"
+	"strings"
 
 	"github.com/wasmkeep/wasmkeep/abi"
 )
 
 // ErrNoResponse: the room handled a request without answering it.
-var ErrNoResponse = errors.New("the room did not respond")
+var ErrNoResponse = errors.New("rooms: the room did not respond")
 
 // CrashError is a request's failure because the room crashed handling it.
 type CrashError struct{ Cause error }
 
 func (e *CrashError) Error() string {
-	return fmt.Sprintf("the room crashed handling this request and restarts from its last snapshot: %v", e.Cause)
+	// A client reads this (HTTP 500): its cause without the engine's
+	// package prefix, which is for logs.
+	cause := strings.TrimPrefix(e.Cause.Error(), "engine: ")
+	return "the room crashed handling this request and restarts from its last snapshot: " + cause
 }
 
 func (e *CrashError) Unwrap() error { return e.Cause }
@@ -144,7 +147,7 @@ const maxInflight = 2
 
 // Closed reports that the socket is gone, with the close code and reason
 // the client sent (or the one the host closed it with).
-func (s *Socket) Closed(code int, reason string) {
+func (s *Socket) Closed(code abi.CloseCode, reason string) {
 	if s.ch != nil {
 		s.channelClosed()
 	}

@@ -59,7 +59,7 @@ func (s *Socket) channelInput(kind int, data []byte) error {
 	if err != nil {
 		code := abi.ClosePolicyViolation
 		if errors.Is(err, phoenix.ErrInvalidUTF8) {
-			code = 1007
+			code = abi.CloseInvalidData
 		}
 		m.met.channelDrops["malformed"].Inc()
 		s.conn.Close(code, "malformed Phoenix message")

@@ -3,6 +3,7 @@ package rooms
 import (
 	"context"
 
+	"github.com/wasmkeep/wasmkeep/abi"
 	"github.com/wasmkeep/wasmkeep/host/engine"
 	"github.com/wasmkeep/wasmkeep/host/snapshot"
 )
@@ -28,7 +29,7 @@ type Instance interface {
 	SocketOpen(id uint32, payload []byte) error
 	SocketMessage(id uint32, kind int, data []byte) error
 	SocketMessages(id uint32, batch []byte) error
-	SocketClose(id uint32, code int, reason string) error
+	SocketClose(id uint32, code abi.CloseCode, reason string) error
 	Join(id uint32, payload []byte) (engine.ChannelReply, error)
 	ChannelMessage(id uint32, payload []byte) (engine.ChannelReply, error)
 	Leave(id uint32, payload []byte) error

@@ -21,6 +21,7 @@ import (
 	"github.com/wasmkeep/wasmkeep/host/snapshot"
 	"github.com/wasmkeep/wasmkeep/host/store"
 	"github.com/wasmkeep/wasmkeep/internal/clock"
+	"github.com/wasmkeep/wasmkeep/internal/limits"
 )
 
 // A fake guest, so that the room lifecycle is tested without wasm: its
@@ -153,7 +154,7 @@ func (i *fakeInstance) SocketMessages(uint32, []byte) error {
 	return errors.New("fake guest: no batch export")
 }
 
-func (i *fakeInstance) SocketClose(uint32, int, string) error {
+func (i *fakeInstance) SocketClose(uint32, abi.CloseCode, string) error {
 	i.add(offCloses, 1)
 	return nil
 }
@@ -241,7 +242,7 @@ func (f *fakeClasses) Durable(_ context.Context, name string) (bool, error) {
 type fakeConn struct {
 	mu     sync.Mutex
 	frames []string
-	closed int // the close code, 0 while open
+	closed abi.CloseCode // the close code, 0 while open
 	reason string
 }
 
@@ -252,7 +253,7 @@ func (c *fakeConn) SendFrame(f Frame) error {
 	return nil
 }
 
-func (c *fakeConn) Close(code int, reason string) {
+func (c *fakeConn) Close(code abi.CloseCode, reason string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed == 0 {
@@ -269,7 +270,7 @@ func (c *fakeConn) sent() []string {
 	return slices.Clone(c.frames)
 }
 
-func (c *fakeConn) closeCode() int {
+func (c *fakeConn) closeCode() abi.CloseCode {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.closed
@@ -360,7 +361,7 @@ func newHarness(t *testing.T, cfg Config) *harness {
 		cfg.IdleTimeout = time.Hour
 	}
 	if cfg.SweepInterval == 0 {
-		cfg.SweepInterval = -1
+		cfg.SweepInterval = limits.Off
 	}
 	h.place = &recordingPlacement{Local: NewLocal(1), invalid: map[Key]bool{}}
 	m, err := NewManager(context.Background(), cfg, h.classes, h.bucket, h.place)

@@ -3,6 +3,7 @@ package rooms
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/wasmkeep/wasmkeep/abi"
+	"github.com/wasmkeep/wasmkeep/host/engine"
 	"github.com/wasmkeep/wasmkeep/host/store"
 )
 
@@ -119,6 +121,18 @@ func TestCrashRollsBack(t *testing.T) {
 	h.expect("a", "GET", "/", "1")
 	if got := h.counter(`wasmkeep_room_crashes_total{cause="trap"}`); got != 1 {
 		t.Fatalf("crashes: %v", got)
+	}
+}
+
+// TestCrashErrorForClients: a crash's message, which its client gets with
+// HTTP 500, gives the cause without the engine's package prefix.
+func TestCrashErrorForClients(t *testing.T) {
+	err := &CrashError{Cause: fmt.Errorf("%w: wasm error: unreachable", engine.ErrTrap)}
+	if got := err.Error(); strings.Contains(got, "engine:") || !strings.HasSuffix(got, ": guest trapped: wasm error: unreachable") {
+		t.Errorf("CrashError = %q", got)
+	}
+	if !errors.Is(err, engine.ErrTrap) {
+		t.Error("a CrashError no longer unwraps to its cause")
 	}
 }
 

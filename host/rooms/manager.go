@@ -27,10 +27,12 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 
+	"github.com/wasmkeep/wasmkeep/abi"
 	"github.com/wasmkeep/wasmkeep/host/rooms/life"
 	"github.com/wasmkeep/wasmkeep/host/snapshot"
 	"github.com/wasmkeep/wasmkeep/host/store"
 	"github.com/wasmkeep/wasmkeep/internal/clock"
+	"github.com/wasmkeep/wasmkeep/internal/limits"
 )
 
 // Key names a room.
@@ -49,34 +51,38 @@ type Classes interface {
 	Durable(ctx context.Context, name string) (bool, error)
 }
 
-// Config holds the room layer's settings; zero fields mean the defaults in
-// their comments.
+// Config holds the room layer's settings. A zero field means its Default*
+// constant, and limits.Off turns off the limits that say so
+// (internal/limits has the convention).
 type Config struct {
-	// IdleTimeout hibernates a room with no event for this long (default 10s).
+	// IdleTimeout hibernates a room with no event for this long
+	// (DefaultIdleTimeout).
 	IdleTimeout time.Duration
-	// MaxResident bounds resident rooms (default 1000): a wake takes one
+	// MaxResident bounds resident rooms (DefaultMaxResident): a wake takes one
 	// of MaxResident places (resident rooms and wakes under way hold one
 	// each), and one that finds none free hibernates the least recently
 	// used idle rooms and waits for a place.
 	MaxResident int
 	// WakeWait bounds how long a wake waits for a place under MaxResident
-	// (default DefaultWakeWait); past it the event fails with ErrNodeFull.
+	// (DefaultWakeWait); past it the event fails with ErrNodeFull.
 	WakeWait time.Duration
-	// MailboxSize bounds each room's queue of pending events (default 1024).
+	// MailboxSize bounds each room's queue of pending events
+	// (DefaultMailboxSize).
 	// A request that finds it full gets 503; a socket's reader waits, which
 	// pushes back on the client through TCP.
 	MailboxSize int
-	// Codec compresses snapshot segments (default snapshot.Zstd).
+	// Codec compresses snapshot segments (DefaultCodec). snapshot.Raw is
+	// the codec's zero value, and so means the default here too: raw
+	// segments are for snapshot's own tests and measurements.
 	Codec snapshot.Codec
-	// CodecSet marks Codec as chosen, so that Raw (0) can be chosen too.
-	CodecSet bool
 	// MaxChain bounds the segments a snapshot may reference before the
-	// next hibernation compacts them into one (default 8).
+	// next hibernation compacts them into one (snapshot.DefaultMaxChain).
 	MaxChain int
-	// SweepInterval spaces the sweeps for orphaned segments (default 30
-	// minutes; the first runs a minute after start; negative: never).
+	// SweepInterval spaces the sweeps for orphaned segments
+	// (DefaultSweepInterval; the first runs a minute after start;
+	// limits.Off: never).
 	SweepInterval time.Duration
-	// SweepLimit bounds the segments one sweep deletes (default 10,000).
+	// SweepLimit bounds the segments one sweep deletes (DefaultSweepLimit).
 	SweepLimit int
 	// Framer encodes socket messages (default: Message values).
 	Framer  Framer
@@ -87,27 +93,16 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
-	if c.IdleTimeout <= 0 {
-		c.IdleTimeout = 10 * time.Second
+	limits.Default(&c.IdleTimeout, DefaultIdleTimeout)
+	limits.Default(&c.MaxResident, DefaultMaxResident)
+	limits.Default(&c.WakeWait, DefaultWakeWait)
+	limits.Default(&c.MailboxSize, DefaultMailboxSize)
+	if c.Codec == snapshot.Raw {
+		c.Codec = DefaultCodec
 	}
-	if c.MaxResident <= 0 {
-		c.MaxResident = DefaultMaxResident
-	}
-	if c.WakeWait <= 0 {
-		c.WakeWait = DefaultWakeWait
-	}
-	if c.MailboxSize <= 0 {
-		c.MailboxSize = 1024
-	}
-	if !c.CodecSet {
-		c.Codec = snapshot.Zstd
-	}
-	if c.SweepInterval == 0 {
-		c.SweepInterval = 30 * time.Minute
-	}
-	if c.SweepLimit <= 0 {
-		c.SweepLimit = 10000
-	}
+	limits.Default(&c.MaxChain, snapshot.DefaultMaxChain)
+	limits.DefaultOrOff(&c.SweepInterval, DefaultSweepInterval)
+	limits.Default(&c.SweepLimit, DefaultSweepLimit)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -125,7 +120,25 @@ func (c Config) withDefaults() Config {
 
 // Defaults of Config.
 const (
+	// DefaultIdleTimeout keeps a room that a client uses now and then
+	// resident between its events, and one that nobody uses for a few
+	// seconds out of memory.
+	DefaultIdleTimeout = 10 * time.Second
+	// DefaultMaxResident keeps a node of Go rooms that hold little state
+	// under a GiB (docs/architecture.md: about 0.8 MiB a resident room).
 	DefaultMaxResident = 1000
+	// DefaultMailboxSize holds a burst of requests for one room; past it
+	// a request gets 503 at once rather than a long wait in the queue.
+	DefaultMailboxSize = 1024
+	// DefaultCodec is zstd at its fastest level (snapshot.NewEncoder):
+	// pages compress well, and a hibernation should stay cheap.
+	DefaultCodec = snapshot.Zstd
+	// DefaultSweepInterval: orphans are rare (a crash between a segment's
+	// write and its manifest's), so a sweep now and then is enough.
+	DefaultSweepInterval = 30 * time.Minute
+	// DefaultSweepLimit bounds one sweep's deletes, so that a store with
+	// many orphans is cleaned over several sweeps.
+	DefaultSweepLimit = 10000
 	// DefaultWakeWait rides out a burst of wakes (a place frees up in the
 	// time one idle room takes to hibernate, a few milliseconds) while
 	// still answering a client well before its own timeouts.
@@ -139,12 +152,12 @@ var (
 	// to write its snapshot). The client should retry later.
 	ErrNodeFull = errors.New("rooms: the node is at its limit of resident rooms (--max-resident)")
 	// ErrStopping: the node is shutting down and takes no new work.
-	ErrStopping = errors.New("node is stopping")
+	ErrStopping = errors.New("rooms: node is stopping")
 	// ErrOverloaded: the room's mailbox is full.
-	ErrOverloaded = errors.New("room is overloaded")
+	ErrOverloaded = errors.New("rooms: room is overloaded")
 	// ErrUnavailable: the room cannot be woken (its snapshot is unreadable,
 	// its module is missing...). Other rooms are unaffected.
-	ErrUnavailable = errors.New("room unavailable")
+	ErrUnavailable = errors.New("rooms: room unavailable")
 )
 
 // Manager owns every room of the node.
@@ -450,7 +463,7 @@ func (m *Manager) since(start int64) float64 {
 }
 
 // ErrUnknownRoom: no such room, in memory or in the bucket.
-var ErrUnknownRoom = errors.New("no such room")
+var ErrUnknownRoom = errors.New("rooms: no such room")
 
 // Hibernate puts a room to sleep now and waits until it is done. A room
 // that is already hibernated is left as it is; one the node has never seen
@@ -515,7 +528,7 @@ func (m *Manager) DropAll(ctx context.Context) error {
 
 // CloseSockets closes every socket of a room on this node with code and
 // reason (a drain or a move: 1012); their close events follow as usual.
-func (m *Manager) CloseSockets(ctx context.Context, key Key, code int, reason string) error {
+func (m *Manager) CloseSockets(ctx context.Context, key Key, code abi.CloseCode, reason string) error {
 	m.mu.Lock()
 	r := m.rooms[key]
 	m.mu.Unlock()

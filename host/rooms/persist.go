@@ -15,6 +15,7 @@ import (
 	"github.com/wasmkeep/wasmkeep/host/rooms/life"
 	"github.com/wasmkeep/wasmkeep/host/snapshot"
 	"github.com/wasmkeep/wasmkeep/host/store"
+	"github.com/wasmkeep/wasmkeep/internal/limits"
 )
 
 // A room's objects in the bucket:
@@ -56,7 +57,7 @@ var errHoldLost = errors.New("rooms: the room's hold is no longer valid")
 
 // ErrNotDurable: the room's state could not be made durable, so the event
 // that needed it is undone (the room rolls back) and fails.
-var ErrNotDurable = errors.New("the room's state could not be made durable")
+var ErrNotDurable = errors.New("rooms: the room's state could not be made durable")
 
 // load creates the instance: restored from the bucket, or started fresh
 // when the room has never been stored.
@@ -474,7 +475,7 @@ func (m *Manager) SweepOrphans(ctx context.Context, limit int) (int, error) {
 
 // sweepLoop runs the orphan sweep a while after start, then periodically.
 func (m *Manager) sweepLoop() {
-	if m.cfg.SweepInterval < 0 {
+	if limits.IsOff(m.cfg.SweepInterval) {
 		return
 	}
 	delay := time.Minute

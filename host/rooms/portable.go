@@ -31,13 +31,13 @@ var bundleMagic = [8]byte{'W', 'K', 'R', 'O', 'O', 'M', 0, 1}
 // Errors of export and import.
 var (
 	// ErrBadBundle: not a room bundle, or a damaged one.
-	ErrBadBundle = errors.New("not a valid room bundle")
+	ErrBadBundle = errors.New("rooms: not a valid room bundle")
 	// ErrRoomExists: the target room already has state; import with
 	// replace to overwrite it.
-	ErrRoomExists = errors.New("the room already exists")
+	ErrRoomExists = errors.New("rooms: the room already exists")
 	// ErrRoomBusy: the room is resident or has sockets here; it cannot be
 	// replaced under them.
-	ErrRoomBusy = errors.New("the room is running on this node")
+	ErrRoomBusy = errors.New("rooms: the room is running on this node")
 )
 
 // Modules gives export and import access to module bytes.

@@ -25,7 +25,7 @@ type Conn interface {
 	// blocks, and one frame may be queued to many sockets.
 	SendFrame(f Frame) error
 	// Close queues a close frame behind what is already queued.
-	Close(code int, reason string)
+	Close(code abi.CloseCode, reason string)
 	// Cork holds queued messages back until Uncork, so a burst of events'
 	// sends to one socket goes out in one write.
 	Cork()
@@ -102,7 +102,7 @@ type event struct {
 	msgKind int
 	data    []byte
 	batch   []Message // evSocketMessage: several messages, in place of msgKind and data
-	code    int
+	code    abi.CloseCode
 	reason  string
 
 	ctx   context.Context // a request's; skipped if done before it runs
@@ -125,7 +125,7 @@ type effect struct {
 	op       effectOp
 	sock     *Socket
 	frame    Frame
-	code     int
+	code     abi.CloseCode
 	reason   string
 	except   uint32
 	msg      *abi.ChannelMessage
@@ -625,7 +625,7 @@ func (r *Room) refuseSocket(s *Socket, err error) {
 
 // dropSocket closes a socket on the room's side: it leaves the room at once,
 // so the guest never hears of it again (its close event finds it gone).
-func (r *Room) dropSocket(s *Socket, code int, reason string) {
+func (r *Room) dropSocket(s *Socket, code abi.CloseCode, reason string) {
 	if s.id != 0 && r.sockets[s.id] == s {
 		r.forgetSocket(s)
 	}
@@ -971,7 +971,7 @@ func (r *Room) SocketSend(id uint32, kind int, data []byte) abi.Status {
 }
 
 // SocketClose implements engine.Host.
-func (r *Room) SocketClose(id uint32, code int, reason string) abi.Status {
+func (r *Room) SocketClose(id uint32, code abi.CloseCode, reason string) abi.Status {
 	s := r.sockets[id]
 	if s == nil {
 		return abi.StatusNoSocket

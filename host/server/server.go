@@ -30,8 +30,8 @@ import (
 	"github.com/wasmkeep/wasmkeep/host/store"
 )
 
-// Config holds the HTTP surface's settings; zero fields mean the defaults in
-// their comments.
+// Config holds the HTTP surface's settings; a zero field means its Default*
+// constant (internal/limits has the convention).
 type Config struct {
 	// AdminToken, if set, lets clients off loopback use the admin API with
 	// "Authorization: Bearer <token>". Without it the admin API answers
@@ -64,7 +64,7 @@ type Config struct {
 	// may open WebSockets to rooms (see origins.go; ValidOrigins checks
 	// them). AnyOrigin allows all.
 	AllowedOrigins []string
-	// MaxRoomName caps a room name in bytes (default 255).
+	// MaxRoomName caps a room name in bytes (DefaultMaxRoomName).
 	MaxRoomName int
 	Logger      *slog.Logger
 }
@@ -83,13 +83,17 @@ func (c Config) withDefaults() Config {
 		c.MaxBodiesPerIP = DefaultMaxBodiesPerIP
 	}
 	if c.MaxRoomName <= 0 {
-		c.MaxRoomName = 255
+		c.MaxRoomName = DefaultMaxRoomName
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
 	return c
 }
+
+// DefaultMaxRoomName is the longest name a room's store keys can hold
+// once it is escaped.
+const DefaultMaxRoomName = store.MaxNameLen
 
 // Server is the node's HTTP surface: ServeHTTP serves its listener, and
 // AdminHandler its admin listener when Config.SeparateAdmin gives it one.
@@ -437,12 +441,26 @@ func textError(w http.ResponseWriter, status int, msg string) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
-	io.WriteString(w, msg+"\n")
+	io.WriteString(w, forClient(msg)+"\n")
 }
 
 func jsonError(w http.ResponseWriter, status int, msg string) {
-	writeJSON(w, status, map[string]string{"error": msg})
+	writeJSON(w, status, map[string]string{"error": forClient(msg)})
 }
+
+// forClient is an error's message as a client reads it: without the
+// package prefix the sentinel errors of the room and class layers begin
+// with ("rooms: no such room"), which tells a log's reader where an error
+// came from and a client nothing.
+func forClient(msg string) string {
+	if pkg, rest, ok := strings.Cut(msg, ": "); ok && clientPrefixes[pkg] {
+		return rest
+	}
+	return msg
+}
+
+// clientPrefixes are the packages whose errors a response carries.
+var clientPrefixes = map[string]bool{"rooms": true, "classes": true, "engine": true}
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")

@@ -53,7 +53,7 @@ func (s *Server) upgradeInto(w http.ResponseWriter, r *http.Request, below strin
 		} else if errors.Is(err, rooms.ErrOverloaded) {
 			code = abi.CloseTryAgainLater
 		}
-		conn.Close(code, err.Error())
+		conn.Close(code, forClient(err.Error()))
 		conn.Start(discard{})
 		return
 	}
@@ -79,16 +79,18 @@ func upgradeHeaders(h http.Header, host string) []abi.Header {
 // socketConn adapts a socket.Conn to what rooms send through.
 type socketConn struct{ c *socket.Conn }
 
-func (c socketConn) SendFrame(f rooms.Frame) error { return c.c.SendPrepared(f.(*socket.Prepared)) }
-func (c socketConn) Close(code int, reason string) { c.c.Close(code, reason) }
-func (c socketConn) Cork()                         { c.c.Cork() }
-func (c socketConn) Uncork()                       { c.c.Uncork() }
+func (c socketConn) SendFrame(f rooms.Frame) error           { return c.c.SendPrepared(f.(*socket.Prepared)) }
+func (c socketConn) Close(code abi.CloseCode, reason string) { c.c.Close(code, reason) }
+func (c socketConn) Cork()                                   { c.c.Cork() }
+func (c socketConn) Uncork()                                 { c.c.Uncork() }
 
 // socketEvents forwards what happens on the wire to the room.
 type socketEvents struct{ s *rooms.Socket }
 
 func (e socketEvents) OnMessage(_ *socket.Conn, kind int, data []byte) { _ = e.s.Message(kind, data) }
-func (e socketEvents) OnClose(_ *socket.Conn, code int, reason string) { e.s.Closed(code, reason) }
+func (e socketEvents) OnClose(_ *socket.Conn, code abi.CloseCode, reason string) {
+	e.s.Closed(code, reason)
+}
 
 // OnMessages hands a burst of the socket's messages to the room as one
 // event.
@@ -102,8 +104,8 @@ func (e socketEvents) OnMessages(_ *socket.Conn, msgs []socket.Message) {
 
 type discard struct{}
 
-func (discard) OnMessage(*socket.Conn, int, []byte) {}
-func (discard) OnClose(*socket.Conn, int, string)   {}
+func (discard) OnMessage(*socket.Conn, int, []byte)         {}
+func (discard) OnClose(*socket.Conn, abi.CloseCode, string) {}
 
 // Framer returns the rooms.Framer that encodes messages for hub's sockets.
 func Framer(hub *socket.Hub) rooms.Framer {

@@ -113,18 +113,27 @@ type Encoder struct {
 	maxChain int
 }
 
-// Options tune an Encoder; zero fields mean the defaults in their comments.
+// Options tune an Encoder; a zero field means its Default* constant.
 type Options struct {
 	// MaxChain bounds how many segments a manifest may reference; a
-	// hibernation that would pass it compacts instead (default 8).
+	// hibernation that would pass it compacts instead (DefaultMaxChain).
 	MaxChain int
+}
+
+// DefaultMaxChain keeps a wake's reads to a few segments while most
+// hibernations still write only their delta.
+const DefaultMaxChain = 8
+
+func (o Options) withDefaults() Options {
+	if o.MaxChain <= 0 {
+		o.MaxChain = DefaultMaxChain
+	}
+	return o
 }
 
 // NewEncoder returns an encoder for codec.
 func NewEncoder(codec Codec, opts Options) (*Encoder, error) {
-	if opts.MaxChain <= 0 {
-		opts.MaxChain = 8
-	}
+	opts = opts.withDefaults()
 	e := &Encoder{codec: codec, maxChain: opts.MaxChain}
 	switch codec {
 	case Raw, S2:

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gobwas/ws"
 	"github.com/wasmkeep/wasmkeep/abi"
+	"github.com/wasmkeep/wasmkeep/internal/limits"
 	"github.com/wasmkeep/wasmkeep/internal/wstest"
 )
 
@@ -350,7 +351,7 @@ func TestMessageRateDropsAndResumes(t *testing.T) {
 
 func TestMessageRateUnlimited(t *testing.T) {
 	rec := newRecorder(t, false)
-	s := newServer(t, Config{MessageRate: Unlimited, MessageBurst: 1}, rec)
+	s := newServer(t, Config{MessageRate: limits.Off, MessageBurst: 1}, rec)
 	c := dial(t, s.url)
 	var flood []byte
 	for range 500 {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gobwas/ws"
 	"github.com/wasmkeep/wasmkeep/abi"
+	"github.com/wasmkeep/wasmkeep/internal/limits"
 	"github.com/wasmkeep/wasmkeep/internal/wstest"
 )
 
@@ -59,7 +60,7 @@ func TestBackpressure(t *testing.T) {
 			t.Run(mode.String()+"/"+b.name, func(t *testing.T) {
 				cfg := b.cfg
 				cfg.Reader = mode
-				cfg.MessageRate = Unlimited
+				cfg.MessageRate = limits.Off
 				cfg.SlowTimeout = time.Hour
 				const n = 2000
 				burst := numbered(n, b.size)
@@ -139,7 +140,7 @@ func TestSlowTimeout(t *testing.T) {
 		t.Run(mode.String(), func(t *testing.T) {
 			const slow = 400 * time.Millisecond
 			rec := newRecorder(t, true)
-			s := newTightServer(t, 8<<10, Config{Reader: mode, OutboundBytes: 64 << 10, SlowTimeout: slow, MessageRate: Unlimited}, rec)
+			s := newTightServer(t, 8<<10, Config{Reader: mode, OutboundBytes: 64 << 10, SlowTimeout: slow, MessageRate: limits.Off}, rec)
 			c := dialTight(t, s.url, 8<<10) // sends, never reads
 			s.conn(t)
 			written := c.writeAll(numbered(2000, 8<<10))

@@ -7,6 +7,9 @@ import (
 	"testing"
 
 	"github.com/gobwas/ws"
+
+	"github.com/wasmkeep/wasmkeep/abi"
+	"github.com/wasmkeep/wasmkeep/internal/limits"
 )
 
 // batchRecorder is a BatchHandler that records what it was given and how.
@@ -31,7 +34,7 @@ func (h *batchRecorder) OnMessages(_ *Conn, msgs []Message) {
 	h.mu.Unlock()
 }
 
-func (h *batchRecorder) OnClose(*Conn, int, string) {}
+func (h *batchRecorder) OnClose(*Conn, abi.CloseCode, string) {}
 
 // TestBatchDelivery: messages that arrive together are queued whole before
 // delivery and handed to a BatchHandler in batches, in wire order, with
@@ -40,7 +43,7 @@ func TestBatchDelivery(t *testing.T) {
 	for _, mode := range []ReadMode{ReadEpoll, ReadGoroutine} {
 		t.Run(mode.String(), func(t *testing.T) {
 			h := &batchRecorder{}
-			s := newServer(t, Config{Reader: mode, MessageRate: Unlimited}, h)
+			s := newServer(t, Config{Reader: mode, MessageRate: limits.Off}, h)
 			c := dial(t, s.url)
 			const n = 300
 			var b []byte

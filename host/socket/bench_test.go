@@ -7,13 +7,16 @@ import (
 	"time"
 
 	"github.com/gobwas/ws"
+
+	"github.com/wasmkeep/wasmkeep/abi"
+	"github.com/wasmkeep/wasmkeep/internal/limits"
 )
 
 // echoHandler echoes every message.
 type echoHandler struct{}
 
 func (echoHandler) OnMessage(c *Conn, kind int, data []byte) { _ = c.Send(kind, data) }
-func (echoHandler) OnClose(*Conn, int, string)               {}
+func (echoHandler) OnClose(*Conn, abi.CloseCode, string)     {}
 
 // BenchmarkEcho64 measures round trips of 64-byte binary messages on one
 // socket: the client waits for each echo before sending the next.
@@ -103,7 +106,7 @@ func benchClient(b *testing.B, mode ReadMode) *client {
 	b.Helper()
 	// The message rate is off: the default bucket (1000 a second) would
 	// measure itself.
-	s := newServer(b, Config{MessageRate: Unlimited, Reader: mode}, echoHandler{})
+	s := newServer(b, Config{MessageRate: limits.Off, Reader: mode}, echoHandler{})
 	c := dial(b, s.url)
 	c.r = bufio.NewReaderSize(c.r, 64<<10) // the client's reads are not what we measure
 	return c

@@ -5,17 +5,19 @@ import (
 	"time"
 
 	"github.com/wasmkeep/wasmkeep/internal/clock"
+	"github.com/wasmkeep/wasmkeep/internal/limits"
 )
 
-// Config holds the limits and timings of a [Hub]. The zero value of every
-// field (or a negative value) means the documented default, so Config{} is a
-// valid configuration. The per-address limits are off by default; the
-// per-socket message rate is on, and [Unlimited] turns it off.
+// Config holds the limits and timings of a [Hub]. A zero field means its
+// Default* constant, so Config{} is a valid configuration; limits.Off turns
+// off the limits that say so, and a negative value of any other field means
+// its default (internal/limits has the convention). The per-address limits
+// are off by default; the per-socket message rate is on.
 type Config struct {
 	// MaxMessage is the largest frame payload and the largest reassembled
 	// message a client may send, in bytes. It is checked against each frame
 	// header before the payload is read; a frame that would pass it closes
-	// the socket with 1009. Default 1 MiB.
+	// the socket with 1009. Default 1 MiB (DefaultMaxMessage).
 	MaxMessage int
 
 	// PingInterval is how often the hub pings every socket. A socket from
@@ -73,16 +75,18 @@ type Config struct {
 
 	// MaxSocketsPerIP caps the sockets open from one client address (an
 	// IPv4 address, or an IPv6 /64; see TrustForwardedFor). Over it,
-	// Upgrade answers HTTP 429. Default 0: no limit, because every client
-	// behind one NAT or proxy shares an address.
+	// Upgrade answers HTTP 429. limits.Off: no limit, the default
+	// (DefaultMaxSocketsPerIP), because every client behind one NAT or proxy
+	// shares an address.
 	MaxSocketsPerIP int
 
 	// UpgradeRatePerIP and UpgradeBurstPerIP are a token bucket of upgrade
 	// attempts per client address: UpgradeBurstPerIP attempts at once, then
 	// UpgradeRatePerIP per second. Every attempt that reaches Upgrade
 	// counts, whether it is admitted or not. Over it, Upgrade answers HTTP
-	// 429 with Retry-After set to when the next attempt will pass. Default
-	// rate 0: no limit (as for MaxSocketsPerIP); default burst 20.
+	// 429 with Retry-After set to when the next attempt will pass. The rate
+	// is off by default (limits.Off, as for MaxSocketsPerIP); the default
+	// burst is 20 (DefaultUpgradeBurstPerIP).
 	UpgradeRatePerIP  int
 	UpgradeBurstPerIP int
 
@@ -97,7 +101,7 @@ type Config struct {
 	// data messages: MessageBurst messages at once, then MessageRate per
 	// second. A complete message read when the bucket is empty is dropped
 	// (not delivered to the Handler) and counted; the socket stays open.
-	// Defaults 1000 and 2000; MessageRate Unlimited turns the bucket off.
+	// Defaults 1000 and 2000; MessageRate limits.Off turns the bucket off.
 	MessageRate  int
 	MessageBurst int
 
@@ -179,7 +183,6 @@ const (
 	DefaultInboundMessages  = 64
 	DefaultInboundBytes     = 256 << 10
 	DefaultMaxSockets       = 50000
-	DefaultUpgradeBurst     = 20
 	DefaultMessageRate      = 1000
 	DefaultMessageBurst     = 2000
 	DefaultRetryAfter       = 5 * time.Second
@@ -187,8 +190,14 @@ const (
 	DefaultCloseTimeout     = 2 * time.Second
 )
 
-// Unlimited, as Config.MessageRate, turns the per-socket message rate off.
-const Unlimited = -1
+// Defaults of the per-address limits: off unless set, since every client
+// behind one NAT or proxy shares an address; the burst applies once the
+// rate is set.
+const (
+	DefaultMaxSocketsPerIP   = limits.Off
+	DefaultUpgradeRatePerIP  = limits.Off
+	DefaultUpgradeBurstPerIP = 20
+)
 
 // QueueLimitFactor is the hard cap of a socket's outbound queue, in
 // multiples of Config.OutboundBytes (see there). The room above the budget
@@ -204,16 +213,7 @@ const evictGrace = 250 * time.Millisecond
 
 // withDefaults returns c with every unset field set to its default.
 func (c Config) withDefaults() Config {
-	setInt := func(v *int, d int) {
-		if *v <= 0 {
-			*v = d
-		}
-	}
-	setDur := func(v *time.Duration, d time.Duration) {
-		if *v <= 0 {
-			*v = d
-		}
-	}
+	setInt, setDur := limits.Default[int], limits.Default[time.Duration]
 	setInt(&c.MaxMessage, DefaultMaxMessage)
 	setDur(&c.PingInterval, DefaultPingInterval)
 	setDur(&c.WriteTimeout, DefaultWriteTimeout)
@@ -225,27 +225,25 @@ func (c Config) withDefaults() Config {
 	c.InboundMessages = min(c.InboundMessages, max(c.OutboundFrames/4, 1))
 	c.InboundBytes = min(c.InboundBytes, max(c.OutboundBytes/4, 1))
 	setInt(&c.MaxSockets, DefaultMaxSockets)
-	c.MaxSocketsPerIP = max(c.MaxSocketsPerIP, 0)
-	c.UpgradeRatePerIP = max(c.UpgradeRatePerIP, 0)
-	setInt(&c.UpgradeBurstPerIP, DefaultUpgradeBurst)
-	switch {
-	case c.MessageRate == Unlimited:
-	case c.MessageRate <= 0:
-		c.MessageRate = DefaultMessageRate
-	}
+	limits.DefaultOrOff(&c.MaxSocketsPerIP, DefaultMaxSocketsPerIP)
+	limits.DefaultOrOff(&c.UpgradeRatePerIP, DefaultUpgradeRatePerIP)
+	setInt(&c.UpgradeBurstPerIP, DefaultUpgradeBurstPerIP)
+	limits.DefaultOrOff(&c.MessageRate, DefaultMessageRate)
 	setInt(&c.MessageBurst, DefaultMessageBurst)
 	setDur(&c.RetryAfter, DefaultRetryAfter)
 	setDur(&c.HandshakeTimeout, DefaultHandshakeTimeout)
 	setDur(&c.CloseTimeout, DefaultCloseTimeout)
-	switch {
-	case c.Reader == ReadGoroutine:
-	case epollSupported:
-		c.Reader = ReadEpoll
-	default:
-		c.Reader = ReadGoroutine
-	}
+	c.Reader = c.Reader.resolve()
 	if c.Clock == nil {
 		c.Clock = clock.Real()
 	}
 	return c
+}
+
+// resolve returns the mode a hub of this platform reads with for m.
+func (m ReadMode) resolve() ReadMode {
+	if m == ReadGoroutine || !epollSupported {
+		return ReadGoroutine
+	}
+	return ReadEpoll
 }

@@ -32,7 +32,7 @@ type Handler interface {
 	// was closed as dead; abi.CloseSlowReader after an eviction for its
 	// outbound budget or a write timeout; 1009 for a message over
 	// MaxMessage; 1002 for a protocol error; 1007 for invalid UTF-8.
-	OnClose(c *Conn, code int, reason string)
+	OnClose(c *Conn, code abi.CloseCode, reason string)
 }
 
 // Conn is one WebSocket, owned by the node that accepted it. Its methods are
@@ -89,12 +89,12 @@ type Conn struct {
 	closeReported bool
 
 	// Closing (under mu).
-	closing       bool   // the close cause is set; no sends, no new messages
-	code          int    // cause: what OnClose reports
-	reason        string // cause
-	closeSent     bool   // our close frame is queued
-	finishing     bool   // close TCP once the queue is written
-	closeDeadline int64  // hub clock; 0 when none
+	closing       bool          // the close cause is set; no sends, no new messages
+	code          abi.CloseCode // cause: what OnClose reports
+	reason        string        // cause
+	closeSent     bool          // our close frame is queued
+	finishing     bool          // close TCP once the queue is written
+	closeDeadline int64         // hub clock; 0 when none
 	tcpClosed     bool
 	tcpDone       chan struct{} // made on demand, closed with TCP
 }
@@ -322,7 +322,7 @@ func (c *Conn) Uncork() {
 // may not appear on the wire, like 1006: the frame then carries no code).
 // The reason is cut to abi.MaxCloseReason bytes. Close never blocks and
 // only the first close of a socket (by anyone) counts.
-func (c *Conn) Close(code int, reason string) {
+func (c *Conn) Close(code abi.CloseCode, reason string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.beginCloseLocked(code, reason) {
@@ -334,7 +334,7 @@ func (c *Conn) Close(code int, reason string) {
 
 // beginCloseLocked sets the close cause if none is set yet and reports
 // whether it did.
-func (c *Conn) beginCloseLocked(code int, reason string) bool {
+func (c *Conn) beginCloseLocked(code abi.CloseCode, reason string) bool {
 	if c.closing {
 		return false
 	}
@@ -350,7 +350,7 @@ func (c *Conn) beginCloseLocked(code int, reason string) bool {
 // frame with code is attempted for at most grace, then TCP is closed. If
 // this is the socket's first close it counts the eviction under evict and
 // reports true.
-func (c *Conn) failLocked(code int, reason, evict string, grace time.Duration) bool {
+func (c *Conn) failLocked(code abi.CloseCode, reason, evict string, grace time.Duration) bool {
 	if !c.beginCloseLocked(code, reason) {
 		return false
 	}
@@ -365,7 +365,7 @@ func (c *Conn) failLocked(code int, reason, evict string, grace time.Duration) b
 
 // queueCloseLocked queues our close frame (once), after the queue or, with
 // drop, instead of the frames not being written yet.
-func (c *Conn) queueCloseLocked(code int, reason string, drop bool) {
+func (c *Conn) queueCloseLocked(code abi.CloseCode, reason string, drop bool) {
 	if c.closeSent || c.tcpClosed {
 		return
 	}
@@ -408,7 +408,7 @@ func (c *Conn) closeTCP() {
 	}
 	c.tcpClosed = true
 	if !c.closing {
-		c.beginCloseLocked(closeAbnormal, "")
+		c.beginCloseLocked(abi.CloseAbnormal, "")
 	}
 	if c.tcpDone != nil {
 		close(c.tcpDone)
@@ -440,7 +440,7 @@ func (c *Conn) dropIfDead(now int64) {
 		c.mu.Unlock()
 		return
 	}
-	c.beginCloseLocked(closeAbnormal, "no answer to pings")
+	c.beginCloseLocked(abi.CloseAbnormal, "no answer to pings")
 	c.mu.Unlock()
 	h.m.evicted(evictDead)
 	c.closeTCP()
@@ -504,7 +504,7 @@ func (c *Conn) writeLoop() {
 				reason = evictWriteTimeout
 				c.beginCloseLocked(abi.CloseSlowReader, "write timeout")
 			default:
-				c.beginCloseLocked(closeAbnormal, "")
+				c.beginCloseLocked(abi.CloseAbnormal, "")
 			}
 		}
 		c.mu.Unlock()

@@ -21,17 +21,6 @@ const (
 // maxControlPayload is the largest payload of a control frame.
 const maxControlPayload = 125
 
-// closeNoStatus is reported for a client close frame without a code (1005).
-const closeNoStatus = 1005
-
-// closeAbnormal is reported when the connection ended without a close
-// frame: TCP dropped, reset, or the socket was closed as dead (1006).
-const closeAbnormal = 1006
-
-// closeInvalidData is sent for a text message or close reason that is not
-// valid UTF-8 (1007).
-const closeInvalidData = 1007
-
 // pingFrame is the ping every socket gets every PingInterval. Shared and
 // never modified.
 var pingFrame = []byte{0x80 | opPing, 0}
@@ -73,7 +62,7 @@ func encodeFrame(op byte, p []byte) []byte {
 // encodeClose returns a close frame. A code that may not appear on the wire
 // (see sendableCode) is sent as a close frame without a payload; the reason
 // is made valid UTF-8 and cut to abi.MaxCloseReason bytes.
-func encodeClose(code int, reason string) []byte {
+func encodeClose(code abi.CloseCode, reason string) []byte {
 	if !sendableCode(code) {
 		return []byte{0x80 | opClose, 0}
 	}
@@ -102,7 +91,7 @@ func trimReason(s string) string {
 
 // sendableCode reports whether code may be carried by a close frame
 // (RFC 6455 section 7.4 and the IANA registry: 1012–1014 are registered).
-func sendableCode(code int) bool {
+func sendableCode(code abi.CloseCode) bool {
 	switch {
 	case code >= 1000 && code <= 1003:
 		return true

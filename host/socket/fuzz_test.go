@@ -33,7 +33,7 @@ func (h *fuzzHandler) OnMessage(c *Conn, kind int, data []byte) {
 	}
 }
 
-func (h *fuzzHandler) OnClose(c *Conn, code int, reason string) {
+func (h *fuzzHandler) OnClose(c *Conn, code abi.CloseCode, reason string) {
 	h.mu.Lock()
 	h.closes++
 	n := h.closes

@@ -17,6 +17,8 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/gobwas/ws"
+
+	"github.com/wasmkeep/wasmkeep/abi"
 )
 
 // waitTimeout bounds every wait of the tests; conditions are polled or
@@ -31,7 +33,7 @@ type msgEvent struct {
 
 type closeEvent struct {
 	conn   *Conn
-	code   int
+	code   abi.CloseCode
 	reason string
 }
 
@@ -77,7 +79,7 @@ func (r *recorder) OnMessage(c *Conn, kind int, data []byte) {
 	}
 }
 
-func (r *recorder) OnClose(c *Conn, code int, reason string) {
+func (r *recorder) OnClose(c *Conn, code abi.CloseCode, reason string) {
 	r.mu.Lock()
 	r.closed[c.ID()]++
 	n := r.closed[c.ID()]
@@ -323,11 +325,11 @@ func (c *client) readUntil(op ws.OpCode) []byte {
 
 // expectClose reads until the server's close frame, checks its code and that
 // the server then closes TCP; it returns the reason.
-func (c *client) expectClose(code int) string {
+func (c *client) expectClose(code abi.CloseCode) string {
 	c.t.Helper()
 	p := c.readUntil(ws.OpClose)
 	got, reason := ws.ParseCloseFrameData(p)
-	if int(got) != code {
+	if abi.CloseCode(got) != code {
 		c.t.Fatalf("close code %d (%q), want %d", got, reason, code)
 	}
 	c.expectEOF()
@@ -351,7 +353,7 @@ func (c *client) expectEOF() {
 }
 
 // closeBody encodes a close frame payload.
-func closeBody(code int, reason string) []byte {
+func closeBody(code abi.CloseCode, reason string) []byte {
 	b := binary.BigEndian.AppendUint16(nil, uint16(code))
 	return append(b, reason...)
 }

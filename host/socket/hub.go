@@ -12,7 +12,9 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/gobwas/ws"
+	"github.com/wasmkeep/wasmkeep/abi"
 	"github.com/wasmkeep/wasmkeep/internal/clock"
+	"github.com/wasmkeep/wasmkeep/internal/limits"
 )
 
 // shardCount is the number of registry shards. The ping loop visits one
@@ -58,7 +60,7 @@ type Hub struct {
 }
 
 type closeCause struct {
-	code   int
+	code   abi.CloseCode
 	reason string
 }
 
@@ -93,7 +95,7 @@ func NewHub(cfg Config, set *metrics.Set) *Hub {
 	h.queueLimit = QueueLimitFactor * h.cfg.OutboundBytes
 	h.upgrader = ws.HTTPUpgrader{Timeout: h.cfg.HandshakeTimeout}
 	h.adm = newAdmission(h.cfg)
-	if h.cfg.MessageRate != Unlimited {
+	if !limits.IsOff(h.cfg.MessageRate) {
 		h.msgRate = newGCRA(h.cfg.MessageRate, h.cfg.MessageBurst)
 	}
 	h.m = newHubMetrics(set, gauges{
@@ -393,7 +395,7 @@ func (h *Hub) silent(now int64, buf []*Conn) []*Conn {
 // (TCP closed) and ctx's error is returned. Sockets are closed as described
 // at Conn.Close; so are sockets upgraded while CloseAll runs. CloseAll does
 // not stop new upgrades; Close does.
-func (h *Hub) CloseAll(ctx context.Context, code int, reason string) error {
+func (h *Hub) CloseAll(ctx context.Context, code abi.CloseCode, reason string) error {
 	h.closeMu.Lock()
 	h.closeCalls++
 	h.closing.Store(&closeCause{code, reason})

@@ -47,8 +47,8 @@ type countingHandler struct {
 	closes   atomic.Int64
 }
 
-func (h *countingHandler) OnMessage(*Conn, int, []byte) { h.messages.Add(1) }
-func (h *countingHandler) OnClose(*Conn, int, string)   { h.closes.Add(1) }
+func (h *countingHandler) OnMessage(*Conn, int, []byte)         { h.messages.Add(1) }
+func (h *countingHandler) OnClose(*Conn, abi.CloseCode, string) { h.closes.Add(1) }
 
 // TestIdleSocketMemory measures the server-side memory of 10,000 idle
 // sockets: right after the handshake, and again after each socket has

@@ -179,7 +179,7 @@ func (c *Conn) readPayload(dst []byte, n int, mask [4]byte) ([]byte, error) {
 
 // protocolError is how the reader ends a socket that broke the protocol.
 type protocolError struct {
-	code   int
+	code   abi.CloseCode
 	reason string
 	evict  string
 }
@@ -193,7 +193,7 @@ var (
 	errInterleaved  = &protocolError{abi.CloseProtocolError, "new message inside a fragmented one", evictProtocol}
 	errLength       = &protocolError{abi.CloseProtocolError, "bad payload length", evictProtocol}
 	errCloseCode    = &protocolError{abi.CloseProtocolError, "bad close code", evictProtocol}
-	errUTF8         = &protocolError{closeInvalidData, "invalid UTF-8", evictProtocol}
+	errUTF8         = &protocolError{abi.CloseInvalidData, "invalid UTF-8", evictProtocol}
 	errTooBig       = &protocolError{abi.CloseTooBig, "message too big", evictTooBig}
 )
 
@@ -647,12 +647,12 @@ func (c *Conn) readFrame(have int) (perr *protocolError, clientClosed, deliver b
 // clientClose handles the client's close frame: validate it, set the cause
 // and echo it (unless we closed first).
 func (c *Conn) clientClose(p []byte) *protocolError {
-	code, reason := closeNoStatus, ""
+	code, reason := abi.CloseNoStatus, ""
 	switch {
 	case len(p) == 1:
 		return errCloseCode
 	case len(p) >= 2:
-		code = int(binary.BigEndian.Uint16(p))
+		code = abi.CloseCode(binary.BigEndian.Uint16(p))
 		if !sendableCode(code) {
 			return errCloseCode
 		}

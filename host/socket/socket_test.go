@@ -15,6 +15,7 @@ import (
 	"github.com/gobwas/ws"
 	"github.com/wasmkeep/wasmkeep/abi"
 	"github.com/wasmkeep/wasmkeep/internal/clock"
+	"github.com/wasmkeep/wasmkeep/internal/limits"
 	"github.com/wasmkeep/wasmkeep/internal/wstest"
 )
 
@@ -226,7 +227,7 @@ func TestServerPingAndDeadClient(t *testing.T) {
 // silentClose is an OnClose seen by a silenceClock.
 type silentClose struct {
 	conn   *Conn
-	code   int
+	code   abi.CloseCode
 	silent time.Duration // since the last frame read from the socket
 }
 
@@ -236,7 +237,7 @@ type silenceClock chan silentClose
 
 func (silenceClock) OnMessage(*Conn, int, []byte) {}
 
-func (h silenceClock) OnClose(c *Conn, code int, _ string) {
+func (h silenceClock) OnClose(c *Conn, code abi.CloseCode, _ string) {
 	h <- silentClose{c, code, time.Duration(c.hub.now() - c.lastSeen.Load())}
 }
 
@@ -286,8 +287,8 @@ func TestDeadSocketDroppedOnTime(t *testing.T) {
 			for {
 				select {
 				case e := <-closes:
-					if e.conn != sa || e.code != closeAbnormal {
-						t.Fatalf("close of socket %d with %d, want %d with %d", e.conn.ID(), e.code, sa.ID(), closeAbnormal)
+					if e.conn != sa || e.code != abi.CloseAbnormal {
+						t.Fatalf("close of socket %d with %d, want %d with %d", e.conn.ID(), e.code, sa.ID(), abi.CloseAbnormal)
 					}
 					if want := 2*interval + tick; e.silent != want {
 						t.Fatalf("dropped after %v of silence, want %v (two intervals and a tick)", e.silent, want)
@@ -344,7 +345,7 @@ func TestProtocolErrors(t *testing.T) {
 		name  string
 		frame []byte
 		first []byte // sent before frame
-		code  int
+		code  abi.CloseCode
 	}{
 		{
 			name:  "unmasked",
@@ -395,13 +396,13 @@ func TestProtocolErrors(t *testing.T) {
 		{
 			name:  "invalid UTF-8 text",
 			frame: wstest.MaskedFrame(0x80|opText, 3, []byte{'a', 0xff, 'b'}),
-			code:  closeInvalidData,
+			code:  abi.CloseInvalidData,
 		},
 		{
 			name:  "invalid UTF-8 across fragments",
 			first: wstest.MaskedFrame(opText, 1, []byte{0xe2}),
 			frame: wstest.MaskedFrame(0x80|opContinuation, 1, []byte{'a'}),
-			code:  closeInvalidData,
+			code:  abi.CloseInvalidData,
 		},
 		{
 			name:  "close with one byte",
@@ -426,7 +427,7 @@ func TestProtocolErrors(t *testing.T) {
 		{
 			name:  "close with invalid UTF-8 reason",
 			frame: wstest.MaskedFrame(0x80|opClose, 4, append(closeBody(1000, ""), 0xc3, 0x28)),
-			code:  closeInvalidData,
+			code:  abi.CloseInvalidData,
 		},
 	}
 	for _, tc := range cases {
@@ -536,7 +537,7 @@ func TestServerClose(t *testing.T) {
 	sc2.Close(abi.CloseServiceRestart, strings.Repeat("é", 100)) // reason cut to 123 bytes
 	p = c2.readUntil(ws.OpClose)
 	code, reason := ws.ParseCloseFrameData(p)
-	if code != abi.CloseServiceRestart || len(reason) > abi.MaxCloseReason || !strings.HasPrefix(reason, "éé") {
+	if abi.CloseCode(code) != abi.CloseServiceRestart || len(reason) > abi.MaxCloseReason || !strings.HasPrefix(reason, "éé") {
 		t.Fatalf("close frame %d %q (%d bytes)", code, reason, len(reason))
 	}
 	c2.expectEOF()
@@ -585,7 +586,7 @@ func TestCloseBeforeStart(t *testing.T) {
 func TestSlowReaderEvicted(t *testing.T) {
 	rec := newRecorder(t, true)
 	// The other socket echoes as fast as it can: no message rate.
-	s := newServer(t, Config{OutboundBytes: 256 << 10, MessageRate: Unlimited}, rec)
+	s := newServer(t, Config{OutboundBytes: 256 << 10, MessageRate: limits.Off}, rec)
 
 	slow := dial(t, s.url) // never reads
 	slowConn := s.conn(t)
@@ -764,7 +765,7 @@ func TestCloseAll(t *testing.T) {
 	for i, c := range clients {
 		wg.Go(func() {
 			p := c.readUntil(ws.OpClose)
-			if code, _ := ws.ParseCloseFrameData(p); code != abi.CloseServiceRestart {
+			if code, _ := ws.ParseCloseFrameData(p); abi.CloseCode(code) != abi.CloseServiceRestart {
 				t.Errorf("client %d: close code %d", i, code)
 			}
 			if i%2 == 0 {

@@ -74,6 +74,8 @@ func rule(p, imp string) string {
 		return "host does not import cluster (cmd/wasmkeep wires them)"
 	case within(p, "cluster") && within(imp, "host") && !within(imp, "host/store"):
 		return "cluster imports only host/store of host"
+	case within(p, "internal/limits") && !isStd(imp):
+		return "internal/limits is a leaf every Config imports: standard library only"
 	case within(p, "host/store") && strings.HasPrefix(imp, module+"/") && !within(imp, "host/store"):
 		return "the store is a leaf: it imports no other package of the module"
 	case (within(imp, "internal/testwasm") || within(imp, "internal/wstest") || within(imp, "internal/memtest") || within(imp, "internal/testenv")) && !within(p, "internal"):
@@ -108,6 +110,7 @@ func TestRulesCatchViolations(t *testing.T) {
 		{module + "/cluster", module + "/host/rooms"},
 		{module + "/host/store", module + "/host/engine"},
 		{module + "/host/node", module + "/internal/testwasm"},
+		{module + "/internal/limits", module + "/host/store"},
 	}
 	for _, b := range bad {
 		if rule(b[0], b[1]) == "" {

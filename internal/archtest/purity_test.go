@@ -106,7 +106,7 @@ func goFiles(t *testing.T, dir string) []parsed {
 			continue
 		}
 		fset := token.NewFileSet()
-		f, err := parser.ParseFile(fset, filepath.Join(dir, e.Name()), nil, 0)
+		f, err := parser.ParseFile(fset, filepath.Join(dir, e.Name()), nil, parser.ParseComments)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -16,8 +16,8 @@
 //     the sender included (as the chat example does), in order.
 //
 // A stream has at most Config.Inflight messages in flight: sent and not
-// yet received by every socket that should receive it. With Config.Rate 0
-// senders send whenever their window allows (a closed loop: the figure is
+// yet received by every socket that should receive it. With Config.Rate off
+// (the default) senders send whenever their window allows (a closed loop: the figure is
 // the throughput); with a rate they are paced to Rate messages a second in
 // total, and wait for their window when it is full.
 //
@@ -43,6 +43,8 @@ import (
 	"time"
 
 	"github.com/gobwas/ws"
+
+	"github.com/wasmkeep/wasmkeep/internal/limits"
 )
 
 // Mode is what the server is expected to do with a message.
@@ -54,28 +56,74 @@ const (
 	Broadcast Mode = "broadcast" // to every socket of the sender's room
 )
 
-// Config describes a run.
+// Config describes a run. A zero field means its Default* constant;
+// limits.Off turns off Rate, Warmup and Drain (internal/limits has the
+// convention). Prefix and TargetPID have no default: they may be empty.
 type Config struct {
-	Target string // ws://host:port/actor/<class>: rooms are Target/<Prefix><i>
-	Prefix string // room names' prefix
+	// Target is ws://host:port/actor/<class>: the rooms are
+	// Target/<Prefix><i> (DefaultTarget).
+	Target string
+	// Prefix begins the rooms' names.
+	Prefix string
 
-	Sockets  int  // sockets to open
-	Rooms    int  // rooms they are spread over, round-robin (1 ≤ Rooms ≤ Sockets)
-	Mode     Mode // Echo or Broadcast
-	Rate     int  // messages a second in total; 0: as fast as the windows allow
-	Inflight int  // messages in flight per stream (socket in echo, room in broadcast)
-	Size     int  // message size in bytes, at least MinSize
+	Sockets int  // sockets to open (DefaultSockets)
+	Rooms   int  // rooms they are spread over, round-robin: 1 ≤ Rooms ≤ Sockets (DefaultRooms, at most Sockets)
+	Mode    Mode // Echo or Broadcast (DefaultMode)
+	// Rate is the messages sent a second in total (DefaultRate: off, as
+	// fast as the windows allow).
+	Rate     int
+	Inflight int // messages in flight per stream: socket in echo, room in broadcast (DefaultInflight)
+	Size     int // message size in bytes, at least MinSize (DefaultSize)
 
-	Warmup   time.Duration // sending before measuring
-	Duration time.Duration // measured sending
-	Drain    time.Duration // waiting at the end for messages in flight
+	Warmup   time.Duration // sending before measuring (DefaultWarmup; limits.Off: none)
+	Duration time.Duration // measured sending (DefaultDuration)
+	Drain    time.Duration // waiting at the end for messages in flight (DefaultDrain; limits.Off: none)
 
-	DialConcurrency int           // sockets being opened at once
-	DialTimeout     time.Duration // bound on opening one socket (0: 10 s)
+	DialConcurrency int           // sockets being opened at once (DefaultDialConcurrency)
+	DialTimeout     time.Duration // bound on opening one socket (DefaultDialTimeout)
 
 	// TargetPID, if not 0, is the server's process on this machine: its
 	// CPU time during the measured period is reported per delivery (Linux).
 	TargetPID int
+}
+
+// Defaults of Config: a small load of about 17 seconds against the echo
+// class of a node on its default address.
+const (
+	DefaultTarget          = "ws://127.0.0.1:8080/actor/echo"
+	DefaultMode            = Echo
+	DefaultSockets         = 100
+	DefaultRooms           = 10
+	DefaultRate            = limits.Off // a closed loop: the figure is the throughput
+	DefaultInflight        = 16
+	DefaultSize            = 64
+	DefaultWarmup          = 2 * time.Second
+	DefaultDuration        = 10 * time.Second
+	DefaultDrain           = 5 * time.Second
+	DefaultDialConcurrency = 64
+	DefaultDialTimeout     = 10 * time.Second
+)
+
+func (c Config) withDefaults() Config {
+	if c.Target == "" {
+		c.Target = DefaultTarget
+	}
+	if c.Mode == "" {
+		c.Mode = DefaultMode
+	}
+	limits.Default(&c.Sockets, DefaultSockets)
+	if c.Rooms <= 0 {
+		c.Rooms = min(DefaultRooms, c.Sockets)
+	}
+	limits.DefaultOrOff(&c.Rate, DefaultRate)
+	limits.Default(&c.Inflight, DefaultInflight)
+	limits.Default(&c.Size, DefaultSize)
+	limits.DefaultOrOff(&c.Warmup, DefaultWarmup)
+	limits.Default(&c.Duration, DefaultDuration)
+	limits.DefaultOrOff(&c.Drain, DefaultDrain)
+	limits.Default(&c.DialConcurrency, DefaultDialConcurrency)
+	limits.Default(&c.DialTimeout, DefaultDialTimeout)
+	return c
 }
 
 // Bounds of a run, checked by Validate.
@@ -86,8 +134,13 @@ const (
 	MaxDuration = time.Hour
 )
 
-// Validate reports the first field that a run cannot take.
+// Validate reports the first field that a run cannot take, once the
+// defaults are filled in.
 func (c *Config) Validate() error {
+	return c.withDefaults().validate()
+}
+
+func (c Config) validate() error {
 	switch {
 	case !strings.HasPrefix(c.Target, "ws://") && !strings.HasPrefix(c.Target, "wss://"):
 		return fmt.Errorf("--target must be a ws:// or wss:// URL, not %q", c.Target)
@@ -97,17 +150,15 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--rooms must be 1–%d (at most --sockets), not %d", c.Sockets, c.Rooms)
 	case c.Mode != Echo && c.Mode != Broadcast:
 		return fmt.Errorf("--mode must be echo or broadcast, not %q", c.Mode)
-	case c.Rate < 0:
-		return fmt.Errorf("--rate must be 0 (as fast as the windows allow) or more, not %d", c.Rate)
 	case c.Inflight < 1 || c.Inflight > MaxInflight:
 		return fmt.Errorf("--inflight must be 1–%d, not %d", MaxInflight, c.Inflight)
 	case c.Size < MinSize || c.Size > MaxSize:
 		return fmt.Errorf("--size must be %d–%d bytes (a message carries a %d-byte header), not %d", MinSize, MaxSize, MinSize, c.Size)
-	case c.Warmup < 0 || c.Warmup > MaxDuration:
+	case c.Warmup > MaxDuration:
 		return fmt.Errorf("--warmup must be 0–%v, not %v", MaxDuration, c.Warmup)
 	case c.Duration <= 0 || c.Duration > MaxDuration:
 		return fmt.Errorf("--duration must be more than 0 and at most %v, not %v", MaxDuration, c.Duration)
-	case c.Drain < 0 || c.Drain > MaxDuration:
+	case c.Drain > MaxDuration:
 		return fmt.Errorf("--drain must be 0–%v, not %v", MaxDuration, c.Drain)
 	case c.DialConcurrency < 1:
 		return fmt.Errorf("--dial-concurrency must be at least 1, not %d", c.DialConcurrency)
@@ -298,12 +349,12 @@ func (r *runner) fail(s *sock, format string, args ...any) {
 // returns an error, and no result, if a socket cannot be opened or ctx ends
 // first.
 func Run(ctx context.Context, cfg Config) (*Result, error) {
-	if err := cfg.Validate(); err != nil {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	if cfg.DialTimeout <= 0 {
-		cfg.DialTimeout = 10 * time.Second
-	}
+	// From here on, none is zero: a run counts in rates and durations.
+	cfg.Rate, cfg.Warmup, cfg.Drain = max(cfg.Rate, 0), max(cfg.Warmup, 0), max(cfg.Drain, 0)
 	if cfg.TargetPID != 0 {
 		if _, err := processCPU(cfg.TargetPID); err != nil {
 			return nil, fmt.Errorf("--target-pid: %w", err)

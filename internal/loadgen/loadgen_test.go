@@ -14,6 +14,8 @@ import (
 
 	"github.com/gobwas/ws"
 	"github.com/gobwas/ws/wsutil"
+
+	"github.com/wasmkeep/wasmkeep/internal/limits"
 )
 
 func plainServer(t *testing.T, mode Mode) *PlainServer {
@@ -102,7 +104,7 @@ func TestRate(t *testing.T) {
 	s := plainServer(t, Echo)
 	cfg := small("ws://"+s.Addr()+"/x", Echo)
 	cfg.Sockets, cfg.Rooms, cfg.Rate, cfg.Inflight = 10, 10, 2000, 64
-	cfg.Warmup, cfg.Duration = 0, time.Second
+	cfg.Warmup, cfg.Duration = limits.Off, time.Second
 	res := run(t, cfg)
 	checkClean(t, res)
 	want := int64(cfg.Rate) * int64(cfg.Duration/time.Millisecond) / 1000
@@ -167,16 +169,14 @@ func TestValidate(t *testing.T) {
 		want   string
 	}{
 		{func(c *Config) { c.Target = "http://x" }, "--target"},
-		{func(c *Config) { c.Sockets = 0 }, "--sockets"},
+		{func(c *Config) { c.Sockets = MaxSockets + 1 }, "--sockets"},
 		{func(c *Config) { c.Rooms = 21 }, "--rooms"},
 		{func(c *Config) { c.Mode = "fanout" }, "--mode"},
-		{func(c *Config) { c.Rate = -1 }, "--rate"},
-		{func(c *Config) { c.Inflight = 0 }, "--inflight"},
+		{func(c *Config) { c.Inflight = MaxInflight + 1 }, "--inflight"},
 		{func(c *Config) { c.Size = 39 }, "--size"},
-		{func(c *Config) { c.Duration = 0 }, "--duration"},
-		{func(c *Config) { c.Warmup = -1 }, "--warmup"},
+		{func(c *Config) { c.Duration = MaxDuration + 1 }, "--duration"},
+		{func(c *Config) { c.Warmup = MaxDuration + 1 }, "--warmup"},
 		{func(c *Config) { c.Drain = 2 * time.Hour }, "--drain"},
-		{func(c *Config) { c.DialConcurrency = 0 }, "--dial-concurrency"},
 		{func(c *Config) { c.TargetPID = -1 }, "--target-pid"},
 	} {
 		cfg := good
@@ -184,6 +184,31 @@ func TestValidate(t *testing.T) {
 		if err := cfg.Validate(); err == nil || !strings.HasPrefix(err.Error(), c.want+" ") {
 			t.Errorf("%s: Validate() = %v", c.want, err)
 		}
+	}
+}
+
+// TestDefaults: a zero field is its default, so Config{} is a valid run,
+// and the defaults never make a run Validate refuses (fewer sockets than
+// the default rooms spread them over fewer rooms).
+func TestDefaults(t *testing.T) {
+	var zero Config
+	if err := zero.Validate(); err != nil {
+		t.Errorf("Config{}: %v", err)
+	}
+	d := zero.withDefaults()
+	if d.Sockets != DefaultSockets || d.Rooms != DefaultRooms || d.Warmup != DefaultWarmup || d.Rate != limits.Off || d.Target != DefaultTarget {
+		t.Errorf("Config{} with defaults: %+v", d)
+	}
+	few := Config{Sockets: 3}
+	if err := few.Validate(); err != nil {
+		t.Errorf("Config{Sockets: 3}: %v", err)
+	}
+	if r := few.withDefaults().Rooms; r != 3 {
+		t.Errorf("Config{Sockets: 3} spreads over %d rooms, want 3", r)
+	}
+	off := Config{Warmup: limits.Off, Drain: limits.Off}.withDefaults()
+	if !limits.IsOff(off.Warmup) || !limits.IsOff(off.Drain) {
+		t.Errorf("Warmup and Drain limits.Off with defaults: %v, %v", off.Warmup, off.Drain)
 	}
 }
 

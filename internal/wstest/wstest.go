@@ -17,6 +17,8 @@ import (
 
 	"github.com/gobwas/ws"
 	"github.com/gobwas/ws/wsutil"
+
+	"github.com/wasmkeep/wasmkeep/abi"
 )
 
 // Timeout bounds every read a test waits on.
@@ -31,7 +33,7 @@ type Client struct {
 
 // CloseError is a close frame the server sent.
 type CloseError struct {
-	Code   int
+	Code   abi.CloseCode
 	Reason string
 }
 
@@ -120,7 +122,7 @@ func (c *Client) Read() (op ws.OpCode, data []byte, err error) {
 		if err != nil {
 			var closed wsutil.ClosedError
 			if errors.As(err, &closed) {
-				return 0, nil, &CloseError{Code: int(closed.Code), Reason: closed.Reason}
+				return 0, nil, &CloseError{Code: abi.CloseCode(closed.Code), Reason: closed.Reason}
 			}
 			return 0, nil, err
 		}
@@ -134,7 +136,7 @@ func (c *Client) Read() (op ws.OpCode, data []byte, err error) {
 			case ws.OpClose:
 				code, reason := ws.ParseCloseFrameData(m.Payload)
 				_ = wsutil.WriteClientMessage(c.conn, ws.OpClose, m.Payload)
-				return 0, nil, &CloseError{Code: int(code), Reason: reason}
+				return 0, nil, &CloseError{Code: abi.CloseCode(code), Reason: reason}
 			}
 		}
 	}
@@ -154,7 +156,7 @@ func (c *Client) ReadText() string {
 }
 
 // ExpectClose waits for the server's close frame and checks its code.
-func (c *Client) ExpectClose(code int) *CloseError {
+func (c *Client) ExpectClose(code abi.CloseCode) *CloseError {
 	c.tb.Helper()
 	for {
 		_, data, err := c.Read()
@@ -173,7 +175,7 @@ func (c *Client) ExpectClose(code int) *CloseError {
 }
 
 // Close sends a close frame with code and closes the connection.
-func (c *Client) Close(code int) {
+func (c *Client) Close(code abi.CloseCode) {
 	_ = wsutil.WriteClientMessage(c.conn, ws.OpClose, ws.NewCloseFrameBody(ws.StatusCode(code), ""))
 	_ = c.conn.Close()
 }

@@ -72,36 +72,36 @@ func (k Kind) String() string {
 var (
 	// ErrNotWasm: the input does not start with the WebAssembly magic
 	// number and binary format version 1.
-	ErrNotWasm = errors.New("not a WebAssembly module")
+	ErrNotWasm = errors.New("wasmrw: not a WebAssembly module")
 	// ErrMalformed: the binary encoding is broken (truncated, bad LEB128,
 	// wrong section order or size, unknown opcode, ...) or uses an encoding
 	// this package does not support.
-	ErrMalformed = errors.New("malformed WebAssembly module")
+	ErrMalformed = errors.New("wasmrw: malformed WebAssembly module")
 	// ErrInvalid: the module is well encoded but breaks a validation rule
 	// that Parse checks (index out of range, duplicate export name, limits).
-	ErrInvalid = errors.New("invalid WebAssembly module")
+	ErrInvalid = errors.New("wasmrw: invalid WebAssembly module")
 	// ErrImportedMemory: the module imports its memory.
-	ErrImportedMemory = errors.New("imported memory is not supported")
+	ErrImportedMemory = errors.New("wasmrw: imported memory is not supported")
 	// ErrMultipleMemories: the module has more than one memory.
-	ErrMultipleMemories = errors.New("more than one memory is not supported")
+	ErrMultipleMemories = errors.New("wasmrw: more than one memory is not supported")
 	// ErrNoMemory: the module has no memory.
-	ErrNoMemory = errors.New("module has no memory; one exported or defined linear memory is required")
+	ErrNoMemory = errors.New("wasmrw: module has no memory; one exported or defined linear memory is required")
 	// ErrSharedMemory: the module's memory is shared (threads).
-	ErrSharedMemory = errors.New("shared memory is not supported")
+	ErrSharedMemory = errors.New("wasmrw: shared memory is not supported")
 	// ErrMemory64: the module has a 64-bit memory.
-	ErrMemory64 = errors.New("64-bit memory (memory64) is not supported")
+	ErrMemory64 = errors.New("wasmrw: 64-bit memory (memory64) is not supported")
 	// ErrV128Global: the module defines a v128 global, which wazero can
 	// read and set only in part.
-	ErrV128Global = errors.New("v128 globals cannot be snapshotted")
+	ErrV128Global = errors.New("wasmrw: v128 globals cannot be snapshotted")
 	// ErrRefGlobal: the module defines a mutable funcref or externref
 	// global. Its value is a pointer into one instance and means nothing in
 	// another.
-	ErrRefGlobal = errors.New("mutable funcref/externref globals cannot be snapshotted")
+	ErrRefGlobal = errors.New("wasmrw: mutable funcref/externref globals cannot be snapshotted")
 	// ErrLimit: the module exceeds a limit of this package (MaxLocals).
-	ErrLimit = errors.New("module exceeds an implementation limit")
+	ErrLimit = errors.New("wasmrw: module exceeds an implementation limit")
 	// ErrReservedExport: the module already exports a name starting with
 	// ReservedPrefix.
-	ErrReservedExport = errors.New(`export names starting with "__wk_" are reserved for the host`)
+	ErrReservedExport = errors.New(`wasmrw: export names starting with "__wk_" are reserved for the host`)
 )
 
 // Info describes a module. Rewrite returns it for the rewritten module,

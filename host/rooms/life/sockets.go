@@ -1,6 +1,10 @@
 package life
 
-import "slices"
+import (
+	"slices"
+
+	"github.com/wasmkeep/wasmkeep/abi"
+)
 
 // Sockets reconciliation. A room's guest keeps, in its snapshot, the ids
 // of the sockets it believes open; the node knows which are open now.
@@ -10,7 +14,7 @@ import "slices"
 
 // Closed is how a socket that the guest still believes open went away.
 type Closed struct {
-	Code   int
+	Code   abi.CloseCode
 	Reason string
 }
 
