@@ -47,6 +47,15 @@ type Request struct {
 	Err error
 }
 
+// The S3 operations a Bucket sends, as named in a Request.
+const (
+	opGet    = "GetObject"
+	opHead   = "HeadObject"
+	opPut    = "PutObject"
+	opDelete = "DeleteObject"
+	opList   = "ListObjectsV2"
+)
+
 // answer is what an error of the SDK says the server answered: its HTTP
 // status (0 if no answer was read) and its S3 error code ("" if none).
 type answer struct {

@@ -66,3 +66,26 @@ func TestClassify(t *testing.T) {
 		}
 	}
 }
+
+func TestETagForms(t *testing.T) {
+	for in, want := range map[string]string{"": "", `"abc"`: `"abc"`, "abc": `"abc"`} {
+		if got := quoted(in); got != want {
+			t.Errorf("quoted(%q) = %q, want %q", in, got, want)
+		}
+	}
+	for etag, want := range map[string]bool{
+		`"9b2cf535f27731c974343645a3985328"`: true,
+		`"9b2c-2"`:                           true,
+		`""`:                                 true,
+		`9b2c`:                               false,
+		`*`:                                  false,
+		`"`:                                  false,
+		`""9b2c""`:                           false,
+		`W/"9b2c"`:                           false,
+		``:                                   false,
+	} {
+		if got := wellFormed(etag); got != want {
+			t.Errorf("wellFormed(%q) = %v, want %v", etag, got, want)
+		}
+	}
+}
