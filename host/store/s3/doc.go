@@ -56,7 +56,11 @@
 // the prefix included. Servers that keep objects as files of a filesystem
 // (versitygw's posix backend, MinIO) also refuse a key that is both an
 // object and a directory of others ("a" and "a/b"), and segments longer
-// than a file name (255 bytes); wasmkeep's own keys do neither.
+// than a file name (255 bytes); wasmkeep's own keys do neither. On
+// versitygw a DELETE removes the directories it empties, and a PUT under
+// one of them at that moment fails with 409 ExistingObjectIsDirectory
+// although nothing is wrong with it; it did not land, so Put sends it
+// again (three attempts at most).
 //
 // # Bodies
 //

@@ -216,12 +216,9 @@ func (b *Bucket) Put(ctx context.Context, key string, body []byte, cond store.Co
 	if cond.IfMatch != "" && !wellFormed(cond.IfMatch) {
 		return "", refused("put", key, fmt.Errorf("%w: If-Match %q is no ETag of this bucket", store.ErrPrecondition, cond.IfMatch))
 	}
-	r := newGuardedReader(body)
-	defer r.close()
 	in := &s3.PutObjectInput{
 		Bucket:        &b.bucket,
 		Key:           b.object(key),
-		Body:          r,
 		ContentLength: aws.Int64(int64(len(body))),
 	}
 	if cond.IfNoneMatch {
@@ -230,8 +227,22 @@ func (b *Bucket) Put(ctx context.Context, key string, body []byte, cond store.Co
 	if cond.IfMatch != "" {
 		in.IfMatch = aws.String(cond.IfMatch)
 	}
-	start := time.Now()
-	out, err := b.client.PutObject(ctx, in, noRetries)
+	var (
+		out   *s3.PutObjectOutput
+		err   error
+		start time.Time
+	)
+	for attempt := 1; ; attempt++ {
+		r := newGuardedReader(body)
+		in.Body = r
+		start = time.Now()
+		out, err = b.client.PutObject(ctx, in, noRetries)
+		r.close()
+		if err == nil || attempt == raceAttempts || !lostDirectoryRace(err) {
+			break
+		}
+		b.report(opPut, start, OutcomeError, err)
+	}
 	if err != nil {
 		outcome := classify(err, true)
 		b.report(opPut, start, outcome, err)
@@ -248,6 +259,19 @@ func (b *Bucket) Put(ctx context.Context, key string, body []byte, cond store.Co
 	}
 	b.report(opPut, start, OutcomeOK, nil)
 	return etag, nil
+}
+
+// raceAttempts bounds the attempts of a Put that [lostDirectoryRace]s.
+const raceAttempts = 3
+
+// lostDirectoryRace reports whether err is versitygw's answer to a PUT
+// whose parent directory a concurrent DELETE removed, the directory
+// emptied by the DELETE, between the PUT's mkdir and its link:
+// 409 ExistingObjectIsDirectory. The PUT did not land, so sending it
+// again is safe, conditional or not; a key that really is a directory
+// gets the same answer each time.
+func lostDirectoryRace(err error) bool {
+	return answerOf(err).code == "ExistingObjectIsDirectory"
 }
 
 // Delete implements [store.Bucket].
