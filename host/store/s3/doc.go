@@ -36,6 +36,16 @@
 // which is why callers that rely on ETags make every body unique (package
 // store explains it).
 //
+// A Get pairs a body with its own ETag, which versitygw v1.8.0 does not
+// always do: it reads a replaced object's ETag before it opens the file,
+// so a GET racing with a PUT may answer the new body with the old ETag (a
+// few GETs in a thousand under constant overwrites; the conformance suite
+// catches it). Where an ETag has the form of an MD5 and should be the
+// body's (a body up to 16 MiB, not encrypted with KMS or a customer's
+// key), a Get that finds otherwise sends its GET again, three times at
+// most. A server whose ETags are simply not MD5s shows it by answering the
+// same ETag and body each time; the Bucket then stops checking.
+//
 // # Conditional deletes
 //
 // Before a conditional DELETE the Bucket sends a HEAD with the same

@@ -3,18 +3,22 @@ package s3
 import (
 	"bytes"
 	"context"
+	"crypto/md5"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 
 	"github.com/wasmkeep/wasmkeep/host/store"
 )
@@ -32,6 +36,10 @@ type Bucket struct {
 	maxSize int64
 	observe func(Request)
 	name    string
+
+	// etagsNotMD5 is set once the server has shown that its ETags are
+	// not the MD5s of their bodies.
+	etagsNotMD5 atomic.Bool
 }
 
 var _ store.Bucket = (*Bucket)(nil)
@@ -158,12 +166,76 @@ func (b *Bucket) Get(ctx context.Context, key string) ([]byte, string, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, "", refused("get", key, err)
 	}
+	var first getAnswer
+	for attempt := 1; ; attempt++ {
+		a, err := b.getOnce(ctx, key)
+		if err != nil {
+			return nil, "", err
+		}
+		if !a.verifiable || b.etagsNotMD5.Load() || a.md5Matches() {
+			return a.body, a.etag, nil
+		}
+		if attempt == 1 {
+			first = a
+		}
+		if attempt == pairAttempts {
+			// The same object each time, and never its MD5: this
+			// server's ETags are not MD5s. Stop checking.
+			if a.etag == first.etag && bytes.Equal(a.body, first.body) {
+				b.etagsNotMD5.Store(true)
+			}
+			return a.body, a.etag, nil
+		}
+	}
+}
+
+// pairAttempts bounds the GETs of a Get whose ETag is not the MD5 of its
+// body (see the package documentation).
+const pairAttempts = 3
+
+// md5CheckLimit is the largest body whose MD5 a Get compares with its
+// ETag. Objects that are replaced (records, manifests) are small; large
+// ones (segments, modules) are written once.
+const md5CheckLimit = 16 << 20
+
+// getAnswer is one GET's answer.
+type getAnswer struct {
+	body []byte
+	etag string
+	// verifiable says that etag should be the MD5 of body: it has the
+	// form of one, the body is small enough to hash, and the object is
+	// not encrypted with KMS or a customer's key (whose ETags are not
+	// MD5s).
+	verifiable bool
+}
+
+func (a getAnswer) md5Matches() bool {
+	sum := md5.Sum(a.body)
+	return a.etag[1:len(a.etag)-1] == hex.EncodeToString(sum[:])
+}
+
+// md5Form reports whether etag looks like an MD5: 32 lower-case hex
+// digits in quotes.
+func md5Form(etag string) bool {
+	if len(etag) != 34 || etag[0] != '"' || etag[33] != '"' {
+		return false
+	}
+	for _, c := range etag[1:33] {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// getOnce sends one GET for key and reads its answer.
+func (b *Bucket) getOnce(ctx context.Context, key string) (getAnswer, error) {
 	start := time.Now()
 	out, err := b.client.GetObject(ctx, &s3.GetObjectInput{Bucket: &b.bucket, Key: b.object(key)})
 	if err != nil {
 		outcome := classify(err, false)
 		b.report(opGet, start, outcome, err)
-		return nil, "", failed("get", key, outcome, err)
+		return getAnswer{}, failed("get", key, outcome, err)
 	}
 	defer out.Body.Close()
 	body, err := b.readBody(out.Body, aws.ToInt64(out.ContentLength))
@@ -173,10 +245,16 @@ func (b *Bucket) Get(ctx context.Context, key string) ([]byte, string, error) {
 	}
 	if err != nil {
 		b.report(opGet, start, OutcomeError, err)
-		return nil, "", refused("get", key, err)
+		return getAnswer{}, refused("get", key, err)
 	}
 	b.report(opGet, start, OutcomeOK, nil)
-	return body, etag, nil
+	sse := out.ServerSideEncryption
+	return getAnswer{
+		body: body,
+		etag: etag,
+		verifiable: md5Form(etag) && len(body) <= md5CheckLimit && out.SSECustomerAlgorithm == nil &&
+			sse != types.ServerSideEncryptionAwsKms && sse != types.ServerSideEncryptionAwsKmsDsse,
+	}, nil
 }
 
 // readBody reads a body of length size (-1 or 0 if the server did not

@@ -98,6 +98,7 @@ func RunWith(t *testing.T, newBucket func(t *testing.T) store.Bucket, o Options)
 		{"RacingCreates", testRacingCreates},
 		{"RacingIncrements", testRacingIncrements},
 		{"ReadersSeeWholeBodies", testReadersSeeWholeBodies},
+		{"ReadersSeeETagOfBody", testReadersSeeETagOfBody},
 		{"SiblingChurn", testSiblingChurn},
 	}
 	for _, tc := range tests {
@@ -714,6 +715,72 @@ func testReadersSeeWholeBodies(t *testing.T, b store.Bucket, _ Options) {
 	wg.Wait()
 	for _, err := range failures {
 		t.Error(err)
+	}
+}
+
+// testReadersSeeETagOfBody overwrites a key while readers Get it, and
+// checks that every Get paired its body with that body's ETag, as the
+// writer's Puts returned it. (versitygw v1.8.0 reads a replaced object's
+// ETag before it opens the file, and so pairs an old ETag with a new body
+// a few times in a thousand.)
+func testReadersSeeETagOfBody(t *testing.T, b store.Bucket, _ Options) {
+	const key, writes = "pairs/k", 300
+	type pair struct{ etag, body string }
+	mustPut(t, b, key, []byte("initial"), store.Cond{})
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var read []pair
+	var failures []error
+	for range 4 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				body, etag, err := b.Get(context.Background(), key)
+				mu.Lock()
+				if err != nil {
+					failures = append(failures, err)
+				} else {
+					read = append(read, pair{etag, string(body)})
+				}
+				mu.Unlock()
+				if err != nil {
+					return
+				}
+			}
+		})
+	}
+	wrote := map[string]string{} // ETag → body
+	_, etag := mustGet(t, b, key)
+	wrote[etag] = "initial"
+	for i := range writes {
+		body := fmt.Sprintf("body %d", i)
+		etag, err := b.Put(t.Context(), key, []byte(body), store.Cond{})
+		if err != nil {
+			t.Error(err)
+			break
+		}
+		wrote[etag] = body
+	}
+	close(stop)
+	wg.Wait()
+	for _, err := range failures {
+		t.Error(err)
+	}
+	wrong := 0
+	for _, p := range read {
+		if want, ok := wrote[p.etag]; !ok || want != p.body {
+			if wrong++; wrong <= 3 {
+				t.Errorf("Get paired body %q with ETag %s, the ETag of %q", p.body, p.etag, want)
+			}
+		}
+	}
+	if wrong > 0 {
+		t.Errorf("%d of %d Gets paired a body with another's ETag", wrong, len(read))
 	}
 }
 
