@@ -1,8 +1,9 @@
 // Package storetest is the conformance suite of [store.Bucket]: every
 // backend (Mem, Dir, S3, and any wrapper that claims to be one) must pass
 // [Run]. It checks the error contract of package store, the behaviour of
-// conditional writes under contention, and the handling of keys, prefixes
-// and bodies of every size.
+// conditional writes under contention, the handling of keys, prefixes
+// and bodies of every size, and that concurrent read-modify-writes by
+// If-Match form a linearizable history ([CheckLinearizable]).
 package storetest
 
 import (
@@ -100,6 +101,8 @@ func RunWith(t *testing.T, newBucket func(t *testing.T) store.Bucket, o Options)
 		{"ReadersSeeWholeBodies", testReadersSeeWholeBodies},
 		{"ReadersSeeETagOfBody", testReadersSeeETagOfBody},
 		{"SiblingChurn", testSiblingChurn},
+		{"LinearizableOneKey", testLinearizableOneKey},
+		{"LinearizableKeys", testLinearizableKeys},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -817,4 +820,18 @@ func testSiblingChurn(t *testing.T, b store.Bucket, _ Options) {
 		}
 	}
 	wantList(t, b, "churn/", nil)
+}
+
+// testLinearizableOneKey has 16 writers replace one key by If-Match.
+func testLinearizableOneKey(t *testing.T, b store.Bucket, _ Options) {
+	if err := CheckLinearizable(t.Context(), b, LinearOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// testLinearizableKeys has 16 writers replace three keys by If-Match.
+func testLinearizableKeys(t *testing.T, b store.Bucket, _ Options) {
+	if err := CheckLinearizable(t.Context(), b, LinearOptions{Keys: []string{"linear/a", "linear/b", "linear/c"}}); err != nil {
+		t.Fatal(err)
+	}
 }
