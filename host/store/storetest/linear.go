@@ -36,7 +36,7 @@ type LinearOptions struct {
 	// Free is the number of read-modify-writes each writer then does
 	// without waiting for the others (8), so that reads overlap writes.
 	Free int
-	// Timeout bounds the checker (one minute); a check that runs out is
+	// Timeout bounds the checker (five minutes); a check that runs out is
 	// an error.
 	Timeout time.Duration
 }
@@ -55,7 +55,7 @@ func (c LinearOptions) withDefaults() LinearOptions {
 		c.Free = 8
 	}
 	if c.Timeout == 0 {
-		c.Timeout = time.Minute
+		c.Timeout = 5 * time.Minute
 	}
 	return c
 }
