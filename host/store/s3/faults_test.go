@@ -26,9 +26,13 @@ const (
 	dropAnswer               // forward it, read the answer, close the connection instead of answering
 	stall                    // forward it, tell stalled, then answer nothing until the client gives up
 	unavailable              // answer 503 without forwarding it
+	otherETag                // forward it, and give its answer an ETag that is not the body's MD5
 )
 
-var faultNames = []string{pass: "pass", dropAnswer: "dropAnswer", stall: "stall", unavailable: "unavailable"}
+var faultNames = []string{pass: "pass", dropAnswer: "dropAnswer", stall: "stall", unavailable: "unavailable", otherETag: "otherETag"}
+
+// notTheMD5 is the ETag otherETag gives: an MD5, of no body written.
+const notTheMD5 = `"0123456789abcdef0123456789abcdef"`
 
 // proxy stands between a Bucket and versitygw on loopback, and does to
 // each request what its fault function says.
@@ -36,6 +40,7 @@ type proxy struct {
 	t        *testing.T
 	upstream *url.URL
 	rp       *httputil.ReverseProxy
+	rpETag   *httputil.ReverseProxy // rp, with otherETag's ETag
 	tr       *http.Transport
 	URL      string
 	// stalled gets a value when a stalled request has been forwarded and
@@ -55,10 +60,12 @@ func newProxy(t *testing.T, srv *s3test.Server) *proxy {
 	p := &proxy{t: t, upstream: u, tr: &http.Transport{}, stalled: make(chan struct{}, 1)}
 	// The request keeps its Host header, the proxy's: the client signed
 	// it, and versitygw checks the signature against it.
-	p.rp = &httputil.ReverseProxy{
-		Rewrite:   func(r *httputil.ProxyRequest) { r.SetURL(u); r.Out.Host = r.In.Host },
-		Transport: p.tr,
-	}
+	rewrite := func(r *httputil.ProxyRequest) { r.SetURL(u); r.Out.Host = r.In.Host }
+	p.rp = &httputil.ReverseProxy{Rewrite: rewrite, Transport: p.tr}
+	p.rpETag = &httputil.ReverseProxy{Rewrite: rewrite, Transport: p.tr, ModifyResponse: func(r *http.Response) error {
+		r.Header.Set("ETag", notTheMD5)
+		return nil
+	}}
 	hs := httptest.NewServer(p)
 	t.Cleanup(func() {
 		hs.Close()
@@ -110,6 +117,9 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch f {
 	case pass:
 		p.rp.ServeHTTP(w, r)
+		return
+	case otherETag:
+		p.rpETag.ServeHTTP(w, r)
 		return
 	case unavailable:
 		w.Header().Set("Content-Type", "application/xml")
@@ -283,5 +293,59 @@ func TestRefusedConnection(t *testing.T) {
 	_, err = b.Put(t.Context(), "k", []byte("v"), store.IfNoneMatch())
 	if err == nil || errors.Is(err, store.ErrUnknownOutcome) {
 		t.Fatalf("Put to a closed port: %v, want an error that is not ErrUnknownOutcome", err)
+	}
+}
+
+// always returns a fault function that does f to every request of method.
+func always(method string, f fault) func(*http.Request) fault {
+	return func(r *http.Request) fault {
+		if r.Method == method {
+			return f
+		}
+		return pass
+	}
+}
+
+// TestGetRereadsAnETagOfAnotherBody: a GET whose ETag has the form of an
+// MD5 but is not its body's (versitygw's answer to a GET that races with
+// a PUT) is sent again.
+func TestGetRereadsAnETagOfAnotherBody(t *testing.T) {
+	srv := s3test.Start(t)
+	p := newProxy(t, srv)
+	b, direct := faultBuckets(t, srv, p, nil)
+	etag, err := direct.Put(t.Context(), "k", []byte("v"), store.Cond{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.set(once(http.MethodGet, otherETag))
+	if body, got, err := b.Get(t.Context(), "k"); err != nil || string(body) != "v" || got != etag {
+		t.Fatalf("Get = %q, %s, %v; want v, %s", body, got, err, etag)
+	}
+	if got := p.requests(); !slices.Equal(got, []string{"GET otherETag", "GET pass"}) {
+		t.Fatalf("Get sent %q, want the GET again", got)
+	}
+}
+
+// TestGetLearnsETagsAreNotMD5s: a server whose ETags are never the MD5 of
+// their bodies costs a few GETs once, then none.
+func TestGetLearnsETagsAreNotMD5s(t *testing.T) {
+	srv := s3test.Start(t)
+	p := newProxy(t, srv)
+	b, direct := faultBuckets(t, srv, p, nil)
+	if _, err := direct.Put(t.Context(), "k", []byte("v"), store.Cond{}); err != nil {
+		t.Fatal(err)
+	}
+	p.set(always(http.MethodGet, otherETag))
+	for i, want := range [][]string{
+		{"GET otherETag", "GET otherETag", "GET otherETag"},
+		{"GET otherETag"},
+	} {
+		if body, got, err := b.Get(t.Context(), "k"); err != nil || string(body) != "v" || got != notTheMD5 {
+			t.Fatalf("Get %d = %q, %s, %v; want v, %s", i, body, got, err, notTheMD5)
+		}
+		if got := p.requests(); !slices.Equal(got, want) {
+			t.Fatalf("Get %d sent %q, want %q", i, got, want)
+		}
+		p.set(always(http.MethodGet, otherETag))
 	}
 }
