@@ -16,9 +16,9 @@
 //     several processes on one machine.
 //   - [Faulty]: wraps any Bucket and injects failures chosen by a [FaultFunc]
 //     (a lost request, or an applied write whose answer is lost).
-//   - An S3 backend lives in its own package so that only it imports the AWS
-//     SDK. It must pass the conformance suite in package storetest, as every
-//     backend must.
+//   - The S3 backend lives in its own package, host/store/s3, so that only
+//     it imports the AWS SDK. It passes the conformance suite in package
+//     storetest against versitygw, as every backend must pass it.
 //
 // # Error contract
 //
