@@ -31,6 +31,12 @@ func env(flag string) []string {
 func serveFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "data", Value: node.DefaultDataDir, Usage: "directory for the local store and compile cache", EnvVars: env("data")},
+		&cli.StringFlag{Name: "store", Usage: "keep classes and rooms in an S3 bucket, s3://BUCKET[/PREFIX], instead of the data directory (which keeps the compile cache)", EnvVars: env("store")},
+		&cli.BoolFlag{Name: "store-probe", Value: true, Usage: "check at start that the S3 store honours conditional writes (create, compare-and-swap, concurrent creates) and refuse it otherwise; false skips the check, for one node only", EnvVars: env("store-probe")},
+		&cli.StringFlag{Name: "s3-endpoint", Usage: "the S3 server's URL (default: AWS_ENDPOINT_URL, the shared config, else AWS); an IP address or localhost implies path-style addressing", EnvVars: append(env("s3-endpoint"), "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")},
+		&cli.StringFlag{Name: "s3-region", Usage: "the bucket's region (default: AWS_REGION, the shared config, else us-east-1)", EnvVars: env("s3-region")},
+		&cli.BoolFlag{Name: "s3-path-style", Usage: "address the bucket in the URL's path rather than its host name", EnvVars: env("s3-path-style")},
+		&cli.StringFlag{Name: "s3-profile", Usage: "the shared config profile for the S3 credentials and settings (default: AWS_PROFILE)", EnvVars: env("s3-profile")},
 		&cli.StringFlag{Name: "listen", Value: node.DefaultListen, Usage: "HTTP address for rooms, and for the admin API, dashboard, metrics and pprof unless --admin-listen", EnvVars: env("listen")},
 		&cli.StringFlag{Name: "admin-listen", Usage: "HTTP address of a listener of its own for the admin API, dashboard, metrics and pprof (--listen then serves rooms only)", EnvVars: env("admin-listen")},
 		&cli.StringFlag{Name: "admin-token", Usage: "bearer token that opens the admin API to clients off loopback", EnvVars: env("admin-token")},
@@ -105,8 +111,14 @@ func nodeConfig(c *cli.Context) (node.Config, error) {
 	if err != nil {
 		return node.Config{}, cli.Exit("wasmkeep: "+err.Error(), 2)
 	}
+	bucket, err := s3Store(c, logger)
+	if err != nil {
+		return node.Config{}, cli.Exit("wasmkeep: "+err.Error(), 2)
+	}
 	mem := c.Int("max-room-memory")
 	return node.Config{
+		Bucket:      bucket,
+		ProbeBucket: bucket != nil && c.Bool("store-probe"),
 		DataDir:     c.String("data"),
 		Listen:      c.String("listen"),
 		AdminListen: c.String("admin-listen"),

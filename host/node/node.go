@@ -48,8 +48,13 @@ type Config struct {
 	// admin API, the dashboard, /metrics and pprof; Listen then serves
 	// rooms and /healthz only.
 	AdminListen string
-	// Bucket overrides the local directory store (tests, later S3).
+	// Bucket overrides the local directory store (an S3 bucket, or tests).
 	Bucket store.Bucket
+	// ProbeBucket runs store.Probe on the bucket before anything else is
+	// done with it, and refuses to start on a bucket that fails it within
+	// ProbeTimeout: a store that ignores conditional writes would let two
+	// writers both win.
+	ProbeBucket bool
 	// Placement overrides single-node placement (the cluster plugs in here).
 	Placement rooms.Placement
 
@@ -100,6 +105,10 @@ func (c Config) withDefaults() Config {
 	}
 	return c
 }
+
+// ProbeTimeout bounds the store's conformance probe at start, so that a
+// node on a store that hangs exits within it rather than waiting.
+const ProbeTimeout = 8 * time.Second
 
 // idleTimeout is how long the HTTP server keeps an idle kept-alive
 // connection (net/http's default is forever).
@@ -161,6 +170,14 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		n.closers = append(n.closers, dir.Close)
 	}
 	n.Bucket = store.Metered(n.Bucket, n.Metrics)
+	if cfg.ProbeBucket {
+		pctx, cancel := context.WithTimeout(ctx, ProbeTimeout)
+		err := store.Probe(pctx, n.Bucket)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("the store is not safe to run on: %w", err)
+		}
+	}
 	if err := store.CheckFormat(ctx, n.Bucket); err != nil {
 		return nil, err
 	}
