@@ -23,6 +23,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/wasmkeep/wasmkeep/internal/s3test"
 )
 
 const (
@@ -342,10 +344,36 @@ func startNode(t *testing.T, o nodeOpts) *proc {
 
 // serveNode starts `wasmkeep serve --data data` with rooms that hibernate
 // only when told to.
+//
+// With WASMKEEP_TEST_STORE=s3 its store is a bucket on a versitygw server
+// of its own for each data directory (so that a node started again on data
+// finds its rooms) instead of the directory's: .ci/run runs the end-to-end
+// tests both ways.
 func serveNode(t *testing.T, data string, args ...string) *proc {
 	t.Helper()
-	return startNode(t, nodeOpts{args: append([]string{"--data", data, "--idle-timeout", "1h"}, args...)})
+	o := nodeOpts{args: append([]string{"--data", data, "--idle-timeout", "1h"}, args...)}
+	switch os.Getenv("WASMKEEP_TEST_STORE") {
+	case "", "dir":
+	case "s3":
+		v, ok := s3Servers.Load(data)
+		if !ok {
+			v, _ = s3Servers.LoadOrStore(data, s3test.Start(t))
+		}
+		srv := v.(*s3test.Server)
+		o.args = append(o.args, "--store", "s3://"+srv.Bucket+"/wk", "--s3-endpoint", srv.Endpoint)
+		o.env = s3Env(srv.AccessKeyID, srv.SecretAccessKey)
+		p := startNode(t, o)
+		p.waitOutput("store=s3://"+srv.Bucket+"/wk/", healthDeadline) // the switch took
+		return p
+	default:
+		t.Fatalf("WASMKEEP_TEST_STORE=%s: want s3 or dir", os.Getenv("WASMKEEP_TEST_STORE"))
+	}
+	return startNode(t, o)
 }
+
+// s3Servers are the versitygw servers of data directories, under
+// WASMKEEP_TEST_STORE=s3.
+var s3Servers sync.Map // data directory → *s3test.Server
 
 // result is a finished client command.
 type result struct {

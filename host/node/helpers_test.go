@@ -10,10 +10,14 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/wasmkeep/wasmkeep/host/server"
+	"github.com/wasmkeep/wasmkeep/host/store"
+	"github.com/wasmkeep/wasmkeep/host/store/s3"
+	"github.com/wasmkeep/wasmkeep/internal/s3test"
 	"github.com/wasmkeep/wasmkeep/internal/testwasm"
 )
 
@@ -66,6 +70,11 @@ func startNode(t testing.TB, cfg Config) *Node {
 		// class is compiled once, not once per node (minutes under -race).
 		cfg.Engine.CacheDir = sharedCacheDir
 	}
+	if cfg.Bucket == nil {
+		if b := testS3Bucket(t, cfg.DataDir); b != nil {
+			cfg.Bucket, cfg.ProbeBucket = b, true
+		}
+	}
 	n, err := Start(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -76,6 +85,43 @@ func startNode(t testing.TB, cfg Config) *Node {
 		}
 	})
 	return n
+}
+
+// testStoreEnv switches the node tests to an S3 store: with
+// WASMKEEP_TEST_STORE=s3, a node the tests start keeps its bucket on a
+// versitygw server (one per data directory, so that a node restarted on
+// the directory finds its rooms) instead of in the directory. .ci/run runs
+// the end-to-end tests both ways.
+const testStoreEnv = "WASMKEEP_TEST_STORE"
+
+// s3Servers are the versitygw servers of data directories, under
+// WASMKEEP_TEST_STORE=s3.
+var s3Servers sync.Map // data directory → *s3test.Server
+
+// testS3Bucket returns the S3 bucket of dataDir's node under
+// WASMKEEP_TEST_STORE=s3, or nil.
+func testS3Bucket(t testing.TB, dataDir string) store.Bucket {
+	t.Helper()
+	switch os.Getenv(testStoreEnv) {
+	case "", "dir":
+		return nil
+	case "s3":
+	default:
+		t.Fatalf("%s=%s: want s3 or dir", testStoreEnv, os.Getenv(testStoreEnv))
+	}
+	v, ok := s3Servers.Load(dataDir)
+	if !ok {
+		v, _ = s3Servers.LoadOrStore(dataDir, s3test.Start(t))
+	}
+	srv := v.(*s3test.Server)
+	b, err := s3.New(context.Background(), s3.Config{
+		Bucket: srv.Bucket, Prefix: "node", Endpoint: srv.Endpoint, Region: s3test.Region,
+		AccessKeyID: srv.AccessKeyID, SecretAccessKey: srv.SecretAccessKey,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 // stop stops a node and marks it stopped for the cleanup.

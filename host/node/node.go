@@ -243,7 +243,11 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		go func() { n.served <- n.adminHTTP.Serve(n.adminListener) }()
 		cfg.Logger.Info("wasmkeep admin API serving", "addr", n.AdminAddr())
 	}
-	cfg.Logger.Info("wasmkeep node serving", "addr", n.Addr(), "data", cfg.DataDir)
+	attrs := []any{"addr", n.Addr(), "data", cfg.DataDir}
+	if named, ok := cfg.Bucket.(fmt.Stringer); ok {
+		attrs = append(attrs, "store", named.String())
+	}
+	cfg.Logger.Info("wasmkeep node serving", attrs...)
 	return n, nil
 }
 
