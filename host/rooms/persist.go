@@ -160,6 +160,27 @@ const segmentReads = 8
 func (r *Room) readSegments(ctx context.Context, man *snapshot.Manifest) (map[string]*snapshot.Segment, error) {
 	refs := man.Segments
 	decoded := make([]*snapshot.Segment, len(refs))
+	read := func(ctx context.Context, i int) error {
+		id := refs[i].ID
+		b, _, err := r.m.bucket.Get(ctx, r.key.segmentKey(id))
+		if errors.Is(err, store.ErrNotFound) {
+			return fmt.Errorf("%w: %s", snapshot.ErrMissingSegment, id)
+		}
+		if err != nil {
+			return err
+		}
+		if decoded[i], err = snapshot.DecodeSegment(b); err != nil {
+			return fmt.Errorf("segment %s: %w", id, err)
+		}
+		return nil
+	}
+	if len(refs) == 1 {
+		// The common case after a compaction: no goroutine to wait for.
+		if err := read(ctx, 0); err != nil {
+			return nil, err
+		}
+		return map[string]*snapshot.Segment{refs[0].ID: decoded[0]}, nil
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var (
@@ -179,17 +200,7 @@ func (r *Room) readSegments(ctx context.Context, man *snapshot.Manifest) (map[st
 	for range min(segmentReads, len(refs)) {
 		wg.Go(func() {
 			for i := range next {
-				id := refs[i].ID
-				b, _, err := r.m.bucket.Get(ctx, r.key.segmentKey(id))
-				if errors.Is(err, store.ErrNotFound) {
-					err = fmt.Errorf("%w: %s", snapshot.ErrMissingSegment, id)
-				}
-				if err == nil {
-					if decoded[i], err = snapshot.DecodeSegment(b); err != nil {
-						err = fmt.Errorf("segment %s: %w", id, err)
-					}
-				}
-				if err != nil {
+				if err := read(ctx, i); err != nil {
 					fail(err)
 				}
 			}

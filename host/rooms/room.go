@@ -487,13 +487,20 @@ func (r *Room) handle(ev *event, more bool) {
 }
 
 func (r *Room) handleRequest(ev *event) {
+	res := r.request(ev)
+	// Active until the answer goes: whoever got it and then looks at the
+	// room's idle time (a sweep, a test on a manual clock) counts from here.
+	r.lastActive.Store(r.m.clock.Now())
+	ev.reply <- res
+}
+
+// request runs a request event and returns its answer.
+func (r *Room) request(ev *event) result {
 	if err := ev.ctx.Err(); err != nil {
-		ev.reply <- result{err: err}
-		return
+		return result{err: err}
 	}
 	if err := r.ensureResident(ev.ctx); err != nil {
-		ev.reply <- result{err: err}
-		return
+		return result{err: err}
 	}
 	var raw []byte
 	err := r.deliver(func(inst Instance) (err error) {
@@ -502,18 +509,16 @@ func (r *Room) handleRequest(ev *event) {
 	})
 	switch {
 	case err != nil:
-		ev.reply <- result{err: &CrashError{Cause: err}}
+		return result{err: &CrashError{Cause: err}}
 	case raw == nil:
-		ev.reply <- result{err: ErrNoResponse}
-	default:
-		resp, err := abi.DecodeResponse(raw)
-		if err != nil { // the engine checked it; this is a host bug
-			ev.reply <- result{err: err}
-			return
-		}
-		resp.Body = slices.Clone(resp.Body)
-		ev.reply <- result{resp: &resp}
+		return result{err: ErrNoResponse}
 	}
+	resp, err := abi.DecodeResponse(raw)
+	if err != nil { // the engine checked it; this is a host bug
+		return result{err: err}
+	}
+	resp.Body = slices.Clone(resp.Body)
+	return result{resp: &resp}
 }
 
 func (r *Room) handleOpen(ev *event) {
