@@ -35,6 +35,8 @@ bench:
     go test -run '^$' -bench 'Interpreter' -benchtime 2000x ./host/engine/
     go test -run '^$' -bench . ./host/snapshot/ ./host/store/
     go test -run TestMaxResidentUnderConcurrency -count 1 -v ./host/node/
+    go test -run '^$' -bench '^Benchmark(Wake|Hibernate)$' -benchtime 300x ./host/node/
+    WASMKEEP_TEST_STORE=s3 go test -run '^$' -bench '^Benchmark(Wake|Hibernate)$' -benchtime 300x ./host/node/
     WASMKEEP_RESIDENT_NAMES=10000 go test -run TestMaxResidentUnderConcurrency -count 1 -v ./host/node/
     go test -run TestClassUploadsFreeOldVersions -count 1 -v ./host/node/
     WASMKEEP_UPLOADS_GO=1 go test -run TestClassUploadsFreeOldVersions -count 1 -v ./host/node/

@@ -10,6 +10,7 @@ import (
 	"github.com/wasmkeep/wasmkeep/abi"
 	"github.com/wasmkeep/wasmkeep/host/classes"
 	"github.com/wasmkeep/wasmkeep/host/rooms"
+	"github.com/wasmkeep/wasmkeep/host/store"
 )
 
 // reportPercentiles adds p50 and p99 of ds to a benchmark's results.
@@ -20,6 +21,35 @@ func reportPercentiles(b *testing.B, ds []time.Duration) {
 	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
 	b.ReportMetric(float64(ds[len(ds)/2].Microseconds()), "p50-µs")
 	b.ReportMetric(float64(ds[len(ds)*99/100].Microseconds()), "p99-µs")
+}
+
+// bucketCalls counts the requests a node has made of its bucket, by
+// operation.
+type bucketCalls [4]uint64 // get, put, delete, list
+
+func countBucket(n *Node) bucketCalls {
+	m := n.Bucket.(*store.MeteredBucket)
+	var c bucketCalls
+	for i, op := range []store.OpKind{store.OpGet, store.OpPut, store.OpDelete, store.OpList} {
+		for _, o := range []string{store.OutcomeOK, store.OutcomeNotFound, store.OutcomePrecondition, store.OutcomeConflict, store.OutcomeUnknown, store.OutcomeInvalid, store.OutcomeCanceled, store.OutcomeError} {
+			c[i] += m.Requests(op, o)
+		}
+	}
+	return c
+}
+
+// add adds the calls made between before and now.
+func (c *bucketCalls) add(before, now bucketCalls) {
+	for i := range c {
+		c[i] += now[i] - before[i]
+	}
+}
+
+// report reports the bucket requests per operation timed.
+func (c *bucketCalls) report(b *testing.B, n int) {
+	for i, unit := range []string{"gets/op", "puts/op", "deletes/op", "lists/op"} {
+		b.ReportMetric(float64(c[i])/float64(n), unit)
+	}
 }
 
 // BenchmarkWake measures what a user waits for when a hibernated counter
@@ -49,6 +79,7 @@ func BenchmarkWake(b *testing.B) {
 				b.Fatal(err)
 			}
 			var ds []time.Duration
+			var calls bucketCalls
 			for b.Loop() {
 				b.StopTimer()
 				if err := n.Rooms.Hibernate(context.Background(), key); err != nil {
@@ -58,14 +89,16 @@ func BenchmarkWake(b *testing.B) {
 					time.Sleep(5 * time.Millisecond) // the pool refills in well under this
 				}
 				b.StartTimer()
-				start := time.Now()
+				start, before := time.Now(), countBucket(n)
 				resp, err := n.Rooms.Request(context.Background(), key, get)
 				if err != nil || string(resp.Body) != "1" {
 					b.Fatalf("wake: %v %v", resp, err)
 				}
 				ds = append(ds, time.Since(start))
+				calls.add(before, countBucket(n))
 			}
 			reportPercentiles(b, ds)
+			calls.report(b, len(ds))
 		})
 	}
 }
@@ -79,6 +112,7 @@ func BenchmarkHibernate(b *testing.B) {
 	}
 	post := abi.AppendRequest(nil, &abi.Request{Method: "POST", Path: "/"})
 	var ds []time.Duration
+	var calls bucketCalls
 	i := 0
 	for b.Loop() {
 		b.StopTimer()
@@ -88,13 +122,15 @@ func BenchmarkHibernate(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.StartTimer()
-		start := time.Now()
+		start, before := time.Now(), countBucket(n)
 		if err := n.Rooms.Hibernate(context.Background(), key); err != nil {
 			b.Fatal(err)
 		}
 		ds = append(ds, time.Since(start))
+		calls.add(before, countBucket(n))
 	}
 	reportPercentiles(b, ds)
+	calls.report(b, len(ds))
 }
 
 // BenchmarkDurableEvent measures a request to a resident counter whose
