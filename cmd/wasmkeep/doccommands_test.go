@@ -300,7 +300,7 @@ func (r *docRunner) shell(command string) (stdout, stderr string, err error) {
 	// Its own process group, so that a timeout kills what it started too.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	var out, errOut syncBuffer
+	var out, errOut testenv.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err = cmd.Run()
 	if ctx.Err() != nil {

@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/wasmkeep/wasmkeep/internal/s3test"
+	"github.com/wasmkeep/wasmkeep/internal/testenv"
 )
 
 const (
@@ -120,30 +121,12 @@ func childEnv(extra ...string) []string {
 	return append(env, extra...)
 }
 
-// syncBuffer collects a child's output while the child runs.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // proc is a running wasmkeep process (serve or demo).
 type proc struct {
 	t      *testing.T
 	cmd    *exec.Cmd
-	stdout syncBuffer
-	stderr syncBuffer
+	stdout testenv.Buffer
+	stderr testenv.Buffer
 	exited chan struct{} // closed once the process is reaped
 	url    string        // http://127.0.0.1:<port>
 }

@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 
+	"github.com/wasmkeep/wasmkeep/internal/testenv"
 	"github.com/wasmkeep/wasmkeep/internal/wstest"
 )
 
@@ -279,7 +279,7 @@ func TestChannelJoinsAndLeaves(t *testing.T) {
 // that it ended), and to a message, whose topic goes on. Each is logged
 // once.
 func TestChannelInvalidReply(t *testing.T) {
-	var log logBuffer
+	var log testenv.Buffer
 	n := startNode(t, Config{Logger: slog.New(slog.NewTextHandler(&log, nil))})
 	putClass(t, n, "channels", "./testdata/guests/channels")
 	room := n.URL() + "/actor/channels/i"
@@ -313,22 +313,4 @@ func TestChannelInvalidReply(t *testing.T) {
 	if got := strings.Count(log.String(), "not valid JSON"); got != 3 {
 		t.Fatalf("%d log records of an invalid reply, want 2:\n%s", got, log.String())
 	}
-}
-
-// logBuffer collects a node's log while the node writes it.
-type logBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

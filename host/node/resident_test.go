@@ -17,6 +17,7 @@ import (
 	"github.com/wasmkeep/wasmkeep/host/rooms"
 	"github.com/wasmkeep/wasmkeep/host/store"
 	"github.com/wasmkeep/wasmkeep/internal/memtest"
+	"github.com/wasmkeep/wasmkeep/internal/testenv"
 	"github.com/wasmkeep/wasmkeep/internal/wstest"
 )
 
@@ -148,7 +149,7 @@ func TestWakeRefusedWhenNoPlaceFrees(t *testing.T) {
 // takes writes again, the room hibernates at its next attempt.
 func TestFailedHibernationsBackOff(t *testing.T) {
 	faulty := store.WithFaults(store.NewMem(), nil)
-	logs := &logBuffer{}
+	logs := &testenv.Buffer{}
 	n := startNode(t, Config{Bucket: faulty, Logger: slog.New(slog.NewTextHandler(logs, nil)),
 		Rooms: rooms.Config{IdleTimeout: 20 * time.Millisecond}})
 	putClass(t, n, "counter", "./examples/counter")

@@ -10,6 +10,7 @@ import (
 
 	"github.com/wasmkeep/wasmkeep/host/rooms"
 	"github.com/wasmkeep/wasmkeep/host/store"
+	"github.com/wasmkeep/wasmkeep/internal/testenv"
 	"github.com/wasmkeep/wasmkeep/internal/wstest"
 )
 
@@ -31,7 +32,7 @@ func TestStopWaitsForWakesUnderWay(t *testing.T) {
 	}
 	t.Cleanup(func() { bucket.Close() })
 	gate := &gatedBucket{Bucket: bucket, release: make(chan struct{})}
-	logs := &logBuffer{}
+	logs := &testenv.Buffer{}
 	n := startNode(t, Config{DataDir: dir, Bucket: gate, Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	putClass(t, n, "chat", "./examples/chat")
 	clients := make([]*wstest.Client, roomCount)

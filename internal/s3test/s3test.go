@@ -12,7 +12,6 @@
 package s3test
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -134,7 +133,7 @@ func start(tb testing.TB, bin string) (*Server, error) {
 		AccessKeyID:     "k" + randomHex(8),
 		SecretAccessKey: randomHex(20),
 	}
-	var output syncBuffer
+	output := testenv.Buffer{Limit: maxOutput}
 	// --quiet: no line per request on stdout; --keep-alive: connections
 	// are reused, as they are by every real S3 service.
 	cmd := exec.Command(bin, "--port", addr, "--quiet", "--keep-alive", "posix", root)
@@ -234,25 +233,3 @@ func randomHex(n int) string {
 // maxOutput bounds the server output kept for a failure message: its start
 // is what explains a failed start.
 const maxOutput = 64 << 10
-
-// syncBuffer keeps the start of the server's output, written by the
-// process's copying goroutines while a failing start may read it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if room := maxOutput - b.b.Len(); room > 0 {
-		b.b.Write(p[:min(len(p), room)])
-	}
-	return len(p), nil
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
