@@ -33,7 +33,7 @@ func serveFlags() []cli.Flag {
 		&cli.StringFlag{Name: "data", Value: node.DefaultDataDir, Usage: "directory for the local store and compile cache", EnvVars: env("data")},
 		&cli.StringFlag{Name: "store", Usage: "keep classes and rooms in an S3 bucket, s3://BUCKET[/PREFIX], instead of the data directory (which keeps the compile cache)", EnvVars: env("store")},
 		&cli.BoolFlag{Name: "store-probe", Value: true, Usage: "check at start that the S3 store honours conditional writes (create, compare-and-swap, concurrent creates) and refuse it otherwise; false skips the check, for one node only", EnvVars: env("store-probe")},
-		&cli.StringFlag{Name: "s3-endpoint", Usage: "the S3 server's URL (default: AWS_ENDPOINT_URL, the shared config, else AWS); an IP address or localhost implies path-style addressing", EnvVars: append(env("s3-endpoint"), "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")},
+		&cli.StringFlag{Name: "s3-endpoint", Usage: "the S3 server's URL (default: AWS_ENDPOINT_URL, the shared config, else AWS); an IP address or localhost implies path-style addressing", EnvVars: env("s3-endpoint")},
 		&cli.StringFlag{Name: "s3-region", Usage: "the bucket's region (default: AWS_REGION, the shared config, else us-east-1)", EnvVars: env("s3-region")},
 		&cli.BoolFlag{Name: "s3-path-style", Usage: "address the bucket in the URL's path rather than its host name", EnvVars: env("s3-path-style")},
 		&cli.StringFlag{Name: "s3-profile", Usage: "the shared config profile for the S3 credentials and settings (default: AWS_PROFILE)", EnvVars: env("s3-profile")},

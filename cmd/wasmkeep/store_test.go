@@ -127,6 +127,7 @@ func TestServeRefusesAStoreThatIgnoresConditions(t *testing.T) {
 	}
 	t.Logf("refused after %v: %s", time.Since(start).Round(time.Millisecond), strings.TrimSpace(log))
 
-	unsafe := startNode(t, nodeOpts{args: []string{"--data", t.TempDir(), "--store", "s3://b/wk2", "--s3-endpoint", fake.URL, "--store-probe=false"}, env: s3Env("k", "s")})
+	// AWS_ENDPOINT_URL alone reaches the server (its IP implies path-style).
+	unsafe := startNode(t, nodeOpts{args: []string{"--data", t.TempDir(), "--store", "s3://b/wk2", "--store-probe=false"}, env: append(s3Env("k", "s"), "AWS_ENDPOINT_URL="+fake.URL)})
 	unsafe.waitOutput("--store-probe=false", 10*time.Second)
 }
