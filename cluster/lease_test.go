@@ -83,6 +83,105 @@ func TestLostRenewalAnswerIsRecognizedByItsNonce(t *testing.T) {
 	}
 }
 
+func TestSilentPeerIsFenced(t *testing.T) {
+	b := store.NewMem()
+	a, aclk := joined(t, b, "a", 1)
+	n, nclk := joined(t, b, "b", 2)
+	n.WatchPeers(ctx)
+
+	// A renewal resets the watch.
+	nclk.Advance(ttl)
+	aclk.Advance(ttl / 3)
+	a.RenewLease(ctx)
+	n.RenewLease(ctx)
+	n.WatchPeers(ctx)
+	nclk.Advance(ttl + ttl/5 - time.Millisecond)
+	n.RenewLease(ctx) // a node fences only while its own lease is valid
+	n.WatchPeers(ctx)
+	if l, _ := readLease(t, b, "a"); l.State != LeaseLive {
+		t.Fatalf("fenced %v after the renewal, under ttl + grace", ttl+ttl/5-time.Millisecond)
+	}
+	nclk.Advance(time.Millisecond)
+	n.WatchPeers(ctx)
+	l, _ := readLease(t, b, "a")
+	if l.State != LeaseFenced || l.FencedBy != "b" || l.Instance != a.Instance() || l.Renewal != 3 {
+		t.Fatalf("not fenced after ttl + grace of silence: %+v", l)
+	}
+	if s := n.Status(); len(s.Peers) != 1 || s.Peers[0].State != LeaseFenced || n.Counts().Fences != 1 {
+		t.Errorf("the fencer's view: %+v", s.Peers)
+	}
+
+	// The fenced node finds out at its next renewal and acts no more.
+	aclk.Advance(ttl / 3)
+	a.RenewLease(ctx)
+	if !a.Lost() || !a.Ended() || a.LeaseValid() {
+		t.Errorf("the fenced node goes on: %+v", a.Status())
+	}
+
+	// A node whose own lease is not valid fences nobody.
+	c, cclk := joined(t, b, "c", 3)
+	c.WatchPeers(ctx)
+	cclk.Advance(2 * ttl)
+	c.WatchPeers(ctx)
+	if l, _ := readLease(t, b, "b"); l.State != LeaseLive {
+		t.Errorf("fenced by a node whose lease ran out: %+v", l)
+	}
+}
+
+func TestAnOlderReadOfAPeersLeaseIsIgnored(t *testing.T) {
+	n, _ := joined(t, store.NewMem(), "n", 1)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	// The read of the newer lease answers first, the older one after.
+	n.notePeerLocked("p", "e2", Lease{Node: "p", Instance: "new", Renewal: 5, TTL: ttl}, 0)
+	n.notePeerLocked("p", "e1", Lease{Node: "p", Instance: "old", Renewal: 4, TTL: ttl}, 1)
+	if n.deadLocked("p", "new") {
+		t.Error("an older read made the current process dead")
+	}
+	if _, live := n.liveLocked("p", "new"); !live {
+		t.Error("the view lost the current process")
+	}
+	if !n.deadLocked("p", "old") {
+		t.Error("the replaced process is not dead")
+	}
+}
+
+func TestRestartTakesOverTheLeaseOfItsPredecessor(t *testing.T) {
+	b := store.NewMem()
+	joined(t, b, "a", 1) // then crashes: nothing renews its lease any more
+	n, clk := testNode(t, b, "a", 2)
+	n.RenewLease(ctx)
+	clk.Advance(ttl + ttl/5 - time.Millisecond)
+	n.RenewLease(ctx)
+	if n.LeaseValid() {
+		t.Fatal("took the lease over before ttl + grace of silence")
+	}
+	clk.Advance(time.Millisecond)
+	n.RenewLease(ctx)
+	if !n.LeaseValid() {
+		t.Fatalf("did not take the lease over: %+v", n.Status())
+	}
+	if l, _ := readLease(t, b, "a"); l.Instance != n.Instance() || l.Renewal != 2 {
+		t.Fatalf("lease %+v: want this instance at the predecessor's renewal + 1", l)
+	}
+
+	// A fenced or released predecessor is taken over at once.
+	for _, state := range []LeaseState{LeaseFenced, LeaseReleased} {
+		name := "p" + state.String()
+		joined(t, b, name, 3)
+		l, etag := readLease(t, b, name)
+		l.State, l.Nonce = state, "by-hand"
+		if _, err := b.Put(ctx, LeaseKey(name), EncodeLease(l), store.IfMatch(etag)); err != nil {
+			t.Fatal(err)
+		}
+		next, _ := testNode(t, b, name, 4)
+		next.RenewLease(ctx)
+		if !next.LeaseValid() {
+			t.Errorf("did not take over a %s predecessor's lease at once: %+v", state, next.Status())
+		}
+	}
+}
+
 func TestRestartWaitsBehindALiveTwin(t *testing.T) {
 	b := store.NewMem()
 	twin, tclk := joined(t, b, "a", 1)

@@ -99,7 +99,7 @@ func (p phase) String() string { return phaseNames[p] }
 // of its peers, and the rooms it holds, releases and has yet to resolve.
 //
 // It does no I/O of its own accord and starts no goroutine: its duties
-// are steps that make synchronous bucket
+// (RenewLease, WatchPeers) are steps that make synchronous bucket
 // calls and say when they want to run again, and a driver loop calls
 // them (a loop of the server's; the simulation's scheduler in tests). Every
 // method is safe for concurrent use; no lock is held across a bucket
@@ -121,6 +121,7 @@ type Node struct {
 	acquiring  map[Room]string // room → nonce of the acquisition in flight
 	pending    map[pendingKey]*pendingRelease
 	unresolved map[string]*unresolvedAcquire // by nonce
+	peers      map[string]*peer
 
 	counts Counters
 }
@@ -155,6 +156,7 @@ func New(cfg Config) (*Node, error) {
 		acquiring:  map[Room]string{},
 		pending:    map[pendingKey]*pendingRelease{},
 		unresolved: map[string]*unresolvedAcquire{},
+		peers:      map[string]*peer{},
 	}
 	if n.cfg.Instance == "" {
 		n.cfg.Instance = n.nonceLocked()

@@ -1,5 +1,11 @@
 package cluster
 
+import (
+	"cmp"
+	"slices"
+	"time"
+)
+
 // Acting reports whether the node holds a valid hold on room now. It
 // changes nothing (the simulation's checks call it after every step).
 func (n *Node) Acting(room Room) bool {
@@ -52,4 +58,65 @@ func (n *Node) Counts() Counters {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.counts
+}
+
+// Status is a node's state as operators see it.
+type Status struct {
+	Node, Instance string
+	Phase          string
+	LeaseValid     bool
+	// ValidFor is how long the lease stays valid without another
+	// renewal (0 if it is not valid).
+	ValidFor   time.Duration
+	Draining   bool
+	Holds      []Hold
+	Pending    []Hold // releases not yet landed
+	Unresolved []Hold // acquisitions whose answer was lost (Version is the one they replaced)
+	Peers      []Peer
+}
+
+// Peer is what a node knows of another's lease.
+type Peer struct {
+	Node, Instance, Address string
+	State                   LeaseState
+	Draining                bool
+	// Silent is for how long (by this node's clock) its lease has not
+	// changed.
+	Silent time.Duration
+}
+
+// Status returns the node's state, sorted by room and node.
+func (n *Node) Status() Status {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	now := n.clock.Now()
+	s := Status{Node: n.cfg.Node, Instance: n.cfg.Instance, Phase: n.phase.String(), LeaseValid: n.validLocked(now), Draining: n.draining}
+	if s.LeaseValid {
+		s.ValidFor = time.Duration(n.lease.validUntil - now)
+	}
+	for _, h := range n.holds {
+		s.Holds = append(s.Holds, h)
+	}
+	for _, p := range n.pending {
+		s.Pending = append(s.Pending, p.hold)
+	}
+	for _, u := range n.unresolved {
+		s.Unresolved = append(s.Unresolved, Hold{Room: u.room, Generation: u.gen, Version: u.from})
+	}
+	for name, p := range n.peers {
+		s.Peers = append(s.Peers, Peer{Node: name, Instance: p.lease.Instance, Address: p.lease.Address, State: p.lease.State, Draining: p.lease.Draining, Silent: time.Duration(now - p.since)})
+	}
+	for _, hs := range [][]Hold{s.Holds, s.Pending, s.Unresolved} {
+		slices.SortFunc(hs, compareHolds)
+	}
+	slices.SortFunc(s.Peers, func(a, b Peer) int { return cmp.Compare(a.Node, b.Node) })
+	return s
+}
+
+func compareRooms(a, b Room) int {
+	return cmp.Or(cmp.Compare(a.Class, b.Class), cmp.Compare(a.Name, b.Name))
+}
+
+func compareHolds(a, b Hold) int {
+	return cmp.Or(compareRooms(a.Room, b.Room), cmp.Compare(a.Version, b.Version))
 }
