@@ -53,6 +53,19 @@ func readLease(t *testing.T, b store.Bucket, node string) (Lease, string) {
 	return l, etag
 }
 
+func readRecord(t *testing.T, b store.Bucket, room Room) (Record, string) {
+	t.Helper()
+	body, etag, err := b.Get(ctx, RecordKey(room))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := DecodeRecord(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, etag
+}
+
 // slowBucket moves a manual clock during each Put, after the write
 // applied: an answer that arrives late.
 type slowBucket struct {
@@ -65,6 +78,34 @@ func (b *slowBucket) Put(ctx context.Context, key string, body []byte, cond stor
 	etag, err := b.Bucket.Put(ctx, key, body, cond)
 	b.clk.Advance(b.delay)
 	return etag, err
+}
+
+// lateBucket keeps the next Put to key instead of applying it, answers it
+// with ErrUnknownOutcome, and applies it when the test calls land: a
+// write that lands after its writer gave up on it.
+type lateBucket struct {
+	store.Bucket
+	key  string
+	held func() error
+}
+
+func (b *lateBucket) Put(ctx context.Context, key string, body []byte, cond store.Cond) (string, error) {
+	if key == b.key && b.held == nil {
+		b.key = ""
+		b.held = func() error { _, err := b.Bucket.Put(ctx, key, body, cond); return err }
+		return "", store.ErrUnknownOutcome
+	}
+	return b.Bucket.Put(ctx, key, body, cond)
+}
+
+func (b *lateBucket) land(t *testing.T) {
+	t.Helper()
+	if b.held == nil {
+		t.Fatal("no write held")
+	}
+	if err := b.held(); err != nil {
+		t.Fatalf("the late write did not land: %v", err)
+	}
 }
 
 // faultOn returns a FaultFunc that injects f into the next call of kind

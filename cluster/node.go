@@ -99,7 +99,7 @@ func (p phase) String() string { return phaseNames[p] }
 // of its peers, and the rooms it holds, releases and has yet to resolve.
 //
 // It does no I/O of its own accord and starts no goroutine: its duties
-// (RenewLease, WatchPeers) are steps that make synchronous bucket
+// (RenewLease, WatchPeers, Settle) are steps that make synchronous bucket
 // calls and say when they want to run again, and a driver loop calls
 // them (a loop of the server's; the simulation's scheduler in tests). Every
 // method is safe for concurrent use; no lock is held across a bucket

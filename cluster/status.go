@@ -36,6 +36,14 @@ func (n *Node) Accounts(room Room, version, nonce string) bool {
 	return ok && u.room == room
 }
 
+// Drained reports whether nothing is left here that names this node:
+// no hold, no pending release, no unresolved acquisition.
+func (n *Node) Drained() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return len(n.holds) == 0 && len(n.pending) == 0 && len(n.unresolved) == 0 && len(n.acquiring) == 0
+}
+
 // Counters count what the node did, for metrics and the simulation.
 type Counters struct {
 	Renewals, RenewalsFailed uint64
