@@ -40,6 +40,14 @@ func joined(t *testing.T, b store.Bucket, name string, seed uint64, edit ...func
 	return n, clk
 }
 
+// manualSleeper sleeps by moving a manual clock.
+type manualSleeper struct{ clk *clock.Manual }
+
+func (s manualSleeper) Sleep(_ context.Context, d time.Duration) error {
+	s.clk.Advance(d)
+	return nil
+}
+
 func readLease(t *testing.T, b store.Bucket, node string) (Lease, string) {
 	t.Helper()
 	body, etag, err := b.Get(ctx, LeaseKey(node))

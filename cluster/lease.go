@@ -33,6 +33,9 @@ type leaseState struct {
 	// acknowledged: a read that finds one of their nonces acknowledges
 	// it.
 	sent []sentLease
+	// closing: a clean stop is writing the lease released; no renewal
+	// may go out meanwhile.
+	closing bool
 	// watchETag and watchSince: while joining behind a lease of an
 	// earlier process that looks alive, its version and when this node
 	// first saw it.
@@ -69,6 +72,10 @@ func (n *Node) RenewLease(ctx context.Context) time.Duration {
 		n.mu.Unlock()
 		return 0
 	}
+	if n.lease.closing {
+		n.mu.Unlock()
+		return n.leaseRetry()
+	}
 	if now < n.lease.nextRenew {
 		defer n.mu.Unlock()
 		return time.Duration(n.lease.nextRenew - now)
@@ -79,7 +86,7 @@ func (n *Node) RenewLease(ctx context.Context) time.Duration {
 		return n.leaseRetry()
 	}
 	n.mu.Lock()
-	if n.phase != active && n.phase != stopping {
+	if n.phase != active && n.phase != stopping || n.lease.closing {
 		n.mu.Unlock()
 		return n.leaseRetry()
 	}
@@ -136,6 +143,9 @@ func (n *Node) ackLocked(s sentLease, etag string, now int64) {
 	}
 	n.lease.etag, n.lease.known, n.lease.body = etag, true, s.body
 	n.lease.sent = n.lease.sent[:0]
+	if n.lease.closing {
+		return // a clean stop has ended the node's validity for good
+	}
 	n.lease.validUntil = max(n.lease.validUntil, from+int64(n.cfg.TTL-n.cfg.Safety))
 	n.lease.nextRenew = s.at + int64(n.cfg.TTL/3)
 	n.counts.Renewals++
@@ -284,4 +294,96 @@ func (n *Node) endLocked(p phase) {
 	clear(n.holds)
 	clear(n.pending)
 	clear(n.unresolved)
+}
+
+// SetDraining marks the node draining (or not): it takes no room while
+// draining, and its next lease write, made at once, tells its peers.
+// Handing its rooms over is the caller's (each hold is then released).
+func (n *Node) SetDraining(draining bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.draining != draining {
+		n.draining = draining
+		n.lease.nextRenew = 0
+	}
+}
+
+// Stop stops the node cleanly: it takes no more rooms, releases every
+// hold, waits (up to a TTL, sleeping on s) for the releases to land, and
+// writes its lease released, which frees whatever did not. The lease duty
+// must go on running meanwhile.
+func (n *Node) Stop(ctx context.Context, s Sleeper) {
+	n.mu.Lock()
+	switch n.phase {
+	case joining:
+		n.endLocked(stopped)
+		n.mu.Unlock()
+		return
+	case stopped, lost:
+		n.mu.Unlock()
+		return
+	}
+	n.phase = stopping
+	now := n.clock.Now()
+	for _, h := range n.holds {
+		n.addPendingLocked(h, now)
+	}
+	clear(n.holds)
+	deadline := now + int64(n.cfg.TTL)
+	n.mu.Unlock()
+
+	for {
+		d := n.settleReleases(ctx)
+		n.mu.Lock()
+		left, now, p := len(n.pending), n.clock.Now(), n.phase
+		n.mu.Unlock()
+		if left == 0 || now >= deadline || p != stopping || s.Sleep(ctx, d) != nil {
+			break
+		}
+	}
+	// From here on the node acts on nothing, not even in the moment
+	// between the released lease landing and its answer, and renews no
+	// more.
+	n.mu.Lock()
+	n.lease.closing, n.lease.validUntil = true, 0
+	n.mu.Unlock()
+	for try := 0; try < 5; try++ {
+		n.mu.Lock()
+		if n.phase != stopping {
+			n.mu.Unlock()
+			return
+		}
+		known := n.lease.known
+		n.mu.Unlock()
+		if !known && !n.readOwnLease(ctx) {
+			if s.Sleep(ctx, n.leaseRetry()) != nil {
+				break
+			}
+			continue
+		}
+		n.mu.Lock()
+		if n.phase != stopping {
+			n.mu.Unlock()
+			return
+		}
+		l := n.lease.body
+		l.Renewal++
+		l.State = LeaseReleased
+		l.Nonce = n.nonceLocked()
+		n.sendLocked(l)
+		etag := n.lease.etag
+		n.mu.Unlock()
+		_, err := n.bucket.Put(ctx, LeaseKey(n.cfg.Node), EncodeLease(l), store.IfMatch(etag))
+		if err == nil {
+			break
+		}
+		n.mu.Lock()
+		n.lease.known = false
+		n.mu.Unlock()
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.phase == stopping {
+		n.endLocked(stopped)
+	}
 }

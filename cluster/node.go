@@ -101,7 +101,7 @@ func (p phase) String() string { return phaseNames[p] }
 // It does no I/O of its own accord and starts no goroutine: its duties
 // (RenewLease, WatchPeers, Settle) are steps that make synchronous bucket
 // calls and say when they want to run again, and a driver loop calls
-// them (a loop of the server's; the simulation's scheduler in tests). Every
+// them (Run in a server; the simulation's scheduler in tests). Every
 // method is safe for concurrent use; no lock is held across a bucket
 // call.
 type Node struct {
