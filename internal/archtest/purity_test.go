@@ -48,7 +48,7 @@ func TestPurePackagesImportNoClockFilesOrNetwork(t *testing.T) {
 // clocked are the packages that read the time only through the injected
 // clock (internal/clock): nothing of package time that reads the clock or
 // arms a timer, outside the file that adapts the clock.
-var clocked = map[string]string{"host/rooms": "", "host/rooms/life": "", "host/socket": "deadline.go", "host/engine": "", "cluster": ""}
+var clocked = map[string]string{"host/rooms": "", "host/rooms/life": "", "host/socket": "deadline.go", "host/engine": "", "cluster": "", "cluster/sim": ""}
 
 // clockReads are the package time functions that read the real clock or
 // arm real timers.
@@ -115,7 +115,7 @@ func goStatements(t *testing.T, dir string) []string {
 // seeded are the packages whose randomness comes from a *rand.Rand they
 // are given, never from package math/rand's global source, so that a
 // simulation's seed decides every draw and replays it.
-var seeded = []string{"cluster"}
+var seeded = []string{"cluster", "cluster/sim"}
 
 // randConstructors are the math/rand/v2 functions that draw nothing from
 // the global source.
