@@ -1,10 +1,19 @@
-// Package cluster will hold the logic that lets several nodes share one
-// bucket: node leases, per-room ownership records written with conditional
-// puts, fences, parking of rooms whose sockets are open on a node, drains
-// and moves. It will be pure logic over Clock and Bucket interfaces, driven
-// by a loop, so that a deterministic simulation can run it.
+// Package cluster is the logic that lets several nodes share one bucket:
+// node leases and membership, fences, and per-room ownership records
+// taken and released with conditional writes, with the pending releases
+// and the resolver of acquisitions whose answer was lost. docs/cluster.md
+// gives the rules and their timing.
 //
-// Nothing is here yet: a single node runs as a cluster of one through
-// host/rooms.Local, and this package will implement the same
-// host/rooms.Placement interface. See docs/architecture.md.
+// It is a core in the shape of etcd-io/raft's: it does no I/O of its own
+// accord, starts no goroutine and reads no clock but the one it is given.
+// A Node's duties are steps that make synchronous bucket calls and return
+// how long to wait; a server runs each in a loop (Node.Run), and the
+// simulation in cluster/sim runs the very same code on a scheduler of its
+// own, with faults, and checks its invariants after every step.
+//
+// Not wired yet: a node still runs as a cluster of one through
+// host/rooms.Local. A cluster placement will implement host/rooms.Placement
+// over this package (cmd/wasmkeep wires the two; host does not import
+// cluster). Parking (seed 000), drains, moves and routing are to come; the
+// lease's draining flag and Node.Drained are where they fit.
 package cluster

@@ -48,7 +48,7 @@ func TestPurePackagesImportNoClockFilesOrNetwork(t *testing.T) {
 // clocked are the packages that read the time only through the injected
 // clock (internal/clock): nothing of package time that reads the clock or
 // arms a timer, outside the file that adapts the clock.
-var clocked = map[string]string{"host/rooms": "", "host/rooms/life": "", "host/socket": "deadline.go", "host/engine": ""}
+var clocked = map[string]string{"host/rooms": "", "host/rooms/life": "", "host/socket": "deadline.go", "host/engine": "", "cluster": "", "cluster/sim": ""}
 
 // clockReads are the package time functions that read the real clock or
 // arm real timers.
@@ -73,18 +73,107 @@ func TestClockedPackagesUseTheInjectedClock(t *testing.T) {
 	}
 }
 
-// TestCoreStartsNoGoroutine: the lifecycle core returns decisions; the
-// room manager owns every goroutine.
+// cores start no goroutine: the lifecycle core returns decisions and the
+// room manager owns every goroutine; the cluster core's duties are steps
+// that a server's loops and the simulation's scheduler drive, which only
+// works if nothing in it runs on its own.
+var cores = []string{"host/rooms/life", "cluster"}
+
+// TestCoreStartsNoGoroutine: no go statement in a core.
 func TestCoreStartsNoGoroutine(t *testing.T) {
 	root := moduleRoot(t)
-	for _, f := range goFiles(t, filepath.Join(root, "host/rooms/life")) {
+	for _, dir := range cores {
+		for _, v := range goStatements(t, filepath.Join(root, dir)) {
+			t.Errorf("%s: %s", dir, v)
+		}
+	}
+	tmp := t.TempDir()
+	src := "package x\nfunc f() { go f(); go func() {}() }\n"
+	if err := os.WriteFile(filepath.Join(tmp, "x.go"), []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := goStatements(t, tmp); len(got) != 2 {
+		t.Errorf("the goroutine rule found %q in a file with two go statements", got)
+	}
+}
+
+// goStatements lists the go statements in dir's files.
+func goStatements(t *testing.T, dir string) []string {
+	t.Helper()
+	var out []string
+	for _, f := range goFiles(t, dir) {
 		ast.Inspect(f.file, func(n ast.Node) bool {
 			if g, ok := n.(*ast.GoStmt); ok {
-				t.Errorf("%s: a go statement in the lifecycle core", f.fset.Position(g.Pos()))
+				out = append(out, f.fset.Position(g.Pos()).String()+": a go statement in a core")
 			}
 			return true
 		})
 	}
+	return out
+}
+
+// seeded are the packages whose randomness comes from a *rand.Rand they
+// are given, never from package math/rand's global source, so that a
+// simulation's seed decides every draw and replays it.
+var seeded = []string{"cluster", "cluster/sim"}
+
+// randConstructors are the math/rand/v2 functions that draw nothing from
+// the global source.
+var randConstructors = map[string]bool{"New": true, "NewPCG": true, "NewChaCha8": true, "NewZipf": true}
+
+func TestSeededPackagesUseNoGlobalRandomness(t *testing.T) {
+	root := moduleRoot(t)
+	for _, dir := range seeded {
+		for _, v := range globalRandomness(t, filepath.Join(root, dir)) {
+			t.Errorf("%s: %s", dir, v)
+		}
+	}
+	tmp := t.TempDir()
+	src := "package x\nimport (\n\"math/rand/v2\"\nold \"math/rand\"\n)\nvar r = rand.New(rand.NewPCG(1, 2))\nfunc f() int { _ = old.Int(); return rand.IntN(3) + r.IntN(3) }\n"
+	if err := os.WriteFile(filepath.Join(tmp, "x.go"), []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := globalRandomness(t, tmp); len(got) != 2 {
+		t.Errorf("the randomness rule found %q in a file importing math/rand and calling rand.IntN", got)
+	}
+}
+
+// globalRandomness lists, in dir's files, imports of math/rand (v1, whose
+// functions share a global source) and calls of math/rand/v2's global
+// functions.
+func globalRandomness(t *testing.T, dir string) []string {
+	t.Helper()
+	var out []string
+	for _, f := range goFiles(t, dir) {
+		randName := ""
+		for _, imp := range f.file.Imports {
+			switch imp.Path.Value {
+			case `"math/rand"`:
+				out = append(out, f.fset.Position(imp.Pos()).String()+": imports math/rand (use a *rand.Rand of math/rand/v2 passed in)")
+			case `"math/rand/v2"`:
+				randName = "rand"
+				if imp.Name != nil {
+					randName = imp.Name.Name
+				}
+			}
+		}
+		if randName == "" {
+			continue
+		}
+		ast.Inspect(f.file, func(n ast.Node) bool {
+			call, ok := n.(*ast.CallExpr)
+			if !ok {
+				return true
+			}
+			if sel, ok := call.Fun.(*ast.SelectorExpr); ok {
+				if id, ok := sel.X.(*ast.Ident); ok && id.Name == randName && id.Obj == nil && !randConstructors[sel.Sel.Name] {
+					out = append(out, f.fset.Position(sel.Pos()).String()+": rand."+sel.Sel.Name+" draws from the global source (use the *rand.Rand passed in)")
+				}
+			}
+			return true
+		})
+	}
+	return out
 }
 
 type parsed struct {

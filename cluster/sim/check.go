@@ -1,0 +1,105 @@
+package sim
+
+import (
+	"strings"
+
+	"github.com/wasmkeep/wasmkeep/cluster"
+)
+
+// The invariants, checked after every step:
+//
+//   - never a process that counts its lease valid while the bucket has
+//     that lease fenced, released or naming another process (what the
+//     lease timing guarantees, and the others rest on);
+//   - never two processes acting on one room (holding a hold that is
+//     valid by their own clock);
+//   - never a record naming a running process whose lease is valid, that
+//     neither holds it, nor has a release pending, nor an acquisition in
+//     flight or unresolved that wrote it (a leak);
+//   - never one generation for two holds of a room (checked as each hold
+//     is granted, in serve).
+//
+// A step can break one only through what it changed: the state of the
+// process that ran (only its own steps can make it act, extend its
+// lease or drop what accounts for a record; time passing only ends
+// validity), or an object a write applied to. So check looks at those,
+// unless Config.CheckEverything asks it to look at everything.
+
+// check looks for a broken invariant after a step in which ran (nil for
+// the scheduler's own events) ran and the writes to w.touched applied.
+func (w *World) check(ran *process) {
+	if w.cfg.CheckEverything {
+		for _, m := range w.machines {
+			if m.proc != nil {
+				w.checkProcess(m.proc)
+			}
+		}
+		for i := range w.rooms {
+			w.checkRecord(i)
+		}
+		w.touched = w.touched[:0]
+		return
+	}
+	if ran != nil && ran.machine.proc == ran {
+		w.checkProcess(ran)
+	}
+	for _, key := range w.touched {
+		if i, ok := w.roomOf[key]; ok {
+			w.checkRecord(i)
+		} else if m := w.machineOf[key]; m != nil && m.proc != nil {
+			w.checkProcess(m.proc)
+		}
+	}
+	w.touched = w.touched[:0]
+}
+
+// checkProcess checks p's lease, the rooms it acts on and the records
+// naming it.
+func (w *World) checkProcess(p *process) {
+	name := p.machine.name
+	if l := w.leases[name]; (l.Instance != p.node.Instance() || l.State != cluster.LeaseLive) && p.node.LeaseValid() {
+		w.fail("%s counts its lease valid, but the bucket has it %s for instance %s", p.name, l.State, l.Instance)
+		return
+	}
+	for i, room := range w.rooms {
+		// The node's holds are among the host's (Acquire hands each one
+		// over at once), so a room the host does not hold is not acted
+		// on.
+		if _, held := p.holds[room]; held && p.node.Acting(room) {
+			var acting []string
+			for _, m := range w.machines {
+				if q := m.proc; q != nil && q.node.Acting(room) {
+					acting = append(acting, q.name)
+				}
+			}
+			if len(acting) > 1 {
+				w.fail("room %s: %s act on it at once", room, strings.Join(acting, " and "))
+				return
+			}
+		}
+		if r := w.records[w.recordKeys[i]]; r.rec.Node == name {
+			w.checkRecord(i)
+		}
+	}
+}
+
+// checkRecord checks that room i's record, if it names a running process
+// whose lease is valid, is accounted for there.
+func (w *World) checkRecord(i int) {
+	room := w.rooms[i]
+	r, ok := w.records[w.recordKeys[i]]
+	if !ok || r.rec.Free {
+		return
+	}
+	m := w.machineNamed[r.rec.Node]
+	if m == nil || m.proc == nil {
+		return
+	}
+	p := m.proc
+	if p.node.Instance() != r.rec.Instance || !p.node.LeaseValid() {
+		return
+	}
+	if !p.node.Accounts(room, r.etag, r.rec.Nonce) {
+		w.fail("room %s: its record (generation %d, version %s) names %s, which has nothing that will release it", room, r.rec.Generation, r.etag, p.name)
+	}
+}
