@@ -328,6 +328,15 @@ func TestOneSocketCannotFillItsRoom(t *testing.T) {
 	if err := a.Message(abi.MessageText, []byte("wait")); err != nil { // the room is busy until the gate opens
 		t.Fatal(err)
 	}
+	room := a.room
+	queued := func() int {
+		room.mu.Lock()
+		defer room.mu.Unlock()
+		return len(room.queue) - room.head
+	}
+	// The worker has taken "wait" out of the mailbox and runs it: else
+	// the flood's first message would queue behind it, not run after it.
+	h.waitFor("the room to run the wait message", func() bool { return queued() == 0 })
 	var calls atomic.Int32
 	flooded := make(chan error, 1)
 	go func() {
@@ -343,12 +352,8 @@ func TestOneSocketCannotFillItsRoom(t *testing.T) {
 	// The event running ("wait") holds one of the socket's two places:
 	// the flood's first message takes the other, its second waits.
 	h.waitFor("the flood to reach its second message", func() bool { return calls.Load() >= 2 })
-	room := a.room
-	room.mu.Lock()
-	queued := len(room.queue) - room.head
-	room.mu.Unlock()
-	if got := calls.Load(); got != 2 || queued != 1 {
-		t.Fatalf("with the room busy on one of its events, the socket made %d calls and has %d queued; want its second call waiting and one queued", got, queued)
+	if got, q := calls.Load(), queued(); got != 2 || q != 1 {
+		t.Fatalf("with the room busy on one of its events, the socket made %d calls and has %d queued; want its second call waiting and one queued", got, q)
 	}
 	close(h.classes.byName["c"].gate)
 	if err := <-flooded; err != nil {
