@@ -401,13 +401,17 @@ func (h *harness) request(name, method, path string) (string, error) {
 	return string(resp.Body), nil
 }
 
-// expect sends a request that must succeed with body want.
+// expect sends a request that must succeed with body want, and waits
+// until the room's worker has finished with it (settle): the tests move
+// the manual clock next, and a sweep or an eviction passes over a room
+// that is still busy.
 func (h *harness) expect(name, method, path, want string) {
 	h.t.Helper()
 	got, err := h.request(name, method, path)
 	if err != nil || got != want {
 		h.t.Fatalf("%s %s to %s: %q, %v; want %q", method, path, name, got, err, want)
 	}
+	h.settle(name)
 }
 
 // open attaches a fake socket to room c/name; its open event is queued.
@@ -448,6 +452,19 @@ func (h *harness) waitFor(what string, cond func() bool) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// settle waits until room c/name's worker has finished its events (it
+// lingers or is gone): the sweep skips a busy room, so a test that moves
+// the clock past a timeout must not do it while the worker still works.
+func (h *harness) settle(name string) {
+	h.t.Helper()
+	h.waitFor("room "+name+" to finish its events", func() bool {
+		h.m.mu.Lock()
+		r := h.m.rooms[Key{"c", name}]
+		h.m.mu.Unlock()
+		return r == nil || !r.busy()
+	})
 }
 
 // counter reads a metric of the manager's set, 0 if absent.

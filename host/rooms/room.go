@@ -483,7 +483,9 @@ func (r *Room) handle(ev *event, more bool) {
 	case evChannel:
 		r.handleChannel(ev)
 	}
-	r.lastActive.Store(r.m.clock.Now())
+	if ev.kind != evRequest { // a request's is recorded before its answer goes
+		r.lastActive.Store(r.m.clock.Now())
+	}
 }
 
 func (r *Room) handleRequest(ev *event) {
