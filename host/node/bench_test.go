@@ -31,9 +31,7 @@ func countBucket(n *Node) bucketCalls {
 	m := n.Bucket.(*store.MeteredBucket)
 	var c bucketCalls
 	for i, op := range []store.OpKind{store.OpGet, store.OpPut, store.OpDelete, store.OpList} {
-		for _, o := range []string{store.OutcomeOK, store.OutcomeNotFound, store.OutcomePrecondition, store.OutcomeConflict, store.OutcomeUnknown, store.OutcomeInvalid, store.OutcomeCanceled, store.OutcomeError} {
-			c[i] += m.Requests(op, o)
-		}
+		c[i] = m.AllRequests(op)
 	}
 	return c
 }

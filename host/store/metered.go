@@ -78,6 +78,16 @@ func (m *MeteredBucket) Requests(op OpKind, outcome string) uint64 {
 	return m.requests[op][outcome].Get()
 }
 
+// AllRequests returns how many op requests were made, whatever their
+// outcome.
+func (m *MeteredBucket) AllRequests(op OpKind) uint64 {
+	var n uint64
+	for _, c := range m.requests[op] {
+		n += c.Get()
+	}
+	return n
+}
+
 func (m *MeteredBucket) done(op OpKind, start time.Time, err error) {
 	m.requests[op][Outcome(err)].Inc()
 	m.seconds[op].UpdateDuration(start)

@@ -55,6 +55,9 @@ func TestMeteredCountsOutcomes(t *testing.T) {
 			t.Errorf("%s %s: %d, want %d", c.op, c.outcome, got, c.want)
 		}
 	}
+	if got := b.AllRequests(store.OpPut); got != 5 {
+		t.Errorf("puts of every outcome: %d, want 5", got)
+	}
 	var out bytes.Buffer
 	set.WritePrometheus(&out)
 	for _, want := range []string{
