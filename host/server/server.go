@@ -66,7 +66,9 @@ type Config struct {
 	AllowedOrigins []string
 	// MaxRoomName caps a room name in bytes (DefaultMaxRoomName).
 	MaxRoomName int
-	Logger      *slog.Logger
+	// Cluster, if set, makes the node a member of a cluster (cluster.go).
+	Cluster *Cluster
+	Logger  *slog.Logger
 }
 
 func (c Config) withDefaults() Config {

@@ -1,0 +1,93 @@
+package server
+
+import (
+	"context"
+	"time"
+
+	"github.com/wasmkeep/wasmkeep/host/rooms"
+)
+
+// Cluster makes a node's HTTP surface a member of a cluster: requests for
+// rooms another node runs are forwarded to it (WebSocket upgrades
+// relayed), node-to-node requests are signed with Secret and checked
+// (peer.go), and the admin API gains /admin/cluster.
+type Cluster struct {
+	// Node is this node's name: the hop marker of what it forwards.
+	Node string
+	// Secret signs and checks node-to-node requests. Required: a node
+	// without it refuses to join.
+	Secret []byte
+	// FailoverWait is how long a request for a room whose node stopped
+	// answering (its record not free yet) waits for the room to be free
+	// before it is answered 503 with Retry-After (DefaultFailoverWait).
+	FailoverWait time.Duration
+	// Member is the node's cluster membership.
+	Member ClusterMember
+}
+
+// DefaultFailoverWait keeps a request for a room of a dead node within a
+// client's patience; the room is free after the failover bound
+// (docs/cluster.md), which is longer.
+const DefaultFailoverWait = 5 * time.Second
+
+// ClusterMember is what the HTTP surface asks of the node's membership of
+// a cluster, for the admin API and for node-to-node calls.
+type ClusterMember interface {
+	// Status is this node's view: its lease, its holds and pending
+	// releases, and its peers' leases.
+	Status() ClusterNode
+	// Drain starts handing this node's rooms over (on) or takes rooms
+	// again (off). It returns at once; Status tells when it is drained.
+	Drain(on bool) error
+	// Move hands a room held here over to node to: its sockets close
+	// with 1012, its state is written and its record released, and to
+	// is asked to take it.
+	Move(ctx context.Context, key rooms.Key, to string) error
+	// Take acquires and wakes a room here: the target's side of a move.
+	Take(ctx context.Context, key rooms.Key) error
+	// Fence fences node by hand: its lease is written fenced at once,
+	// which frees its records for any node to take. For a node whose
+	// process is dead or stopped for good.
+	Fence(ctx context.Context, node string) error
+	// Unreachable says that a forward to node failed to connect: its
+	// lease is read again before the next request routes to it.
+	Unreachable(ctx context.Context, node string)
+}
+
+// ClusterNode is one node's state, as GET /admin/cluster shows it.
+type ClusterNode struct {
+	Node     string `json:"node"`
+	Instance string `json:"instance"`
+	Address  string `json:"address"`
+	// Phase is joining, active, stopping, stopped or lost.
+	Phase      string `json:"phase"`
+	LeaseValid bool   `json:"lease_valid"`
+	// ValidForMS is how long the lease stays valid without a renewal.
+	ValidForMS int64 `json:"valid_for_ms"`
+	Draining   bool  `json:"draining"`
+	// Drained: draining, and nothing left that names the node.
+	Drained bool          `json:"drained"`
+	Holds   []ClusterRoom `json:"holds"`
+	Pending []ClusterRoom `json:"pending_releases"`
+	Peers   []ClusterPeer `json:"peers"`
+	Error   string        `json:"error,omitempty"` // a peer that could not be asked
+}
+
+// ClusterRoom is a room a node holds or has a release pending for.
+type ClusterRoom struct {
+	Class      string `json:"class"`
+	Name       string `json:"name"`
+	Generation uint64 `json:"generation"`
+}
+
+// ClusterPeer is what a node knows of another's lease.
+type ClusterPeer struct {
+	Node     string `json:"node"`
+	Instance string `json:"instance"`
+	Address  string `json:"address"`
+	// State is live, fenced or released.
+	State    string `json:"state"`
+	Draining bool   `json:"draining"`
+	// SilentMS is for how long the observer has seen its lease unchanged.
+	SilentMS int64 `json:"silent_ms"`
+}
