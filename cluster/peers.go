@@ -3,8 +3,6 @@ package cluster
 import (
 	"context"
 	"time"
-
-	"github.com/wasmkeep/wasmkeep/host/store"
 )
 
 // A node never compares its clock with a peer's. It notes, on its own
@@ -32,6 +30,9 @@ type peer struct {
 	since int64
 	// ended are the node's instances known to be dead.
 	ended map[string]bool
+	// unreachable is the lease version at which a forward to the node
+	// last failed to connect (Unreachable); cleared by its next change.
+	unreachable string
 }
 
 // WatchPeers is the membership duty: it lists the leases, reads the ones
@@ -85,22 +86,10 @@ func (n *Node) watchPeer(ctx context.Context, node, etag string) {
 		return
 	}
 	l := p.lease
-	l.State, l.FencedBy, l.Nonce = LeaseFenced, n.cfg.Node, n.nonceLocked()
-	l.Renewal++
 	n.mu.Unlock()
-
-	newETag, err := n.bucket.Put(ctx, LeaseKey(node), EncodeLease(l), store.IfMatch(etag))
-
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if err != nil {
-		// Renewed meanwhile, fenced by another, or unanswered: read it
-		// again at the next pass.
-		p.known = false
-		return
-	}
-	n.counts.Fences++
-	n.notePeerLocked(node, newETag, l, n.clock.Now())
+	// A fence that fails was renewed meanwhile, fenced by another, or
+	// unanswered: the next pass reads the lease again.
+	_, _ = n.writeFence(ctx, node, etag, l)
 }
 
 // readPeer reads one peer's lease into the view and returns it, if it

@@ -1,0 +1,140 @@
+package cluster
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/wasmkeep/wasmkeep/host/store"
+)
+
+func TestRouteFollowsTheRecord(t *testing.T) {
+	b := store.Metered(store.NewMem(), metrics.NewSet())
+	requests := func() uint64 { return b.AllRequests(store.OpGet) + b.AllRequests(store.OpPut) }
+	a, aclk := joined(t, b, "a", 1)
+	c, _ := joined(t, b, "c", 2)
+	c.WatchPeers(ctx)
+	room := Room{"counter", "r"}
+
+	// A room nobody ever held: here, read once, and Take writes over
+	// that very read (one GET, one conditional PUT).
+	before := requests()
+	w, err := a.Route(ctx, room)
+	if err != nil || w.Kind != Here || w.Seen.Exists {
+		t.Fatalf("a fresh room routes to %+v, %v", w, err)
+	}
+	h, err := a.Take(ctx, w.Seen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := requests() - before; got != 2 {
+		t.Errorf("a wake on a free room cost %d requests, want 2 (GET + PUT)", got)
+	}
+	before = requests()
+	if w, _ := a.Route(ctx, room); w.Kind != Here {
+		t.Errorf("a room held here routes to %+v", w)
+	}
+	if got := requests() - before; got != 0 {
+		t.Errorf("routing a room held here cost %d requests", got)
+	}
+
+	// Another node sends it to the holder.
+	w, err = c.Route(ctx, room)
+	if err != nil || w.Kind != Elsewhere || w.Node != "a" || w.Address != "a:8080" {
+		t.Fatalf("c routes a's room to %+v, %v", w, err)
+	}
+	// A holder that cannot be reached: wait, until its lease changes.
+	c.Unreachable(ctx, "a")
+	if w, _ := c.Route(ctx, room); w.Kind != Wait {
+		t.Errorf("a room of an unreachable holder routes to %+v", w)
+	}
+	a.RenewLease(ctx) // not due yet: nothing written
+	c.WatchPeers(ctx)
+	if w, _ := c.Route(ctx, room); w.Kind != Wait {
+		t.Errorf("unchanged lease: %+v", w)
+	}
+	aclk.Advance(ttl / 3) // a renews: reachable again, as far as c knows
+	a.RenewLease(ctx)
+	c.WatchPeers(ctx)
+	if w, _ := c.Route(ctx, room); w.Kind != Elsewhere {
+		t.Errorf("a renewed lease: %+v", w)
+	}
+
+	// Released: anyone takes it.
+	a.Release(ctx, h)
+	if w, _ := c.Route(ctx, room); w.Kind != Here || !w.Seen.Record.Free {
+		t.Errorf("a released room routes c to %+v", w)
+	}
+
+	// A draining node sends a free room to a peer that is not draining.
+	a.SetDraining(true)
+	a.WatchPeers(ctx)
+	if w, _ := a.Route(ctx, room); w.Kind != Elsewhere || w.Node != "c" {
+		t.Errorf("a draining node routes a free room to %+v", w)
+	}
+}
+
+func TestRouteWaitsForAnUnknownHolder(t *testing.T) {
+	b := store.NewMem()
+	a, _ := joined(t, b, "a", 1)
+	room := Room{"counter", "r"}
+	if _, err := a.Acquire(ctx, room); err != nil {
+		t.Fatal(err)
+	}
+	// c knows a's lease only from the read the record sends it to.
+	c, _ := joined(t, b, "c", 2)
+	if w, err := c.Route(ctx, room); err != nil || w.Kind != Elsewhere || w.Node != "a" {
+		t.Errorf("c routes to %+v, %v", w, err)
+	}
+	// A holder whose lease cannot be read is neither: wait.
+	if err := b.Delete(ctx, LeaseKey("a"), ""); err != nil {
+		t.Fatal(err)
+	}
+	d, _ := joined(t, b, "d", 3)
+	if w, err := d.Route(ctx, room); err != nil || w.Kind != Wait {
+		t.Errorf("a holder with no lease: %+v, %v", w, err)
+	}
+}
+
+func TestFenceByHandFreesThePeersRoomsAtOnce(t *testing.T) {
+	b := store.NewMem()
+	a, _ := joined(t, b, "a", 1)
+	c, _ := joined(t, b, "c", 2)
+	room := Room{"counter", "r"}
+	if _, err := a.Acquire(ctx, room); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Acquire(ctx, room); !errors.Is(err, ErrHeld) {
+		t.Fatalf("c took a live peer's room: %v", err)
+	}
+	if _, err := c.FenceByHand(ctx, "c"); !errors.Is(err, ErrNotPeer) {
+		t.Errorf("fencing itself: %v", err)
+	}
+	if _, err := c.FenceByHand(ctx, "nobody"); !errors.Is(err, ErrNotPeer) {
+		t.Errorf("fencing a node with no lease: %v", err)
+	}
+	l, err := c.FenceByHand(ctx, "a")
+	if err != nil || l.State != LeaseFenced || l.FencedBy != "c" {
+		t.Fatalf("fence: %+v, %v", l, err)
+	}
+	if got, _ := readLease(t, b, "a"); got.State != LeaseFenced {
+		t.Errorf("a's lease after the fence: %+v", got)
+	}
+	if w, _ := c.Route(ctx, room); w.Kind != Here {
+		t.Errorf("a fenced peer's room routes to %+v", w)
+	}
+	if _, err := c.Acquire(ctx, room); err != nil {
+		t.Errorf("c could not take the fenced peer's room: %v", err)
+	}
+	// The fenced node finds out at its next renewal and ends.
+	a.lease.nextRenew = 0
+	a.RenewLease(ctx)
+	if !a.Lost() || a.LeaseValid() {
+		t.Errorf("a after its fence: lost %v, valid %v", a.Lost(), a.LeaseValid())
+	}
+	// Fencing it again changes nothing.
+	if l, err := c.FenceByHand(ctx, "a"); err != nil || l.State != LeaseFenced {
+		t.Errorf("a second fence: %+v, %v", l, err)
+	}
+}
