@@ -469,6 +469,15 @@ var ErrUnknownRoom = errors.New("rooms: no such room")
 // that is already hibernated is left as it is; one the node has never seen
 // is ErrUnknownRoom.
 func (m *Manager) Hibernate(ctx context.Context, key Key) error {
+	return m.HandOver(ctx, key, life.EndAdmin)
+}
+
+// HandOver hibernates a room for why (a drain, a move, an operator) and
+// waits until its state is written and its hold ended: the placement is
+// told why, so a cluster releases the record for another node to take.
+// A room that is already hibernated is left as it is; one the node has
+// never seen is ErrUnknownRoom.
+func (m *Manager) HandOver(ctx context.Context, key Key, why life.EndReason) error {
 	m.mu.Lock()
 	r := m.rooms[key]
 	m.mu.Unlock()
@@ -480,7 +489,7 @@ func (m *Manager) Hibernate(ctx context.Context, key Key) error {
 		return err
 	}
 	done := make(chan error, 1)
-	r.requestHibernate(life.EndAdmin, done)
+	r.requestHibernate(why, done)
 	select {
 	case err := <-done:
 		return err
@@ -581,6 +590,17 @@ func (m *Manager) Pin(ctx context.Context, key Key, pin bool) error {
 		m.placesChanged()
 		m.forget(r) // a hibernated room without sockets need not stay listed
 		return nil
+	}
+	return m.Wake(ctx, key)
+}
+
+// Wake makes a stored room resident here without an event for its guest
+// (the target of a move takes the room at once, not at its next event).
+// A room the node has never seen is ErrUnknownRoom.
+func (m *Manager) Wake(ctx context.Context, key Key) error {
+	r, err := m.knownRoom(ctx, key)
+	if err != nil {
+		return err
 	}
 	done := make(chan error, 1)
 	if err := r.enqueue(&event{kind: evWake, done: done}, false); err != nil {

@@ -182,8 +182,8 @@ func (g *storedGenerations) reserveLocked(ctx context.Context) error {
 		case err != nil:
 			return fmt.Errorf("rooms: reading the generation counter: %w", err)
 		default:
-			if start, err = strconv.ParseUint(strings.TrimSpace(string(body)), 10, 64); err != nil {
-				return fmt.Errorf("rooms: the generation counter %s holds %q", generationKey, body)
+			if start, err = parseGenerationCounter(body); err != nil {
+				return err
 			}
 			cond = store.Cond{IfMatch: etag}
 		}
@@ -208,6 +208,30 @@ func (g *storedGenerations) reserveLocked(ctx context.Context) error {
 }
 
 // Route implements Placement: here.
+// GenerationFloor is the highest generation a single node on bucket may
+// have handed out (the end of its reserved block), or 0 if none ever ran
+// on it: a cluster on the same bucket starts its rooms' records above it,
+// so that its holds' generations exceed those of every snapshot written
+// before.
+func GenerationFloor(ctx context.Context, bucket store.Bucket) (uint64, error) {
+	body, _, err := bucket.Get(ctx, generationKey)
+	if errors.Is(err, store.ErrNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("rooms: reading the generation counter: %w", err)
+	}
+	return parseGenerationCounter(body)
+}
+
+func parseGenerationCounter(body []byte) (uint64, error) {
+	n, err := strconv.ParseUint(strings.TrimSpace(string(body)), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("rooms: the generation counter %s holds %q", generationKey, body)
+	}
+	return n, nil
+}
+
 func (l *Local) Route(context.Context, Key) (Route, error) { return Route{Kind: RouteHere}, nil }
 
 // Acquire implements Placement. One counter serves every room: a generation

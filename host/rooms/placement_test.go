@@ -168,3 +168,29 @@ func TestPlacementCallbacks(t *testing.T) {
 		t.Fatalf("route: %+v, %v", r, err)
 	}
 }
+
+func TestGenerationFloorIsTheStoredCountersEnd(t *testing.T) {
+	ctx := context.Background()
+	b := store.NewMem()
+	if g, err := GenerationFloor(ctx, b); err != nil || g != 0 {
+		t.Fatalf("an empty bucket's floor: %d, %v", g, err)
+	}
+	l, err := NewStoredLocal(ctx, b, 5000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := l.Acquire(ctx, Key{Class: "c", Name: "r"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := GenerationFloor(ctx, b)
+	if err != nil || g <= h.Generation {
+		t.Errorf("floor %d (%v) is not above the hold's generation %d", g, err, h.Generation)
+	}
+	if _, err := b.Put(ctx, generationKey, []byte("junk"), store.Cond{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := GenerationFloor(ctx, b); err == nil {
+		t.Error("a garbled counter gave a floor")
+	}
+}
