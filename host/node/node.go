@@ -55,8 +55,11 @@ type Config struct {
 	// ProbeTimeout: a store that ignores conditional writes would let two
 	// writers both win.
 	ProbeBucket bool
-	// Placement overrides single-node placement (the cluster plugs in here).
+	// Placement overrides single-node placement (tests).
 	Placement rooms.Placement
+	// Cluster, if set, makes the node a member of a cluster over its
+	// bucket: its membership is its placement.
+	Cluster *ClusterConfig
 
 	// Clock is the one clock of the node's engine, rooms and sockets
 	// (default clock.Real()); it overrides theirs. Tests give a manual one.
@@ -73,6 +76,46 @@ type Config struct {
 	StopTimeout time.Duration
 
 	Logger *slog.Logger
+}
+
+// ClusterConfig makes a node a member of a cluster.
+type ClusterConfig struct {
+	// Member builds the membership once the bucket is open and the rooms
+	// listener bound. package clusternode builds one.
+	Member func(ctx context.Context, env MemberEnv) (Member, error)
+	// Secret authenticates node-to-node requests. Required.
+	Secret []byte
+	// FailoverWait is server.Cluster.FailoverWait.
+	FailoverWait time.Duration
+}
+
+// MemberEnv is what a node gives the builder of its cluster membership.
+type MemberEnv struct {
+	// Bucket is the node's (metered) bucket.
+	Bucket store.Bucket
+	// Addr is the rooms listener's bound address.
+	Addr    string
+	Metrics *metrics.Set
+	Clock   clock.Clock
+	Logger  *slog.Logger
+}
+
+// Member is a node's membership of a cluster: the placement of its rooms,
+// what its HTTP surface asks of the cluster, and a life the node starts
+// and stops.
+type Member interface {
+	rooms.Placement
+	server.ClusterMember
+	// Name is the node's name in the cluster.
+	Name() string
+	// Join starts the membership's duties for the node's rooms.
+	Join(*rooms.Manager)
+	// Leave releases every hold and the lease: a clean stop, once the
+	// rooms are hibernated.
+	Leave(context.Context)
+	// Lost is closed when the membership ended by itself (the node was
+	// fenced): the process must exit.
+	Lost() <-chan struct{}
 }
 
 // Defaults of Config.
@@ -136,6 +179,20 @@ type Node struct {
 	// leaveEngine: a stop found room workers still running after its
 	// deadline; closing the engine under them would unmap their memory.
 	leaveEngine bool
+	// member is the node's cluster membership, with Config.Cluster.
+	member Member
+}
+
+// Member is the node's cluster membership, or nil outside a cluster.
+func (n *Node) Member() Member { return n.member }
+
+// Lost is closed when the node's cluster membership ended by itself (it
+// was fenced): the process must exit. Outside a cluster it never is.
+func (n *Node) Lost() <-chan struct{} {
+	if n.member == nil {
+		return nil
+	}
+	return n.member.Lost()
 }
 
 // Start builds a node and starts serving.
@@ -205,7 +262,26 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	n.Hub = socket.NewHub(sockets, n.Metrics)
 	n.closers = append(n.closers, func() error { n.Hub.Close(); return nil })
 
+	// The listener is bound before the rooms exist: a cluster member
+	// advertises its address in its lease.
+	n.listener, err = net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, err
+	}
 	place := cfg.Placement
+	if cfg.Cluster != nil {
+		if place != nil {
+			return nil, errors.New("node: a cluster member has its own placement")
+		}
+		if len(cfg.Cluster.Secret) == 0 {
+			return nil, errors.New("node: a cluster member needs the cluster secret (--cluster-secret)")
+		}
+		if n.member, err = cfg.Cluster.Member(ctx, MemberEnv{Bucket: n.Bucket, Addr: n.listener.Addr().String(),
+			Metrics: n.Metrics, Clock: cfg.Clock, Logger: cfg.Logger}); err != nil {
+			return nil, fmt.Errorf("joining the cluster: %w", err)
+		}
+		place = n.member
+	}
 	if place == nil {
 		// Generations grow from a counter in the bucket; the wall clock
 		// only seeds it the first time (older versions used it alone).
@@ -222,9 +298,10 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 
 	scfg := cfg.Server
 	scfg.Logger = cfg.Logger
-	n.listener, err = net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return nil, err
+	if n.member != nil {
+		n.member.Join(n.Rooms)
+		n.closers = append(n.closers, func() error { n.member.Leave(context.Background()); return nil })
+		scfg.Cluster = &server.Cluster{Node: n.member.Name(), Secret: cfg.Cluster.Secret, FailoverWait: cfg.Cluster.FailoverWait, Member: n.member}
 	}
 	scfg.AdminAddrs = []string{cfg.Listen, n.listener.Addr().String()}
 	if cfg.AdminListen != "" {
@@ -318,6 +395,11 @@ func (n *Node) stop(ctx context.Context) error {
 	resident := time.Since(start)
 	if err := n.Hub.CloseAll(ctx, abi.CloseServiceRestart, "server restarting"); err != nil {
 		errs = append(errs, err)
+	}
+	if n.member != nil {
+		// Every room hibernated: its release was sent; the lease goes
+		// last, which frees whatever release did not land.
+		n.member.Leave(ctx)
 	}
 	servers := []*http.Server{n.http}
 	if n.adminHTTP != nil {

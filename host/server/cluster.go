@@ -45,10 +45,11 @@ type ClusterMember interface {
 	Move(ctx context.Context, key rooms.Key, to string) error
 	// Take acquires and wakes a room here: the target's side of a move.
 	Take(ctx context.Context, key rooms.Key) error
-	// Fence fences node by hand: its lease is written fenced at once,
-	// which frees its records for any node to take. For a node whose
-	// process is dead or stopped for good.
-	Fence(ctx context.Context, node string) error
+	// FenceNode fences node by hand: its lease is written fenced at
+	// once, which frees its records for any node to take. For a node
+	// whose process is dead or stopped for good. (Not Fence: a
+	// placement's Fence is the room's generation bound.)
+	FenceNode(ctx context.Context, node string) error
 	// Unreachable says that a forward to node failed to connect: its
 	// lease is read again before the next request routes to it.
 	Unreachable(ctx context.Context, node string)
