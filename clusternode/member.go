@@ -1,0 +1,485 @@
+// Package clusternode makes a node a member of a cluster: it implements
+// the room manager's placement (host/rooms.Placement) and the HTTP
+// surface's membership (host/server.ClusterMember) over the cluster core
+// (package cluster), and runs the core's duties. It is the one place that
+// sees both sides: host does not import cluster, and the core does no I/O
+// of its own accord. cmd/wasmkeep builds a Member and gives it to
+// host/node.
+package clusternode
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	mrand "math/rand/v2"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/wasmkeep/wasmkeep/abi"
+	"github.com/wasmkeep/wasmkeep/cluster"
+	"github.com/wasmkeep/wasmkeep/host/rooms"
+	"github.com/wasmkeep/wasmkeep/host/rooms/life"
+	"github.com/wasmkeep/wasmkeep/host/server"
+	"github.com/wasmkeep/wasmkeep/host/store"
+	"github.com/wasmkeep/wasmkeep/internal/clock"
+)
+
+// Config is a member's settings.
+type Config struct {
+	// Node is the node's name (its lease is nodes/<Node>). Required.
+	Node string
+	// Address is where peers reach this node's rooms listener
+	// (host:port). Required.
+	Address string
+	// Secret signs this node's calls to its peers. Required.
+	Secret []byte
+	// TTL is the lease time (cluster.DefaultTTL).
+	TTL time.Duration
+	// Bucket holds the leases and records (the node's bucket).
+	Bucket store.Bucket
+	// Clock is the node's one clock.
+	Clock clock.Clock
+	// Metrics receives the member's metrics (docs/metrics.md).
+	Metrics *metrics.Set
+	Logger  *slog.Logger
+}
+
+// seenFresh bounds how long a routing read may stand in for the read of
+// the acquisition that follows it: within it, a wake costs one GET and one
+// conditional PUT; past it, the acquisition reads again.
+const seenFresh = 2 * time.Second
+
+// Member is a node's membership of a cluster.
+type Member struct {
+	cfg  Config
+	core *cluster.Node
+	log  *slog.Logger
+
+	mgr atomic.Pointer[rooms.Manager]
+
+	mu   sync.Mutex
+	seen map[rooms.Key]seenAt
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	loops  sync.WaitGroup
+	lost   chan struct{}
+	ended  sync.Once
+	left   sync.Once
+
+	draining  atomic.Bool
+	drainDone chan struct{}
+
+	peers *http.Client
+	met   memberMetrics
+}
+
+type seenAt struct {
+	seen cluster.Seen
+	at   int64
+}
+
+// New builds the member of cfg. Its lease is written once Join runs its
+// duties.
+func New(ctx context.Context, cfg Config) (*Member, error) {
+	if cfg.Node == "" || cfg.Address == "" || len(cfg.Secret) == 0 || cfg.Bucket == nil || cfg.Clock == nil {
+		return nil, errors.New("clusternode: a member needs a node name, an address, a cluster secret, a bucket and a clock")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = metrics.NewSet()
+	}
+	// A room's first record is written above every generation a single
+	// node on this bucket handed out, and above the wall-clock
+	// generations of the versions before the stored counter.
+	floor, err := rooms.GenerationFloor(ctx, cfg.Bucket)
+	if err != nil {
+		return nil, err
+	}
+	floor = max(floor, uint64(cfg.Clock.Wall().UnixMicro()))
+	var seed [16]byte
+	if _, err := rand.Read(seed[:]); err != nil {
+		return nil, err
+	}
+	core, err := cluster.New(cluster.Config{
+		Node: cfg.Node, Address: cfg.Address, TTL: cfg.TTL, FirstGeneration: floor,
+		Bucket: cfg.Bucket, Clock: monotonic{cfg.Clock},
+		Rand: mrand.New(mrand.NewPCG(binary.LittleEndian.Uint64(seed[:8]), binary.LittleEndian.Uint64(seed[8:]))),
+	})
+	if err != nil {
+		return nil, err
+	}
+	m := &Member{cfg: cfg, core: core, log: cfg.Logger.With("node", cfg.Node), seen: map[rooms.Key]seenAt{},
+		lost: make(chan struct{}), peers: &http.Client{Timeout: peerTimeout}}
+	m.met = newMemberMetrics(cfg.Metrics, m)
+	return m, nil
+}
+
+// monotonic is the node's clock as the core reads it.
+type monotonic struct{ c clock.Clock }
+
+func (m monotonic) Now() int64 { return m.c.Now() }
+
+// Name is the node's name.
+func (m *Member) Name() string { return m.cfg.Node }
+
+// Instance is this process's instance name.
+func (m *Member) Instance() string { return m.core.Instance() }
+
+// Core is the cluster core the member runs (tests and status).
+func (m *Member) Core() *cluster.Node { return m.core }
+
+// Join starts the member's duties (the lease, the peers' leases, pending
+// releases and the resolver) and its watch of the lease, for the room
+// manager mgr. It does not wait for the lease: until it is valid, every
+// room routes to Wait.
+func (m *Member) Join(mgr *rooms.Manager) {
+	m.mgr.Store(mgr)
+	m.ctx, m.cancel = context.WithCancel(context.Background())
+	sleeper := cluster.ClockSleeper(m.cfg.Clock)
+	for _, duty := range m.core.Duties() {
+		m.loops.Add(1)
+		go func() {
+			defer m.loops.Done()
+			_ = m.core.Run(m.ctx, sleeper, duty)
+		}()
+	}
+	m.loops.Add(1)
+	go func() {
+		defer m.loops.Done()
+		m.watch(sleeper)
+	}()
+}
+
+// watch follows the lease: when it stops being valid every socket here
+// closes with 1012 and every resident room is dropped unwritten (no hold
+// may act any more); when it is lost (fenced, or taken by another process
+// of this node) the member ends and Lost is closed: the process must exit.
+func (m *Member) watch(s cluster.Sleeper) {
+	period := m.ttl() / 20
+	wasValid, joined := false, false
+	for {
+		valid := m.core.LeaseValid()
+		switch {
+		case valid && !joined:
+			joined = true
+			m.log.Info("cluster: joined", "instance", m.core.Instance(), "address", m.cfg.Address)
+		case wasValid && !valid && !m.core.Ended():
+			m.met.lapses.Inc()
+			m.log.Error("cluster: this node's lease is not valid any more; closing its sockets and dropping its rooms")
+			m.dropEverything()
+		}
+		wasValid = valid
+		if m.core.Lost() {
+			m.log.Error("cluster: this node was fenced (or its name taken by another process); it must exit")
+			m.dropEverything()
+			m.ended.Do(func() { close(m.lost) })
+			return
+		}
+		if m.core.Ended() || s.Sleep(m.ctx, period) != nil {
+			return
+		}
+	}
+}
+
+// dropEverything ends all this node does for its rooms: instances dropped
+// unwritten, sockets closed with 1012 so clients reconnect (and reach the
+// room's next node).
+func (m *Member) dropEverything() {
+	mgr := m.mgr.Load()
+	if mgr == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), m.ttl())
+	defer cancel()
+	if err := mgr.DropAll(ctx); err != nil {
+		m.log.Warn("cluster: dropping rooms after the lease ended", "err", err)
+	}
+	m.closeSockets(ctx, mgr.RoomsWithSockets(), "the node lost its right to run the room")
+}
+
+func (m *Member) closeSockets(ctx context.Context, keys []rooms.Key, reason string) {
+	mgr := m.mgr.Load()
+	for _, k := range keys {
+		if err := mgr.CloseSockets(ctx, k, abi.CloseServiceRestart, reason); err != nil {
+			m.log.Warn("cluster: closing a room's sockets", "room", k.String(), "err", err)
+		}
+	}
+}
+
+// Lost is closed when the member ended by itself: the node was fenced, or
+// another process took its name. The process must exit.
+func (m *Member) Lost() <-chan struct{} { return m.lost }
+
+// Leave stops cleanly: no room is taken any more, every hold is released
+// (the rooms were hibernated before), and the lease is written released.
+// The duties stop after it.
+func (m *Member) Leave(ctx context.Context) {
+	if m.cancel == nil {
+		return
+	}
+	m.left.Do(func() {
+		m.draining.Store(false)
+		m.core.Stop(ctx, cluster.ClockSleeper(m.cfg.Clock))
+		m.cancel()
+		m.loops.Wait()
+		m.log.Info("cluster: left", "instance", m.core.Instance())
+	})
+}
+
+func (m *Member) ttl() time.Duration {
+	if m.cfg.TTL > 0 {
+		return m.cfg.TTL
+	}
+	return cluster.DefaultTTL
+}
+
+func roomOf(k rooms.Key) cluster.Room { return cluster.Room{Class: k.Class, Name: k.Name} }
+
+func holdOf(h rooms.Hold) cluster.Hold {
+	return cluster.Hold{Room: roomOf(h.Key), Generation: h.Generation, Version: h.Version}
+}
+
+// Route implements rooms.Placement. A Here decided on a read keeps that
+// read for the acquisition that follows.
+func (m *Member) Route(ctx context.Context, key rooms.Key) (rooms.Route, error) {
+	w, err := m.core.Route(ctx, roomOf(key))
+	if err != nil {
+		return rooms.Route{}, err
+	}
+	switch w.Kind {
+	case cluster.Here:
+		if w.Seen.Room != (cluster.Room{}) {
+			m.mu.Lock()
+			m.seen[key] = seenAt{w.Seen, m.cfg.Clock.Now()}
+			m.mu.Unlock()
+		}
+		return rooms.Route{Kind: rooms.RouteHere}, nil
+	case cluster.Elsewhere:
+		return rooms.Route{Kind: rooms.RouteElsewhere, Node: w.Node, Address: w.Address}, nil
+	}
+	return rooms.Route{Kind: rooms.RouteWait, Node: w.Node}, nil
+}
+
+// Acquire implements rooms.Placement: Take over the routing read when it
+// is fresh, else read and take.
+func (m *Member) Acquire(ctx context.Context, key rooms.Key) (rooms.Hold, error) {
+	m.mu.Lock()
+	s, ok := m.seen[key]
+	delete(m.seen, key)
+	m.mu.Unlock()
+	var h cluster.Hold
+	var err error
+	if ok && m.cfg.Clock.Now()-s.at < int64(seenFresh) {
+		h, err = m.core.Take(ctx, s.seen)
+		if errors.Is(err, cluster.ErrContended) {
+			h, err = m.core.Acquire(ctx, roomOf(key)) // the read went stale: once more
+		}
+	} else {
+		h, err = m.core.Acquire(ctx, roomOf(key))
+	}
+	m.met.acquisition(err)
+	if err != nil {
+		return rooms.Hold{}, err
+	}
+	return rooms.Hold{Key: key, Generation: h.Generation, Version: h.Version}, nil
+}
+
+// Valid implements rooms.Placement.
+func (m *Member) Valid(h rooms.Hold) bool { return m.core.Valid(holdOf(h)) }
+
+// End implements rooms.Placement: the hold is released. (Parking a room
+// that hibernates with sockets open here, seed 000 §1, is the next step.)
+func (m *Member) End(ctx context.Context, h rooms.Hold, why life.EndReason, _ int) {
+	m.met.release(why)
+	m.core.Release(ctx, holdOf(h))
+}
+
+// SocketsGone implements rooms.Placement.
+func (m *Member) SocketsGone(rooms.Key) {}
+
+// CloseLost implements rooms.Placement.
+func (m *Member) CloseLost(rooms.Key) {}
+
+// Fence implements rooms.Placement: below the record's generation no hold
+// can still write a snapshot that counts (every earlier hold ended before
+// the record moved on); a room without a record has had no cluster hold,
+// and the sweep deletes nothing of it.
+func (m *Member) Fence(ctx context.Context, key rooms.Key) (uint64, error) {
+	seen, err := m.core.Look(ctx, roomOf(key))
+	if err != nil || !seen.Exists {
+		return 0, err
+	}
+	return seen.Record.Generation, nil
+}
+
+var _ rooms.Placement = (*Member)(nil)
+
+// Status implements server.ClusterMember.
+func (m *Member) Status() server.ClusterNode {
+	s := m.core.Status()
+	out := server.ClusterNode{Node: s.Node, Instance: s.Instance, Address: m.cfg.Address, Phase: s.Phase,
+		LeaseValid: s.LeaseValid, ValidForMS: s.ValidFor.Milliseconds(), Draining: s.Draining,
+		Holds: clusterRooms(s.Holds), Pending: clusterRooms(s.Pending), Peers: []server.ClusterPeer{}}
+	out.Drained = s.Draining && len(s.Holds) == 0 && len(s.Pending) == 0 && len(s.Unresolved) == 0
+	for _, p := range s.Peers {
+		out.Peers = append(out.Peers, server.ClusterPeer{Node: p.Node, Instance: p.Instance, Address: p.Address,
+			State: p.State.String(), Draining: p.Draining, SilentMS: p.Silent.Milliseconds()})
+	}
+	return out
+}
+
+func clusterRooms(hs []cluster.Hold) []server.ClusterRoom {
+	out := make([]server.ClusterRoom, 0, len(hs))
+	for _, h := range hs {
+		out = append(out, server.ClusterRoom{Class: h.Room.Class, Name: h.Room.Name, Generation: h.Generation})
+	}
+	return out
+}
+
+// Drain implements server.ClusterMember: on, the node takes no room, and a
+// background pass hands every room held here over (its sockets closed
+// with 1012, its state written, its record released) until nothing names
+// the node; off, it takes rooms again.
+func (m *Member) Drain(on bool) error {
+	if m.mgr.Load() == nil {
+		return errors.New("clusternode: not joined")
+	}
+	m.core.SetDraining(on)
+	if !on || !m.draining.CompareAndSwap(false, true) {
+		if !on {
+			m.draining.Store(false)
+		}
+		return nil
+	}
+	m.log.Info("cluster: draining")
+	m.loops.Add(1)
+	go func() {
+		defer m.loops.Done()
+		m.drain()
+	}()
+	return nil
+}
+
+// drain hands rooms over until the node is drained or undrained.
+func (m *Member) drain() {
+	mgr := m.mgr.Load()
+	sleeper := cluster.ClockSleeper(m.cfg.Clock)
+	for m.draining.Load() && !m.core.Ended() {
+		// Every socket goes: without parking (the next step), a socket
+		// left here would wake its room here, which a draining node
+		// may not.
+		m.closeSockets(m.ctx, mgr.RoomsWithSockets(), "the node is draining")
+		for _, h := range m.core.Status().Holds {
+			key := rooms.Key{Class: h.Room.Class, Name: h.Room.Name}
+			if err := mgr.HandOver(m.ctx, key, life.EndDrain); err != nil && !errors.Is(err, rooms.ErrUnknownRoom) {
+				m.log.Warn("cluster: handing a room over", "room", key.String(), "err", err)
+			}
+		}
+		if m.Status().Drained {
+			m.log.Info("cluster: drained")
+			return
+		}
+		if sleeper.Sleep(m.ctx, m.ttl()/20) != nil {
+			return
+		}
+	}
+}
+
+// ErrNotHeldHere: a move was asked of a node that does not hold the room.
+var ErrNotHeldHere = errors.New("clusternode: the room is not held on this node")
+
+// Move implements server.ClusterMember: the room's sockets here close with
+// 1012, its state is written and its record released, and node to is
+// asked to take it at once.
+func (m *Member) Move(ctx context.Context, key rooms.Key, to string) error {
+	mgr := m.mgr.Load()
+	if mgr == nil {
+		return errors.New("clusternode: not joined")
+	}
+	if to == m.cfg.Node {
+		return fmt.Errorf("clusternode: %s already runs on %s", key, to)
+	}
+	addr := ""
+	for _, p := range m.core.Status().Peers {
+		if p.Node == to && p.State == cluster.LeaseLive && !p.Draining {
+			addr = p.Address
+		}
+	}
+	if addr == "" {
+		return fmt.Errorf("clusternode: node %s is not a live, undrained peer of this node", to)
+	}
+	if !m.core.Acting(roomOf(key)) {
+		return fmt.Errorf("%w: %s", ErrNotHeldHere, key)
+	}
+	m.closeSockets(ctx, []rooms.Key{key}, "the room is moving to another node")
+	if err := mgr.HandOver(ctx, key, life.EndMove); err != nil {
+		return fmt.Errorf("clusternode: handing %s over: %w", key, err)
+	}
+	m.met.moves.Inc()
+	m.log.Info("cluster: moving a room", "room", key.String(), "to", to)
+	return m.call(ctx, addr, "/cluster/v1/take", map[string]string{"class": key.Class, "name": key.Name})
+}
+
+// Take implements server.ClusterMember: the room wakes here.
+func (m *Member) Take(ctx context.Context, key rooms.Key) error {
+	mgr := m.mgr.Load()
+	if mgr == nil {
+		return errors.New("clusternode: not joined")
+	}
+	return mgr.Wake(ctx, key)
+}
+
+// FenceNode implements server.ClusterMember.
+func (m *Member) FenceNode(ctx context.Context, node string) error {
+	l, err := m.core.FenceByHand(ctx, node)
+	if err != nil {
+		return err
+	}
+	m.log.Warn("cluster: fenced a node by hand", "fenced", node, "instance", l.Instance, "state", l.State.String())
+	return nil
+}
+
+// Unreachable implements server.ClusterMember.
+func (m *Member) Unreachable(ctx context.Context, node string) { m.core.Unreachable(ctx, node) }
+
+var _ server.ClusterMember = (*Member)(nil)
+
+// peerTimeout bounds a call to a peer (a move's take wakes a room).
+const peerTimeout = 10 * time.Second
+
+// call POSTs body as JSON to a peer's path, signed.
+func (m *Member) call(ctx context.Context, addr, path string, body any) error {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+path, bytes.NewReader(b))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	server.SignPeer(req, m.cfg.Secret, m.cfg.Node, m.cfg.Clock.Wall())
+	resp, err := m.peers.Do(req)
+	if err != nil {
+		return fmt.Errorf("clusternode: calling %s: %w", addr, err)
+	}
+	defer resp.Body.Close()
+	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("clusternode: %s%s answered %s: %s", addr, path, resp.Status, bytes.TrimSpace(msg))
+	}
+	return nil
+}

@@ -1,0 +1,69 @@
+package clusternode
+
+import (
+	"errors"
+
+	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/wasmkeep/wasmkeep/cluster"
+	"github.com/wasmkeep/wasmkeep/host/rooms/life"
+)
+
+// memberMetrics are the member's own counters; the core's counts are read
+// by gauges at each scrape.
+type memberMetrics struct {
+	set     *metrics.Set
+	lapses  *metrics.Counter
+	moves   *metrics.Counter
+	acquire map[string]*metrics.Counter
+}
+
+var acquireOutcomes = []string{"acquired", "contended", "unknown", "refused", "error"}
+
+func newMemberMetrics(set *metrics.Set, m *Member) memberMetrics {
+	mm := memberMetrics{set: set, lapses: set.NewCounter("wasmkeep_cluster_lapses_total"),
+		moves: set.NewCounter("wasmkeep_cluster_moves_total"), acquire: map[string]*metrics.Counter{}}
+	for _, o := range acquireOutcomes {
+		mm.acquire[o] = set.NewCounter(`wasmkeep_cluster_acquisitions_total{outcome="` + o + `"}`)
+	}
+	counts := func(f func(cluster.Counters) uint64) func() float64 {
+		return func() float64 { return float64(f(m.core.Counts())) }
+	}
+	set.NewGauge(`wasmkeep_cluster_lease_renewals_total{outcome="ok"}`, counts(func(c cluster.Counters) uint64 { return c.Renewals }))
+	set.NewGauge(`wasmkeep_cluster_lease_renewals_total{outcome="failed"}`, counts(func(c cluster.Counters) uint64 { return c.RenewalsFailed }))
+	set.NewGauge(`wasmkeep_cluster_fences_total`, counts(func(c cluster.Counters) uint64 { return c.Fences }))
+	set.NewGauge(`wasmkeep_cluster_releases_landed_total`, counts(func(c cluster.Counters) uint64 { return c.Released + c.ReleaseMoot }))
+	set.NewGauge(`wasmkeep_cluster_release_retries_total`, counts(func(c cluster.Counters) uint64 { return c.ReleaseRetries }))
+	status := func(f func(s cluster.Status) int) func() float64 {
+		return func() float64 { return float64(f(m.core.Status())) }
+	}
+	set.NewGauge(`wasmkeep_cluster_holds`, status(func(s cluster.Status) int { return len(s.Holds) }))
+	set.NewGauge(`wasmkeep_cluster_pending_releases`, status(func(s cluster.Status) int { return len(s.Pending) }))
+	set.NewGauge(`wasmkeep_cluster_unresolved_acquisitions`, status(func(s cluster.Status) int { return len(s.Unresolved) }))
+	set.NewGauge(`wasmkeep_cluster_lease_valid`, func() float64 {
+		if m.core.LeaseValid() {
+			return 1
+		}
+		return 0
+	})
+	return mm
+}
+
+func (mm memberMetrics) acquisition(err error) {
+	o := "error"
+	switch {
+	case err == nil:
+		o = "acquired"
+	case errors.Is(err, cluster.ErrContended):
+		o = "contended"
+	case errors.Is(err, cluster.ErrUnknown):
+		o = "unknown"
+	case errors.Is(err, cluster.ErrHeld), errors.Is(err, cluster.ErrDraining), errors.Is(err, cluster.ErrNotActive):
+		o = "refused"
+	}
+	mm.acquire[o].Inc()
+}
+
+func (mm memberMetrics) release(why life.EndReason) {
+	mm.set.GetOrCreateCounter(`wasmkeep_cluster_releases_total{reason="` + why.String() + `"}`).Inc()
+}
