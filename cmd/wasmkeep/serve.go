@@ -29,7 +29,7 @@ func env(flag string) []string {
 }
 
 func serveFlags() []cli.Flag {
-	return []cli.Flag{
+	return append([]cli.Flag{
 		&cli.StringFlag{Name: "data", Value: node.DefaultDataDir, Usage: "directory for the local store and compile cache", EnvVars: env("data")},
 		&cli.StringFlag{Name: "store", Usage: "keep classes and rooms in an S3 bucket, s3://BUCKET[/PREFIX], instead of the data directory (which keeps the compile cache)", EnvVars: env("store")},
 		&cli.BoolFlag{Name: "store-probe", Value: true, Usage: "check at start that the S3 store honours conditional writes (create, compare-and-swap, concurrent creates) and refuse it otherwise; false skips the check, for one node only", EnvVars: env("store-probe")},
@@ -72,7 +72,7 @@ func serveFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "interpreter", Usage: "run guests with wazero's interpreter instead of its compiler", EnvVars: env("interpreter")},
 		&cli.StringFlag{Name: "log-level", Value: defaultLogLevel, Usage: "debug, info, warn or error", EnvVars: env("log-level")},
 		&cli.StringFlag{Name: "log-format", Value: defaultLogFormat, Usage: "text or json", EnvVars: env("log-format")},
-	}
+	}, clusterFlags()...)
 }
 
 func serveCommand() *cli.Command {
@@ -116,7 +116,7 @@ func nodeConfig(c *cli.Context) (node.Config, error) {
 		return node.Config{}, cli.Exit("wasmkeep: "+err.Error(), 2)
 	}
 	mem := c.Int("max-room-memory")
-	return node.Config{
+	cfg := node.Config{
 		Bucket:      bucket,
 		ProbeBucket: bucket != nil && c.Bool("store-probe"),
 		DataDir:     c.String("data"),
@@ -162,7 +162,11 @@ func nodeConfig(c *cli.Context) (node.Config, error) {
 		},
 		MaxModuleBytes: c.Int("max-module-size"),
 		Logger:         logger,
-	}, nil
+	}
+	if err := clusterConfig(c, &cfg); err != nil {
+		return node.Config{}, cli.Exit("wasmkeep: "+err.Error(), 2)
+	}
+	return cfg, nil
 }
 
 // The command line's own defaults, which no package has.
@@ -243,7 +247,14 @@ func run(ctx context.Context, cfg node.Config, preload func(*node.Node) error) e
 			return err
 		}
 	}
-	<-ctx.Done()
+	select {
+	case <-ctx.Done():
+	case <-n.Lost():
+		// Fenced: another node may run this node's rooms now. Nothing is
+		// written (every hold is invalid); sockets close with 1012.
+		_ = n.Stop(context.Background())
+		return cli.Exit("wasmkeep: this node was fenced by the cluster (its lease lapsed or was fenced by hand); exiting", 1)
+	}
 	stop() // a second signal kills the process the usual way
 	cfg.Logger.Info("stopping: hibernating rooms, then closing sockets with 1012")
 	return n.Stop(context.Background())

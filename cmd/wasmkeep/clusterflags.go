@@ -1,0 +1,97 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/wasmkeep/wasmkeep/cluster"
+	"github.com/wasmkeep/wasmkeep/clusternode"
+	"github.com/wasmkeep/wasmkeep/host/node"
+	"github.com/wasmkeep/wasmkeep/host/server"
+)
+
+// minSecretBytes keeps the cluster secret out of a guesser's reach.
+const minSecretBytes = 16
+
+func clusterFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "node", Usage: "join a cluster on the store as this node (default with --cluster-secret: the host name)", EnvVars: env("node")},
+		&cli.StringFlag{Name: "cluster-secret", Usage: "the secret every node of the cluster shares, at least 16 bytes, which signs node-to-node requests (prefer the environment variable: a flag shows in the process list)", EnvVars: env("cluster-secret")},
+		&cli.StringFlag{Name: "advertise", Usage: "host:port where the other nodes reach this node's --listen (default: the bound listen address, with the host name for an unspecified host)", EnvVars: env("advertise")},
+		&cli.DurationFlag{Name: "lease-ttl", Value: cluster.DefaultTTL, Usage: "the node's lease time: renewed every third of it; a node silent for it (plus a fifth) is fenced and its rooms taken", EnvVars: env("lease-ttl")},
+		&cli.DurationFlag{Name: "failover-wait", Value: server.DefaultFailoverWait, Usage: "time a request for a room of a node that stopped answering waits for the room to be free before HTTP 503", EnvVars: env("failover-wait")},
+	}
+}
+
+// clusterConfig reads the cluster flags: nil outside a cluster.
+func clusterConfig(c *cli.Context, cfg *node.Config) error {
+	name, secret := c.String("node"), c.String("cluster-secret")
+	if name == "" && secret == "" {
+		if cfg.Bucket != nil && !strings.HasPrefix(c.String("store"), "s3://") {
+			return errors.New("--store DIR is for the nodes of a cluster (with --node and --cluster-secret); a single node keeps its store in --data")
+		}
+		return nil
+	}
+	if len(secret) < minSecretBytes {
+		return fmt.Errorf("a cluster node needs --cluster-secret (or WASMKEEP_CLUSTER_SECRET) of at least %d bytes; it refuses to join without it", minSecretBytes)
+	}
+	if name == "" {
+		host, err := os.Hostname()
+		if err != nil {
+			return fmt.Errorf("--node: no host name to default to: %w", err)
+		}
+		name = host
+	}
+	if cfg.Bucket == nil {
+		return errors.New("a cluster node needs a store the nodes share: --store s3://BUCKET[/PREFIX] or --store DIR")
+	}
+	ttl := c.Duration("lease-ttl")
+	if ttl < time.Second {
+		return fmt.Errorf("--lease-ttl must be at least 1s, not %s", ttl)
+	}
+	wait := c.Duration("failover-wait")
+	if wait < 0 {
+		return fmt.Errorf("--failover-wait must be 0 or more, not %s", wait)
+	}
+	advertise := c.String("advertise")
+	if advertise != "" {
+		if _, _, err := net.SplitHostPort(advertise); err != nil {
+			return fmt.Errorf("--advertise must be host:port, not %q", advertise)
+		}
+	}
+	cfg.Cluster = &node.ClusterConfig{
+		Secret:       []byte(secret),
+		FailoverWait: wait,
+		Member: func(ctx context.Context, env node.MemberEnv) (node.Member, error) {
+			addr := advertise
+			if addr == "" {
+				addr = advertised(env.Addr)
+			}
+			return clusternode.New(ctx, clusternode.Config{Node: name, Address: addr, Secret: []byte(secret), TTL: ttl,
+				Bucket: env.Bucket, Clock: env.Clock, Metrics: env.Metrics, Logger: env.Logger})
+		},
+	}
+	return nil
+}
+
+// advertised is the address peers reach a listener bound at addr by: an
+// unspecified host (0.0.0.0, ::) becomes the host name.
+func advertised(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		if name, err := os.Hostname(); err == nil {
+			return net.JoinHostPort(name, port)
+		}
+	}
+	return addr
+}
