@@ -7,6 +7,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/wasmkeep/wasmkeep/host/store"
 )
 
 // TestMetricsDocumented checks that docs/metrics.md names every wasmkeep_*
@@ -22,8 +24,15 @@ func TestMetricsDocumented(t *testing.T) {
 	if got := expect(t, 200, "POST", n.URL()+"/actor/echo/e/checkpoint", nil); got != "ok" {
 		t.Fatalf("checkpoint: %q", got)
 	}
+	// A cluster member exports the cluster's metrics besides: a room
+	// acquired, forwarded to, and released.
+	cn := startNode(t, Config{Bucket: store.NewMem(), Cluster: testCluster("n1")})
+	putClass(t, cn, "counter", "./examples/counter")
+	expect(t, 200, "POST", cn.URL()+"/actor/counter/c", nil)
+	hibernate(t, cn, "counter", "c")
 	var buf bytes.Buffer
 	n.Metrics.WritePrometheus(&buf)
+	cn.Metrics.WritePrometheus(&buf)
 	exported := map[string]bool{}
 	for _, line := range strings.Split(buf.String(), "\n") {
 		name, _, _ := strings.Cut(line, " ")
