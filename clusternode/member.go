@@ -291,7 +291,12 @@ func (m *Member) Acquire(ctx context.Context, key rooms.Key) (rooms.Hold, error)
 		h, err = m.core.Acquire(ctx, roomOf(key))
 	}
 	m.met.acquisition(err)
-	if err != nil {
+	switch {
+	case err == nil:
+	case errors.Is(err, cluster.ErrHeld), errors.Is(err, cluster.ErrDraining), errors.Is(err, cluster.ErrNotActive),
+		errors.Is(err, cluster.ErrContended), errors.Is(err, cluster.ErrBusy):
+		return rooms.Hold{}, fmt.Errorf("%w: %w", rooms.ErrElsewhere, err)
+	default:
 		return rooms.Hold{}, err
 	}
 	return rooms.Hold{Key: key, Generation: h.Generation, Version: h.Version}, nil

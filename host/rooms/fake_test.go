@@ -295,6 +295,7 @@ type recordingPlacement struct {
 	mu      sync.Mutex
 	calls   []string
 	invalid map[Key]bool
+	refuse  map[Key]error // Acquire's answer for the room, if set
 }
 
 func (p *recordingPlacement) record(format string, args ...any) {
@@ -327,6 +328,12 @@ func (p *recordingPlacement) setValid(k Key, valid bool) {
 
 func (p *recordingPlacement) Acquire(ctx context.Context, key Key) (Hold, error) {
 	p.record("acquire %s", key)
+	p.mu.Lock()
+	err := p.refuse[key]
+	p.mu.Unlock()
+	if err != nil {
+		return Hold{}, err
+	}
 	return p.Local.Acquire(ctx, key)
 }
 
@@ -363,7 +370,7 @@ func newHarness(t *testing.T, cfg Config) *harness {
 	if cfg.SweepInterval == 0 {
 		cfg.SweepInterval = limits.Off
 	}
-	h.place = &recordingPlacement{Local: NewLocal(1), invalid: map[Key]bool{}}
+	h.place = &recordingPlacement{Local: NewLocal(1), invalid: map[Key]bool{}, refuse: map[Key]error{}}
 	m, err := NewManager(context.Background(), cfg, h.classes, h.bucket, h.place)
 	if err != nil {
 		t.Fatal(err)

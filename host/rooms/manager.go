@@ -158,6 +158,12 @@ var (
 	// ErrUnavailable: the room cannot be woken (its snapshot is unreadable,
 	// its module is missing...). Other rooms are unaffected.
 	ErrUnavailable = errors.New("rooms: room unavailable")
+	// ErrElsewhere: the placement would not grant this node the room: it
+	// runs (or is being taken) on another node, or this node may not take
+	// rooms now (draining, lease not valid). A placement wraps its
+	// refusals in it; the client should reconnect or retry, and will be
+	// routed.
+	ErrElsewhere = errors.New("rooms: the room runs on another node")
 )
 
 // Manager owns every room of the node.

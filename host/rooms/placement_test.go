@@ -3,6 +3,7 @@ package rooms
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -192,5 +193,32 @@ func TestGenerationFloorIsTheStoredCountersEnd(t *testing.T) {
 	}
 	if _, err := GenerationFloor(ctx, b); err == nil {
 		t.Error("a garbled counter gave a floor")
+	}
+}
+
+// TestRoomTakenElsewhereClosesItsSocketsForAReconnect: a room that
+// hibernated with a socket open here and was then taken by another node
+// cannot wake here; the socket whose message needed the wake is closed
+// with 1012, so that its client reconnects and is routed to the room, and
+// a request gets the placement's refusal, not "unavailable".
+func TestRoomTakenElsewhereClosesItsSocketsForAReconnect(t *testing.T) {
+	h := newHarness(t, Config{})
+	s, conn := h.open("a")
+	h.settle("a")
+	if err := h.m.Hibernate(context.Background(), Key{"c", "a"}); err != nil {
+		t.Fatal(err)
+	}
+	h.place.mu.Lock()
+	h.place.refuse[Key{"c", "a"}] = fmt.Errorf("%w: held by node n2", ErrElsewhere)
+	h.place.mu.Unlock()
+	if _, err := h.request("a", "GET", "/"); !errors.Is(err, ErrElsewhere) || errors.Is(err, ErrUnavailable) {
+		t.Errorf("a request for a room taken elsewhere: %v", err)
+	}
+	if err := s.Message(abi.MessageText, []byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	h.waitFor("the socket closed", func() bool { return conn.closeCode() != 0 })
+	if got := conn.closeCode(); got != abi.CloseServiceRestart {
+		t.Errorf("the socket closed with %v, want 1012", got)
 	}
 }

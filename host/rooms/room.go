@@ -624,6 +624,8 @@ func (r *Room) refuseSocket(s *Socket, err error) {
 	switch {
 	case errors.Is(err, ErrStopping):
 		code = abi.CloseServiceRestart
+	case errors.Is(err, ErrElsewhere):
+		code, reason = abi.CloseServiceRestart, "the room runs on another node; reconnect"
 	case errors.Is(err, ErrNodeFull):
 		code, reason = abi.CloseTryAgainLater, "node is full, try again later"
 	}
@@ -791,6 +793,9 @@ func (r *Room) wake(ctx context.Context) error {
 	if err != nil {
 		m.givePlace()
 		m.met.wakeErrors.Inc()
+		if errors.Is(err, ErrElsewhere) {
+			return err
+		}
 		return fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
 	inst, restored, err := r.load(ctx, hold)

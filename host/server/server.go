@@ -378,6 +378,11 @@ func (s *Server) roomError(w http.ResponseWriter, err error) {
 	case errors.Is(err, rooms.ErrOverloaded), errors.Is(err, rooms.ErrNodeFull):
 		w.Header().Set("Retry-After", "1")
 		textError(w, http.StatusServiceUnavailable, err.Error())
+	case errors.Is(err, rooms.ErrElsewhere):
+		// The room was taken between routing and waking: a retry is
+		// routed to it.
+		w.Header().Set("Retry-After", "1")
+		textError(w, http.StatusServiceUnavailable, err.Error())
 	case errors.Is(err, rooms.ErrStopping):
 		w.Header().Set("Retry-After", "5")
 		textError(w, http.StatusServiceUnavailable, err.Error())
