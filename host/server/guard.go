@@ -10,8 +10,13 @@ import (
 	"strings"
 )
 
-// Who may use the admin API. A request passes four checks, in order:
+// Who may use the admin API. A request passes five checks, in order:
 //
+//  0. It carries none of the peer headers (peer.go): node-to-node calls
+//     go to /cluster/v1/ on the rooms' listener, never to the admin API,
+//     so that the cluster secret, which every node holds, is no key to
+//     any node's admin API, and a peer call sent to a wrong path fails
+//     instead of being served as a client's.
 //  1. Its Host header names the node (ownNames): a page of another site
 //     whose name an attacker pointed at the node's address (DNS
 //     rebinding) reaches the node with that site's name in Host, and the
@@ -30,7 +35,7 @@ import (
 //     whatever its TCP peer: a proxy on the node's host would otherwise
 //     make every client it forwards a loopback one.
 //
-// Checks 1 to 3 refuse with 403 whatever the client's address and token:
+// Checks 0 to 3 refuse with 403 whatever the client's address and token:
 // they are about which page made the browser send the request, which a
 // token in a browser does not tell.
 
@@ -92,8 +97,11 @@ func (s *Server) guard(h http.Handler, challenge string, page bool) http.Handler
 	})
 }
 
-// refusal says why checks 1 to 3 refuse r, or "" if they pass it.
+// refusal says why checks 0 to 3 refuse r, or "" if they pass it.
 func (g adminGuard) refusal(r *http.Request, page bool) string {
+	if fromPeer(r) {
+		return "the admin API answers no node-to-node request (one with a " + PeerHeader + " header); nodes call each other under /cluster/v1/"
+	}
 	if !g.names.allows(r.Host) {
 		return "the admin API answers requests for this node's own names only, not " + quoteHost(r.Host) +
 			" (give the names clients use with --admin-hosts)"

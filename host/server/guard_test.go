@@ -127,6 +127,11 @@ func TestAdminGuard(t *testing.T) {
 		{name: "proxied without a token on the node", header: header{"X-Forwarded-For": "203.0.113.9"}, want: 403, says: "loopback clients only"},
 		{name: "proxied without a token", cfg: Config{AdminToken: "tok"}, header: header{"X-Forwarded-For": "203.0.113.9"}, want: 401},
 		{name: "proxied with the token", cfg: Config{AdminToken: "tok"}, header: header{"X-Forwarded-For": "203.0.113.9", "Authorization": "Bearer tok"}, want: 204},
+
+		{name: "a peer's call", header: header{PeerHeader: "n2"}, want: 403, says: "no node-to-node request"},
+		{name: "a peer's call to the page", page: true, header: header{PeerSigHeader: "00"}, want: 403, says: "no node-to-node request"},
+		{name: "a peer's call with the token", cfg: Config{AdminToken: "tok"}, remote: remote,
+			header: header{PeerTimeHeader: "1", "Authorization": "Bearer tok"}, want: 403, says: "no node-to-node request"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			method, host := c.method, c.host
