@@ -1,6 +1,7 @@
 // Package server is a node's HTTP surface: rooms at /actor/<class>/<name>
 // (requests and WebSocket upgrades), the admin API under /admin, /metrics,
-// /healthz and pprof. It turns HTTP into room events and room results back
+// /healthz and pprof, and in a cluster the node-to-node calls under
+// /cluster/v1/ (cluster_admin.go). It turns HTTP into room events and room results back
 // into HTTP; the work itself happens in the rooms, classes and socket
 // packages.
 package server
@@ -163,6 +164,7 @@ func New(cfg Config, reg *classes.Registry, mgr *rooms.Manager, hub *socket.Hub,
 		})
 	}
 	s.adminRoutes(admin)
+	s.clusterRoutes(admin)
 	s.series.stop, s.series.done = make(chan struct{}), make(chan struct{})
 	go s.sampler()
 	return s
@@ -263,12 +265,9 @@ func (s *Server) writeMetrics(w http.ResponseWriter, _ *http.Request) {
 
 // roomKey reads and checks the class and room name of a room URL.
 func (s *Server) roomKey(r *http.Request) (rooms.Key, string, error) {
-	class, name := r.PathValue("class"), r.PathValue("name")
-	if !classes.NamePattern.MatchString(class) {
-		return rooms.Key{}, "", fmt.Errorf("invalid class name %q", class)
-	}
-	if name == "" || len(name) > s.cfg.MaxRoomName || !utf8.ValidString(name) || strings.ContainsFunc(name, isControl) {
-		return rooms.Key{}, "", fmt.Errorf("invalid room name: 1–%d bytes of UTF-8 without control characters", s.cfg.MaxRoomName)
+	key, err := s.checkRoom(r.PathValue("class"), r.PathValue("name"))
+	if err != nil {
+		return rooms.Key{}, "", err
 	}
 	// The path below the room, as the client escaped it.
 	below := "/"
@@ -276,7 +275,18 @@ func (s *Server) roomKey(r *http.Request) (rooms.Key, string, error) {
 	if len(segs) == 5 {
 		below += segs[4]
 	}
-	return rooms.Key{Class: class, Name: name}, below, nil
+	return key, below, nil
+}
+
+// checkRoom checks a room's class and name, from a URL or a JSON body.
+func (s *Server) checkRoom(class, name string) (rooms.Key, error) {
+	if !classes.NamePattern.MatchString(class) {
+		return rooms.Key{}, fmt.Errorf("invalid class name %q", class)
+	}
+	if name == "" || len(name) > s.cfg.MaxRoomName || !utf8.ValidString(name) || strings.ContainsFunc(name, isControl) {
+		return rooms.Key{}, fmt.Errorf("invalid room name: 1–%d bytes of UTF-8 without control characters", s.cfg.MaxRoomName)
+	}
+	return rooms.Key{Class: class, Name: name}, nil
 }
 
 func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
@@ -467,7 +477,7 @@ func forClient(msg string) string {
 }
 
 // clientPrefixes are the packages whose errors a response carries.
-var clientPrefixes = map[string]bool{"rooms": true, "classes": true, "engine": true}
+var clientPrefixes = map[string]bool{"rooms": true, "classes": true, "engine": true, "cluster": true}
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")

@@ -1,0 +1,629 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/wasmkeep/wasmkeep/host/classes"
+	"github.com/wasmkeep/wasmkeep/host/rooms"
+	"github.com/wasmkeep/wasmkeep/host/socket"
+	"github.com/wasmkeep/wasmkeep/host/store"
+)
+
+var testSecret = []byte("cluster secret of the tests")
+
+// fakeMember is a ClusterMember that records what it is asked and
+// answers its status as set.
+type fakeMember struct {
+	mu     sync.Mutex
+	status ClusterNode
+	err    error // what Drain, Move, Take and Fence return
+	calls  []string
+}
+
+func (m *fakeMember) Status() ClusterNode {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := m.status
+	n.Holds, n.Pending, n.Peers = slices.Clone(n.Holds), slices.Clone(n.Pending), slices.Clone(n.Peers)
+	return n
+}
+
+func (m *fakeMember) record(call string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.calls = append(m.calls, call)
+	return m.err
+}
+
+func (m *fakeMember) Drain(on bool) error {
+	if err := m.record(fmt.Sprintf("drain %v", on)); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.status.Draining = on
+	return nil
+}
+
+func (m *fakeMember) Move(_ context.Context, key rooms.Key, to string) error {
+	return m.record("move " + key.String() + " " + to)
+}
+
+func (m *fakeMember) Take(_ context.Context, key rooms.Key) error {
+	return m.record("take " + key.String())
+}
+
+func (m *fakeMember) Fence(_ context.Context, node string) error {
+	return m.record("fence " + node)
+}
+
+func (m *fakeMember) Unreachable(context.Context, string) {}
+
+func (m *fakeMember) set(f func(n *ClusterNode)) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	f(&m.status)
+}
+
+func (m *fakeMember) asked() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.calls)
+}
+
+// testNode is a Server with a cluster, served on loopback.
+type testNode struct {
+	name   string
+	member *fakeMember
+	srv    *Server
+	http   *httptest.Server
+}
+
+func (n *testNode) addr() string { return n.http.Listener.Addr().String() }
+
+// newTestServer builds a whole Server over a memory store.
+func newTestServer(t *testing.T, cfg Config) *Server {
+	t.Helper()
+	bucket := store.NewMem()
+	reg := classes.New(bucket, nil, 0)
+	mgr, err := rooms.NewManager(context.Background(), rooms.Config{}, rooms.EngineClasses(reg), bucket, rooms.NewLocal(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	set := metrics.NewSet()
+	hub := socket.NewHub(socket.Config{}, set)
+	s := New(cfg, reg, mgr, hub, set)
+	t.Cleanup(func() {
+		s.Close()
+		hub.Close()
+		_ = mgr.Close(context.Background())
+	})
+	return s
+}
+
+// startNode serves a node named name of a cluster with secret.
+func startNode(t *testing.T, name string, secret []byte) *testNode {
+	t.Helper()
+	m := &fakeMember{}
+	n := &testNode{name: name, member: m}
+	n.srv = newTestServer(t, Config{Cluster: &Cluster{Node: name, Secret: secret, Member: m}})
+	n.http = httptest.NewServer(n.srv)
+	t.Cleanup(n.http.Close)
+	m.set(func(s *ClusterNode) {
+		*s = ClusterNode{Node: name, Instance: "i-" + name, Address: n.addr(), Phase: "active", LeaseValid: true, ValidForMS: 9000}
+	})
+	return n
+}
+
+// knows makes n's view list the other nodes' leases as live.
+func (n *testNode) knows(others ...*testNode) {
+	n.member.set(func(s *ClusterNode) {
+		for _, o := range others {
+			s.Peers = append(s.Peers, ClusterPeer{Node: o.name, Instance: "i-" + o.name, Address: o.addr(), State: "live"})
+		}
+	})
+}
+
+// call sends an admin request (as the CLI does) and decodes the answer.
+func call(t *testing.T, n *testNode, method, path, body string, out any) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, n.http.URL+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set(AdminHeader, "1")
+	return send(t, req, out)
+}
+
+func send(t *testing.T, req *http.Request, out any) (int, string) {
+	t.Helper()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out != nil && resp.StatusCode == 200 {
+		if err := json.Unmarshal(data, out); err != nil {
+			t.Fatalf("%s %s: %v in %s", req.Method, req.URL, err, data)
+		}
+	}
+	return resp.StatusCode, string(data)
+}
+
+// expectStatus fails unless a call answered want with msg in its body.
+func expectStatus(t *testing.T, what string, status int, body string, want int, msg string) {
+	t.Helper()
+	var e struct{ Error string }
+	if json.Unmarshal([]byte(body), &e) == nil && e.Error != "" {
+		body = e.Error
+	}
+	if status != want || !strings.Contains(body, msg) {
+		t.Fatalf("%s: HTTP %d %s, want %d with %q", what, status, strings.TrimSpace(body), want, msg)
+	}
+}
+
+// deadAddr is a loopback address nothing listens on.
+func deadAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
+}
+
+// hangingAddr is a loopback server that never answers, until the test
+// ends.
+func hangingAddr(t *testing.T) string {
+	t.Helper()
+	done := make(chan struct{})
+	hs := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-done:
+		}
+	}))
+	t.Cleanup(func() { close(done); hs.Close() })
+	return hs.Listener.Addr().String()
+}
+
+// TestClusterStatus: GET /admin/cluster shows this node and every live
+// peer, each asked with a signed call; a peer that refuses the
+// connection and one that never answers appear with their lease's facts
+// and an error, within the status timeout; peers whose lease ended are
+// not asked.
+func TestClusterStatus(t *testing.T) {
+	n1, n2 := startNode(t, "n1", testSecret), startNode(t, "n2", testSecret)
+	n1.knows(n2)
+	n1.member.set(func(s *ClusterNode) {
+		s.Holds = []ClusterRoom{{Class: "counter", Name: "a", Generation: 3}}
+		s.Peers = append(s.Peers,
+			ClusterPeer{Node: "n3", Instance: "i-n3", Address: deadAddr(t), State: "live", Draining: true},
+			ClusterPeer{Node: "n4", Instance: "i-n4", Address: hangingAddr(t), State: "live"},
+			ClusterPeer{Node: "n5", Instance: "i-n5", Address: deadAddr(t), State: "fenced"})
+	})
+	n2.member.set(func(s *ClusterNode) {
+		s.Draining = true
+		s.Pending = []ClusterRoom{{Class: "chat", Name: "lobby", Generation: 7}}
+	})
+
+	var view ClusterView
+	start := time.Now()
+	status, body := call(t, n1, "GET", "/admin/cluster", "", &view)
+	took := time.Since(start)
+	if status != 200 {
+		t.Fatalf("GET /admin/cluster: %d %s", status, body)
+	}
+	if took > peerStatusTimeout+time.Second {
+		t.Errorf("the status took %v with a peer that never answers; each peer has %v", took, peerStatusTimeout)
+	}
+	var names []string
+	for _, n := range view.Nodes {
+		names = append(names, n.Node)
+	}
+	if !slices.Equal(names, []string{"n1", "n2", "n3", "n4"}) {
+		t.Fatalf("nodes %v, want n1 (this one), then the live peers n2, n3, n4 in order; body:\n%s", names, body)
+	}
+	if view.Node.Node != "n1" || len(view.Node.Peers) != 4 || len(view.Nodes[0].Holds) != 1 || view.Nodes[0].Holds[0].Generation != 3 {
+		t.Fatalf("this node's view: %+v", view.Node)
+	}
+	if got := view.Nodes[1]; got.Error != "" || !got.Draining || got.Phase != "active" || len(got.Pending) != 1 || got.Pending[0].Name != "lobby" {
+		t.Fatalf("n2 as it answered: %+v", got)
+	}
+	for _, i := range []int{2, 3} {
+		got := view.Nodes[i]
+		if got.Error == "" || !strings.Contains(got.Error, "cannot reach node "+got.Node) || got.Instance != "i-"+got.Node || got.Address == "" {
+			t.Fatalf("%s cannot be asked: %+v", got.Node, got)
+		}
+	}
+	if !view.Nodes[2].Draining {
+		t.Errorf("n3's lease says draining; the status lost it: %+v", view.Nodes[2])
+	}
+	if !strings.Contains(body, `"holds": []`) {
+		t.Errorf("a node's empty lists should be [] rather than null:\n%s", body)
+	}
+
+	// ?local=1: this node only, no peer asked.
+	view = ClusterView{}
+	start = time.Now()
+	if status, body := call(t, n1, "GET", "/admin/cluster?local=1", "", &view); status != 200 || len(view.Nodes) != 1 || view.Nodes[0].Node != "n1" {
+		t.Fatalf("?local=1: %d %s", status, body)
+	}
+	if took := time.Since(start); took > peerStatusTimeout/2 {
+		t.Errorf("?local=1 took %v: it asked the peers", took)
+	}
+
+	// A peer at whose address another node answers is not taken for it.
+	n1.member.set(func(s *ClusterNode) { s.Peers = []ClusterPeer{{Node: "n9", Address: n2.addr(), State: "live"}} })
+	view = ClusterView{}
+	call(t, n1, "GET", "/admin/cluster", "", &view)
+	if len(view.Nodes) != 2 || !strings.Contains(view.Nodes[1].Error, `answered as node "n2"`) {
+		t.Fatalf("n9's lease names n2's address: %+v", view.Nodes)
+	}
+}
+
+// TestClusterDrain: a drain of this node is the member's; of another,
+// a signed call to it; refusals of unknown and dead nodes and of bodies
+// that are not the JSON expected.
+func TestClusterDrain(t *testing.T) {
+	n1, n2 := startNode(t, "n1", testSecret), startNode(t, "n2", testSecret)
+	n1.knows(n2)
+	n1.member.set(func(s *ClusterNode) {
+		s.Peers = append(s.Peers, ClusterPeer{Node: "n3", Address: deadAddr(t), State: "released"})
+	})
+
+	var got ClusterNode
+	if status, body := call(t, n1, "POST", "/admin/cluster/drain", `{"node":"n1"}`, &got); status != 200 || got.Node != "n1" || !got.Draining {
+		t.Fatalf("drain n1 on n1: %d %s", status, body)
+	}
+	got = ClusterNode{}
+	if status, body := call(t, n1, "POST", "/admin/cluster/drain", `{"node":"n2"}`, &got); status != 200 || got.Node != "n2" || !got.Draining {
+		t.Fatalf("drain n2 on n1: %d %s", status, body)
+	}
+	call(t, n1, "POST", "/admin/cluster/drain", `{"node":"n2","off":true}`, &got)
+	if got.Draining {
+		t.Fatalf("drain n2 off: %+v", got)
+	}
+	if a, b := n1.member.asked(), n2.member.asked(); !slices.Equal(a, []string{"drain true"}) || !slices.Equal(b, []string{"drain true", "drain false"}) {
+		t.Fatalf("n1 was asked %q, n2 %q", a, b)
+	}
+
+	status, body := call(t, n1, "POST", "/admin/cluster/drain", `{"node":"n7"}`, nil)
+	expectStatus(t, "unknown node", status, body, 404, "no node named n7 in the cluster")
+	status, body = call(t, n1, "POST", "/admin/cluster/drain", `{"node":"n3"}`, nil)
+	expectStatus(t, "released node", status, body, 409, "n3's lease is released")
+	status, body = call(t, n1, "POST", "/admin/cluster/drain", `{}`, nil)
+	expectStatus(t, "no node", status, body, 400, "node: the name of the node to drain is missing")
+	status, body = call(t, n1, "POST", "/admin/cluster/drain", `{"node":"n1",`, nil)
+	expectStatus(t, "broken JSON", status, body, 400, "not the JSON expected")
+	status, body = call(t, n1, "POST", "/admin/cluster/drain", `{"node":"n1","of":true}`, nil)
+	expectStatus(t, "unknown field", status, body, 400, `unknown field "of"`)
+	status, body = call(t, n1, "POST", "/admin/cluster/drain", `{"node":"n1"} {"node":"n2"}`, nil)
+	expectStatus(t, "two values", status, body, 400, "more than one JSON value")
+	status, body = call(t, n1, "POST", "/admin/cluster/drain", `{"node":"`+strings.Repeat("n", maxPeerBody)+`"}`, nil)
+	expectStatus(t, "huge body", status, body, 413, "over the limit")
+	if a := n1.member.asked(); len(a) != 1 {
+		t.Fatalf("refused drains reached the member: %q", a)
+	}
+
+	// The member's failure, with the status it gives.
+	n2.member.mu.Lock()
+	n2.member.err = codedError{503, "cluster: the bucket does not answer"}
+	n2.member.mu.Unlock()
+	status, body = call(t, n1, "POST", "/admin/cluster/drain", `{"node":"n2"}`, nil)
+	expectStatus(t, "failing peer member", status, body, 502, "the bucket does not answer")
+	n1.member.mu.Lock()
+	n1.member.err = errors.New("cluster: this node's lease is not valid")
+	n1.member.mu.Unlock()
+	status, body = call(t, n1, "POST", "/admin/cluster/drain", `{"node":"n1"}`, nil)
+	expectStatus(t, "failing member", status, body, 409, "draining node n1: this node's lease is not valid")
+}
+
+// codedError is a member's error that gives its HTTP status.
+type codedError struct {
+	status int
+	msg    string
+}
+
+func (e codedError) Error() string   { return e.msg }
+func (e codedError) HTTPStatus() int { return e.status }
+
+// TestClusterMove: a move goes to the room's holder, found by asking the
+// peers, and is refused for a room nobody holds and a target that cannot
+// take it.
+func TestClusterMove(t *testing.T) {
+	n1, n2, n3 := startNode(t, "n1", testSecret), startNode(t, "n2", testSecret), startNode(t, "n3", testSecret)
+	n1.knows(n2, n3)
+	n1.member.set(func(s *ClusterNode) {
+		s.Holds = []ClusterRoom{{Class: "counter", Name: "here", Generation: 1}}
+		s.Peers = append(s.Peers, ClusterPeer{Node: "n4", Address: deadAddr(t), State: "fenced"})
+	})
+	n3.member.set(func(s *ClusterNode) { s.Holds = []ClusterRoom{{Class: "counter", Name: "there one", Generation: 5}} })
+
+	var got ClusterMove
+	status, body := call(t, n1, "POST", "/admin/cluster/move", `{"class":"counter","name":"there one","to":"n2"}`, &got)
+	if status != 200 || got != (ClusterMove{Class: "counter", Name: "there one", From: "n3", To: "n2", Moved: true}) {
+		t.Fatalf("move of n3's room: %d %s", status, body)
+	}
+	if a := n3.member.asked(); !slices.Equal(a, []string{"move counter/there one n2"}) {
+		t.Fatalf("n3 was asked %q", a)
+	}
+	status, body = call(t, n1, "POST", "/admin/cluster/move", `{"class":"counter","name":"here","to":"n3"}`, &got)
+	if status != 200 || got.From != "n1" || !got.Moved {
+		t.Fatalf("move of n1's room: %d %s", status, body)
+	}
+	if a := n1.member.asked(); !slices.Equal(a, []string{"move counter/here n3"}) {
+		t.Fatalf("n1 was asked %q", a)
+	}
+	status, body = call(t, n1, "POST", "/admin/cluster/move", `{"class":"counter","name":"there one","to":"n3"}`, &got)
+	if status != 200 || got.Moved || got.From != "n3" {
+		t.Fatalf("move to the holder itself: %d %s", status, body)
+	}
+
+	status, body = call(t, n1, "POST", "/admin/cluster/move", `{"class":"counter","name":"nowhere","to":"n2"}`, nil)
+	expectStatus(t, "room held nowhere", status, body, 409, "room counter/nowhere is held by no node")
+	status, body = call(t, n1, "POST", "/admin/cluster/move", `{"class":"counter","name":"here","to":"n9"}`, nil)
+	expectStatus(t, "unknown target", status, body, 404, "no node named n9")
+	status, body = call(t, n1, "POST", "/admin/cluster/move", `{"class":"counter","name":"here","to":"n4"}`, nil)
+	expectStatus(t, "fenced target", status, body, 409, "n4's lease is fenced")
+	status, body = call(t, n1, "POST", "/admin/cluster/move", `{"class":"Counter!","name":"here","to":"n2"}`, nil)
+	expectStatus(t, "bad class", status, body, 400, "invalid class name")
+	status, body = call(t, n1, "POST", "/admin/cluster/move", `{"class":"counter","name":"a\u0000b","to":"n2"}`, nil)
+	expectStatus(t, "bad room name", status, body, 400, "invalid room name")
+	status, body = call(t, n1, "POST", "/admin/cluster/move", `{"class":"counter","name":"here"}`, nil)
+	expectStatus(t, "no target", status, body, 400, "to: the name of the node")
+	n1.member.set(func(s *ClusterNode) {
+		for i := range s.Peers {
+			s.Peers[i].Draining = s.Peers[i].Node == "n2"
+		}
+	})
+	status, body = call(t, n1, "POST", "/admin/cluster/move", `{"class":"counter","name":"here","to":"n2"}`, nil)
+	expectStatus(t, "draining target", status, body, 409, "node n2 is draining")
+
+	// The holder's refusal is passed on, naming it.
+	n3.member.mu.Lock()
+	n3.member.err = errors.New("cluster: the room is not held here")
+	n3.member.mu.Unlock()
+	status, body = call(t, n1, "POST", "/admin/cluster/move", `{"class":"counter","name":"there one","to":"n1"}`, nil)
+	expectStatus(t, "holder refuses", status, body, 409, "node n3: moving room counter/there one: the room is not held here")
+	if a := n1.member.asked(); len(a) != 1 {
+		t.Fatalf("refused moves reached n1's member: %q", a)
+	}
+}
+
+// TestClusterFence: a fence of a dead node is the member's; this node,
+// an unknown node and a node that still answers are refused.
+func TestClusterFence(t *testing.T) {
+	n1, n2 := startNode(t, "n1", testSecret), startNode(t, "n2", testSecret)
+	n1.knows(n2)
+	n1.member.set(func(s *ClusterNode) {
+		s.Peers = append(s.Peers, ClusterPeer{Node: "n3", Instance: "i-n3", Address: deadAddr(t), State: "live"})
+	})
+	status, body := call(t, n1, "POST", "/admin/cluster/fence", `{"node":"n1"}`, nil)
+	expectStatus(t, "fence this node", status, body, 400, "cannot fence itself")
+	status, body = call(t, n1, "POST", "/admin/cluster/fence", `{"node":"n8"}`, nil)
+	expectStatus(t, "fence an unknown node", status, body, 404, "no node named n8")
+	status, body = call(t, n1, "POST", "/admin/cluster/fence", `{"node":"n2"}`, nil)
+	expectStatus(t, "fence a running node", status, body, 409, "its process is running")
+	if a := n1.member.asked(); len(a) != 0 {
+		t.Fatalf("refused fences reached the member: %q", a)
+	}
+	var got map[string]any
+	if status, body := call(t, n1, "POST", "/admin/cluster/fence", `{"node":"n3"}`, &got); status != 200 || got["fenced"] != true || got["instance"] != "i-n3" {
+		t.Fatalf("fence of a dead node: %d %s", status, body)
+	}
+	if a := n1.member.asked(); !slices.Equal(a, []string{"fence n3"}) {
+		t.Fatalf("n1 was asked %q", a)
+	}
+}
+
+// peerRequest is a request to n's peer endpoint, signed as from with
+// secret (nil: unsigned).
+func peerRequest(t *testing.T, n *testNode, method, path, body string, from string, secret []byte) *http.Request {
+	t.Helper()
+	req, err := http.NewRequest(method, n.http.URL+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if secret != nil {
+		signPeer(req, secret, from, time.Now())
+	}
+	return req
+}
+
+// TestPeerEndpoints: only a request signed with the cluster's secret
+// reaches a peer endpoint; its body is bounded and checked.
+func TestPeerEndpoints(t *testing.T) {
+	n := startNode(t, "n1", testSecret)
+	var got ClusterNode
+	if status, body := send(t, peerRequest(t, n, "GET", "/cluster/v1/status", "", "n2", testSecret), &got); status != 200 || got.Node != "n1" {
+		t.Fatalf("signed status: %d %s", status, body)
+	}
+	status, body := send(t, peerRequest(t, n, "GET", "/cluster/v1/status", "", "", nil), nil)
+	expectStatus(t, "unsigned status", status, body, 403, "a node-to-node request needs all of")
+	status, body = send(t, peerRequest(t, n, "POST", "/cluster/v1/drain", `{}`, "n2", []byte("another secret")), nil)
+	expectStatus(t, "drain signed with another secret", status, body, 403, "signature does not match")
+	req := peerRequest(t, n, "POST", "/cluster/v1/take", `{"class":"counter","name":"a"}`, "n2", testSecret)
+	req.Header.Set(PeerTimeHeader, fmt.Sprint(time.Now().Add(-time.Hour).UnixMilli()))
+	status, body = send(t, req, nil)
+	expectStatus(t, "old take", status, body, 403, "off by more than")
+	// The signature covers the URI: a query added after signing breaks it.
+	req = peerRequest(t, n, "POST", "/cluster/v1/take", `{"class":"counter","name":"a"}`, "n2", testSecret)
+	req.URL.RawQuery = "x=1"
+	status, body = send(t, req, nil)
+	expectStatus(t, "altered URI", status, body, 403, "signature does not match")
+	if a := n.member.asked(); len(a) != 0 {
+		t.Fatalf("refused peer calls reached the member: %q", a)
+	}
+
+	status, body = send(t, peerRequest(t, n, "POST", "/cluster/v1/take", `{"class":"counter","name":"a"}`, "n2", testSecret), nil)
+	expectStatus(t, "take", status, body, 200, `"node": "n1"`)
+	status, body = send(t, peerRequest(t, n, "POST", "/cluster/v1/move", `{"class":"counter","name":"a","to":"n2"}`, "n2", testSecret), nil)
+	expectStatus(t, "move", status, body, 200, `"moved": true`)
+	status, body = send(t, peerRequest(t, n, "POST", "/cluster/v1/drain", `{"off":false}`, "n2", testSecret), nil)
+	expectStatus(t, "drain", status, body, 200, `"draining": true`)
+	if a := n.member.asked(); !slices.Equal(a, []string{"take counter/a", "move counter/a n2", "drain true"}) {
+		t.Fatalf("the member was asked %q", a)
+	}
+
+	for _, c := range []struct{ path, body, msg string }{
+		{"/cluster/v1/take", `{"class":"counter"}`, "invalid room name"},
+		{"/cluster/v1/take", `{"class":"counter","name":"a","to":"n2"}`, `unknown field "to"`},
+		{"/cluster/v1/move", `{"class":"counter","name":"a"}`, "to: the name of the node"},
+		{"/cluster/v1/move", `["counter","a"]`, "not the JSON expected"},
+		{"/cluster/v1/drain", ``, "no body"},
+	} {
+		status, body := send(t, peerRequest(t, n, "POST", c.path, c.body, "n2", testSecret), nil)
+		expectStatus(t, c.path+" "+c.body, status, body, 400, c.msg)
+	}
+	status, body = send(t, peerRequest(t, n, "POST", "/cluster/v1/take", strings.Repeat(" ", maxPeerBody+1), "n2", testSecret), nil)
+	expectStatus(t, "huge take", status, body, 413, "over the limit")
+	if a := n.member.asked(); len(a) != 3 {
+		t.Fatalf("refused peer calls reached the member: %q", a)
+	}
+}
+
+// TestNoCluster: a node without a cluster answers every cluster endpoint
+// 404, saying why.
+func TestNoCluster(t *testing.T) {
+	s := httptest.NewServer(newTestServer(t, Config{}))
+	defer s.Close()
+	n := &testNode{http: s}
+	for _, c := range []struct{ method, path string }{
+		{"GET", "/admin/cluster"}, {"POST", "/admin/cluster/drain"}, {"POST", "/admin/cluster/move"}, {"POST", "/admin/cluster/fence"},
+	} {
+		status, body := call(t, n, c.method, c.path, `{"node":"n1"}`, nil)
+		expectStatus(t, c.path, status, body, 404, notInCluster)
+	}
+	for _, c := range []struct{ method, path string }{
+		{"GET", "/cluster/v1/status"}, {"POST", "/cluster/v1/drain"}, {"POST", "/cluster/v1/move"}, {"POST", "/cluster/v1/take"},
+	} {
+		status, body := send(t, peerRequest(t, n, c.method, c.path, `{}`, "n2", testSecret), nil)
+		expectStatus(t, c.path, status, body, 404, notInCluster)
+	}
+}
+
+// TestAdminRefusesPeers: no request with peer headers reaches the admin
+// API, /metrics, pprof or the dashboard, signed or not, on either
+// listener; the same requests without them do.
+func TestAdminRefusesPeers(t *testing.T) {
+	for _, separate := range []bool{false, true} {
+		t.Run(fmt.Sprintf("separate admin %v", separate), func(t *testing.T) {
+			s := newTestServer(t, Config{SeparateAdmin: separate, Cluster: &Cluster{Node: "n1", Secret: testSecret, Member: &fakeMember{}}})
+			h := http.Handler(s)
+			if separate {
+				h = s.AdminHandler()
+			}
+			for _, c := range []struct{ method, path string }{
+				{"GET", "/admin/"}, {"GET", "/admin/overview"}, {"GET", "/admin/series"}, {"GET", "/admin/rooms"},
+				{"GET", "/admin/classes"}, {"GET", "/admin/cluster?local=1"}, {"POST", "/admin/cluster/drain"},
+				{"POST", "/admin/rooms/counter/a/hibernate"}, {"GET", "/metrics"}, {"GET", "/debug/pprof/"},
+			} {
+				for _, peer := range []string{"", "signed", "name only"} {
+					req := httptest.NewRequest(c.method, "http://127.0.0.1:8080"+c.path, bytes.NewReader([]byte(`{"node":"n1"}`)))
+					req.RemoteAddr = "127.0.0.1:5000"
+					req.Header.Set(AdminHeader, "1")
+					switch peer {
+					case "signed":
+						signPeer(req, testSecret, "n2", time.Now())
+					case "name only":
+						req.Header.Set(PeerHeader, "n2")
+					}
+					rec := httptest.NewRecorder()
+					h.ServeHTTP(rec, req)
+					if refused := rec.Code == 403 && strings.Contains(rec.Body.String(), "no node-to-node request"); refused != (peer != "") {
+						t.Errorf("%s %s with peer headers %q: HTTP %d %s", c.method, c.path, peer, rec.Code, rec.Body)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestPeerCallAnswers: what the peer client makes of answers: an error
+// message in JSON or text, an answer over its bound, one that is not
+// JSON, and a redirect, which it does not follow.
+func TestPeerCallAnswers(t *testing.T) {
+	var signed sync.Map
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if node, why := verifyPeer(r, testSecret, time.Now()); why == "" {
+			signed.Store(r.URL.Path, node)
+		}
+		switch r.URL.Path {
+		case "/json-error":
+			jsonError(w, 409, "the room is busy")
+		case "/text-error":
+			http.Error(w, "bad gateway of some proxy", 502)
+		case "/big":
+			w.Write(bytes.Repeat([]byte("x"), 2000))
+		case "/not-json":
+			io.WriteString(w, "hello")
+		case "/redirect":
+			http.Redirect(w, r, "/json-error", http.StatusFound)
+		}
+	}))
+	defer hs.Close()
+	s := &Server{cfg: Config{Cluster: &Cluster{Node: "n1", Secret: testSecret}}}
+	addr := hs.Listener.Addr().String()
+	var out map[string]any
+	ctx := context.Background()
+	for _, c := range []struct {
+		path   string
+		status int
+		msg    string
+	}{
+		{"/json-error", 409, "node n2 answered HTTP 409: the room is busy"},
+		{"/text-error", 502, "bad gateway of some proxy"},
+		{"/big", 200, "an answer over 1000 bytes"},
+		{"/not-json", 200, "not the JSON expected"},
+		{"/redirect", 302, "HTTP 302"},
+	} {
+		err := s.peerCall(ctx, "n2", addr, "GET", c.path, nil, &out, time.Second, 1000)
+		var pe *peerError
+		if !errors.As(err, &pe) || pe.status != c.status || !strings.Contains(err.Error(), c.msg) {
+			t.Errorf("%s: %v, want HTTP %d and %q", c.path, err, c.status, c.msg)
+		}
+		if node, _ := signed.Load(c.path); node != "n1" {
+			t.Errorf("%s: the call was not signed as n1's", c.path)
+		}
+	}
+	if _, ok := signed.Load("/json-error"); !ok {
+		t.Fatal("no call reached the server")
+	}
+	err := s.peerCall(ctx, "n2", "", "GET", "/x", nil, nil, time.Second, 1000)
+	var pu *peerUnreachable
+	if !errors.As(err, &pu) || !strings.Contains(err.Error(), "gives no address") {
+		t.Errorf("no address: %v", err)
+	}
+	if err := s.peerCall(ctx, "n2", "ftp://"+addr, "GET", "/x", nil, nil, time.Second, 1000); !errors.As(err, &pu) {
+		t.Errorf("an ftp address: %v", err)
+	}
+	if err := s.peerCall(ctx, "n2", hs.URL+"/", "GET", "/json-error", nil, nil, time.Second, 1000); !strings.Contains(fmt.Sprint(err), "the room is busy") {
+		t.Errorf("an address with its scheme: %v", err)
+	}
+}
