@@ -261,6 +261,12 @@ func TestClusterStatus(t *testing.T) {
 			t.Fatalf("%s cannot be asked: %+v", got.Node, got)
 		}
 	}
+	if e := view.Nodes[3].Error; !strings.HasSuffix(e, "no answer within "+peerStatusTimeout.String()) {
+		t.Errorf("n4 never answers: %q", e)
+	}
+	if e := view.Nodes[2].Error; !strings.Contains(e, "connection refused") || strings.Contains(e, "Get ") {
+		t.Errorf("n3 refuses connections: %q", e)
+	}
 	if !view.Nodes[2].Draining {
 		t.Errorf("n3's lease says draining; the status lost it: %+v", view.Nodes[2])
 	}

@@ -128,6 +128,15 @@ func (s *Server) peerCall(ctx context.Context, node, address, method, path strin
 	signPeer(req, c.Secret, c.Node, time.Now())
 	resp, err := peerHTTP.Do(req)
 	if err != nil {
+		// Without the method and URL of *url.Error: the node and address
+		// say where, and the cause is what a reader needs.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		if ctx.Err() == context.DeadlineExceeded {
+			err = fmt.Errorf("no answer within %v", timeout)
+		}
 		return &peerUnreachable{node: node, address: address, err: err}
 	}
 	defer resp.Body.Close()
