@@ -1,6 +1,7 @@
 // Command wasmkeep runs a node of WebAssembly rooms and talks to running
 // nodes: `wasmkeep serve` starts one, `wasmkeep class`, `wasmkeep rooms` and
-// `wasmkeep room` manage it through its admin API, `wasmkeep demo` starts a node with the
+// `wasmkeep room` manage it through its admin API, `wasmkeep cluster` the
+// nodes of a cluster through any one's, `wasmkeep demo` starts a node with the
 // example classes built from source, and `wasmkeep bench` loads rooms with
 // WebSocket messages.
 package main
@@ -31,6 +32,7 @@ func newApp() *cli.App {
 			classCommand(),
 			roomsCommand(),
 			roomCommand(),
+			clusterCommand(),
 			benchCommand(),
 		},
 		// Without it urfave/cli answers an unknown command with "No help
