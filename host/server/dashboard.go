@@ -25,6 +25,10 @@ import (
 //	GET /admin/series     per-second samples of the node's counters, for
 //	                      the last seriesWindow (?since=<unix ms> for the
 //	                      newer ones only)
+//	GET /admin/cluster    in a cluster (Overview.ClusterNode set): every
+//	                      node's lease, drain, holds and pending releases
+//	                      (cluster_admin.go), for the Cluster panel, polled
+//	                      on its own since it waits for the peers
 //
 // The page and its endpoints follow the admin rules. A browser cannot send
 // a bearer token, so on GET requests the admin API also takes the token as
@@ -93,6 +97,9 @@ type Overview struct {
 	Sockets     int              `json:"sockets_open"`
 	Totals      rooms.Totals     `json:"totals"`
 	Classes     []classes.Record `json:"classes"`
+	// ClusterNode is the node's name in its cluster; empty (and left out)
+	// without one, and the dashboard then shows no Cluster panel.
+	ClusterNode string `json:"cluster_node,omitempty"`
 }
 
 // RoomCounts are the node's room gauges.
@@ -111,6 +118,10 @@ func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
 	}
 	c := s.rooms.Counts()
 	now := time.Now()
+	var node string
+	if s.cfg.Cluster != nil {
+		node = s.cfg.Cluster.Node
+	}
 	writeJSON(w, http.StatusOK, Overview{
 		Version:     version(),
 		GoVersion:   runtime.Version(),
@@ -122,9 +133,10 @@ func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
 		MaxSockets:  s.hub.Config().MaxSockets,
 		Rooms: RoomCounts{Resident: c.Resident, Hibernated: c.Hibernated, HibernatedWithSockets: c.HibernatedWithSockets,
 			Known: c.Known, Stored: c.Stored},
-		Sockets: s.hub.Count(),
-		Totals:  s.rooms.Totals(),
-		Classes: recs,
+		Sockets:     s.hub.Count(),
+		Totals:      s.rooms.Totals(),
+		Classes:     recs,
+		ClusterNode: node,
 	})
 }
 

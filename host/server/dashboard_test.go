@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/json"
 	"net/http/httptest"
 	"regexp"
 	"slices"
@@ -69,5 +70,52 @@ func TestDashboardPage(t *testing.T) {
 	if rec.Code != 200 || rec.Header().Get("Content-Security-Policy") != dashboardCSP ||
 		!strings.HasPrefix(rec.Header().Get("Content-Type"), "text/html") || !bytes.Equal(rec.Body.Bytes(), dashboardHTML) {
 		t.Fatalf("GET /admin/: %d %v", rec.Code, rec.Header())
+	}
+}
+
+// TestDashboardCluster: the overview names the node's cluster, which is
+// what makes the page show its Cluster panel, and only in a cluster; every
+// element the page's script looks up by id exists.
+func TestDashboardCluster(t *testing.T) {
+	for _, c := range []struct {
+		cluster *Cluster
+		want    string
+	}{
+		{nil, ""},
+		{&Cluster{Node: "n1", Secret: testSecret, Member: &fakeMember{}}, "n1"},
+	} {
+		s := newTestServer(t, Config{Cluster: c.cluster})
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest("GET", "http://127.0.0.1:8080/admin/overview", nil)
+		req.RemoteAddr = "127.0.0.1:5000"
+		s.ServeHTTP(rec, req)
+		var o map[string]any
+		if err := json.Unmarshal(rec.Body.Bytes(), &o); err != nil || rec.Code != 200 {
+			t.Fatalf("GET /admin/overview: %d %v %s", rec.Code, err, rec.Body)
+		}
+		got, has := o["cluster_node"]
+		if (c.want == "") == has || (has && got != c.want) {
+			t.Fatalf("cluster %v: the overview's cluster_node is %v (given: %v), want %q", c.cluster != nil, got, has, c.want)
+		}
+	}
+
+	page := string(dashboardHTML)
+	ids := map[string]bool{}
+	for _, m := range regexp.MustCompile(`\sid="([^"]+)"`).FindAllStringSubmatch(page, -1) {
+		ids[m[1]] = true
+	}
+	used := regexp.MustCompile(`\$\("([^"]+)"\)`).FindAllStringSubmatch(page, -1)
+	for _, m := range used {
+		if !ids[m[1]] {
+			t.Errorf("the script looks up #%s, which the page does not have", m[1])
+		}
+	}
+	for _, id := range []string{"cluster-panel", "cluster", "cluster-count", "cluster-error", "f-node"} {
+		if !slices.ContainsFunc(used, func(m []string) bool { return m[1] == id }) {
+			t.Errorf("the script never fills #%s", id)
+		}
+	}
+	if !strings.Contains(page, `id="cluster-panel" aria-label="cluster" hidden`) || !strings.Contains(page, `get("/admin/cluster")`) {
+		t.Error("the Cluster panel should start hidden and be filled from GET /admin/cluster")
 	}
 }
