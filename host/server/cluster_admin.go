@@ -160,7 +160,7 @@ func (s *Server) clusterDrain(w http.ResponseWriter, r *http.Request, c *Cluster
 		return
 	}
 	var n ClusterNode
-	if err := s.peerCall(r.Context(), p.Node, p.Address, http.MethodPost, "/cluster/v1/drain", peerDrainRequest{Off: req.Off}, &n, peerCallTimeout, maxPeerStatus); err != nil {
+	if err := c.call(r.Context(), p.Node, p.Address, http.MethodPost, "/cluster/v1/drain", peerDrainRequest{Off: req.Off}, &n, peerCallTimeout, maxPeerStatus); err != nil {
 		peerFailed(w, err)
 		return
 	}
@@ -235,7 +235,7 @@ func (s *Server) clusterMove(w http.ResponseWriter, r *http.Request, c *Cluster)
 		done.Moved = true
 		writeJSON(w, http.StatusOK, done)
 	default:
-		if err := s.peerCall(r.Context(), holder.Node, holder.Address, http.MethodPost, "/cluster/v1/move", req, &done, peerCallTimeout, maxPeerAnswer); err != nil {
+		if err := c.call(r.Context(), holder.Node, holder.Address, http.MethodPost, "/cluster/v1/move", req, &done, peerCallTimeout, maxPeerAnswer); err != nil {
 			peerFailed(w, err)
 			return
 		}
@@ -380,7 +380,7 @@ func (s *Server) peerStatuses(ctx context.Context, self ClusterNode) []peerAnswe
 // says of it with Error set.
 func (s *Server) askStatus(ctx context.Context, p ClusterPeer) ClusterNode {
 	var n ClusterNode
-	err := s.peerCall(ctx, p.Node, p.Address, http.MethodGet, "/cluster/v1/status", nil, &n, peerStatusTimeout, maxPeerStatus)
+	err := s.cfg.Cluster.call(ctx, p.Node, p.Address, http.MethodGet, "/cluster/v1/status", nil, &n, peerStatusTimeout, maxPeerStatus)
 	if err == nil && n.Node != p.Node {
 		// The address now serves another node: the lease is stale.
 		err = fmt.Errorf("the node at %s answered as node %q", p.Address, n.Node)

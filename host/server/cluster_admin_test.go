@@ -594,7 +594,7 @@ func TestPeerCallAnswers(t *testing.T) {
 		}
 	}))
 	defer hs.Close()
-	s := &Server{cfg: Config{Cluster: &Cluster{Node: "n1", Secret: testSecret}}}
+	s := &Cluster{Node: "n1", Secret: testSecret}
 	addr := hs.Listener.Addr().String()
 	var out map[string]any
 	ctx := context.Background()
@@ -609,7 +609,7 @@ func TestPeerCallAnswers(t *testing.T) {
 		{"/not-json", 200, "not the JSON expected"},
 		{"/redirect", 302, "HTTP 302"},
 	} {
-		err := s.peerCall(ctx, "n2", addr, "GET", c.path, nil, &out, time.Second, 1000)
+		err := s.call(ctx, "n2", addr, "GET", c.path, nil, &out, time.Second, 1000)
 		var pe *peerError
 		if !errors.As(err, &pe) || pe.status != c.status || !strings.Contains(err.Error(), c.msg) {
 			t.Errorf("%s: %v, want HTTP %d and %q", c.path, err, c.status, c.msg)
@@ -621,15 +621,41 @@ func TestPeerCallAnswers(t *testing.T) {
 	if _, ok := signed.Load("/json-error"); !ok {
 		t.Fatal("no call reached the server")
 	}
-	err := s.peerCall(ctx, "n2", "", "GET", "/x", nil, nil, time.Second, 1000)
+	err := s.call(ctx, "n2", "", "GET", "/x", nil, nil, time.Second, 1000)
 	var pu *peerUnreachable
 	if !errors.As(err, &pu) || !strings.Contains(err.Error(), "gives no address") {
 		t.Errorf("no address: %v", err)
 	}
-	if err := s.peerCall(ctx, "n2", "ftp://"+addr, "GET", "/x", nil, nil, time.Second, 1000); !errors.As(err, &pu) {
+	if err := s.call(ctx, "n2", "ftp://"+addr, "GET", "/x", nil, nil, time.Second, 1000); !errors.As(err, &pu) {
 		t.Errorf("an ftp address: %v", err)
 	}
-	if err := s.peerCall(ctx, "n2", hs.URL+"/", "GET", "/json-error", nil, nil, time.Second, 1000); !strings.Contains(fmt.Sprint(err), "the room is busy") {
+	if err := s.call(ctx, "n2", hs.URL+"/", "GET", "/json-error", nil, nil, time.Second, 1000); !strings.Contains(fmt.Sprint(err), "the room is busy") {
 		t.Errorf("an address with its scheme: %v", err)
+	}
+}
+
+// TestAskTake: the target's side of a move, as a member calls it: a
+// signed call that reaches the target's Member.Take, whose refusal comes
+// back with its message.
+func TestAskTake(t *testing.T) {
+	n1, n2 := startNode(t, "n1", testSecret), startNode(t, "n2", testSecret)
+	ctx := context.Background()
+	if err := n1.srv.cfg.Cluster.AskTake(ctx, "n2", n2.addr(), rooms.Key{Class: "counter", Name: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	if a := n2.member.asked(); !slices.Equal(a, []string{"take counter/b"}) {
+		t.Fatalf("n2 was asked %q", a)
+	}
+	n2.member.mu.Lock()
+	n2.member.err = errors.New("cluster: this node is draining")
+	n2.member.mu.Unlock()
+	err := n1.srv.cfg.Cluster.AskTake(ctx, "n2", n2.addr(), rooms.Key{Class: "counter", Name: "c"})
+	var pe *peerError
+	if !errors.As(err, &pe) || pe.status != 409 || !strings.Contains(err.Error(), "taking room counter/c: this node is draining") {
+		t.Fatalf("a refused take: %v", err)
+	}
+	other := &Cluster{Node: "n1", Secret: []byte("not the cluster's")}
+	if err := other.AskTake(ctx, "n2", n2.addr(), rooms.Key{Class: "counter", Name: "d"}); !errors.As(err, &pe) || pe.status != 403 {
+		t.Fatalf("a take signed with another secret: %v", err)
 	}
 }

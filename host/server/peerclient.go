@@ -12,6 +12,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/wasmkeep/wasmkeep/host/rooms"
 )
 
 // The node-to-node calls of the admin API (cluster_admin.go): a JSON
@@ -96,13 +98,12 @@ func peerURL(address, path string) (string, error) {
 	return strings.TrimRight(base, "/") + path, nil
 }
 
-// peerCall sends in (nil: no body) as JSON to node's path at address,
-// signed as this node's, and decodes the answer into out (if not nil).
-// The call is bounded by timeout and the answer by limit bytes. A non-2xx
-// answer is a *peerError with the peer's message; no answer, a
+// call sends in (nil: no body) as JSON to node's path at address, signed
+// as this node's, and decodes the answer into out (if not nil). The call
+// is bounded by timeout and the answer by limit bytes. A non-2xx answer
+// is a *peerError with the peer's message; no answer, a
 // *peerUnreachable.
-func (s *Server) peerCall(ctx context.Context, node, address, method, path string, in, out any, timeout time.Duration, limit int64) error {
-	c := s.cfg.Cluster
+func (c *Cluster) call(ctx context.Context, node, address, method, path string, in, out any, timeout time.Duration, limit int64) error {
 	target, err := peerURL(address, path)
 	if err != nil {
 		return &peerUnreachable{node: node, address: address, err: err}
@@ -157,6 +158,14 @@ func (s *Server) peerCall(ctx context.Context, node, address, method, path strin
 		return &peerError{node: node, status: resp.StatusCode, msg: "an answer that is not the JSON expected: " + err.Error()}
 	}
 	return nil
+}
+
+// AskTake asks node, at address (its lease's), to acquire and wake a
+// room: the target's side of a move, for a ClusterMember's Move. It is a
+// signed POST /cluster/v1/take, where the target's Member.Take does the
+// work; its refusal comes back with the target's message.
+func (c *Cluster) AskTake(ctx context.Context, node, address string, key rooms.Key) error {
+	return c.call(ctx, node, address, http.MethodPost, "/cluster/v1/take", takeRequest{Class: key.Class, Name: key.Name}, nil, peerCallTimeout, maxPeerAnswer)
 }
 
 // answerMessage is the message of an error answer: its JSON "error", or
