@@ -8,17 +8,13 @@
 package clusternode
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	mrand "math/rand/v2"
-	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -77,10 +73,10 @@ type Member struct {
 	ended  sync.Once
 	left   sync.Once
 
-	draining  atomic.Bool
-	drainDone chan struct{}
+	draining atomic.Bool
 
-	peers *http.Client
+	// peers makes the member's signed calls to other nodes.
+	peers *server.Cluster
 	met   memberMetrics
 }
 
@@ -122,7 +118,7 @@ func New(ctx context.Context, cfg Config) (*Member, error) {
 		return nil, err
 	}
 	m := &Member{cfg: cfg, core: core, log: cfg.Logger.With("node", cfg.Node), seen: map[rooms.Key]seenAt{},
-		lost: make(chan struct{}), peers: &http.Client{Timeout: peerTimeout}}
+		lost: make(chan struct{}), peers: &server.Cluster{Node: cfg.Node, Secret: cfg.Secret}}
 	m.met = newMemberMetrics(cfg.Metrics, m)
 	return m, nil
 }
@@ -435,7 +431,7 @@ func (m *Member) Move(ctx context.Context, key rooms.Key, to string) error {
 	}
 	m.met.moves.Inc()
 	m.log.Info("cluster: moving a room", "room", key.String(), "to", to)
-	return m.call(ctx, addr, "/cluster/v1/take", map[string]string{"class": key.Class, "name": key.Name})
+	return m.peers.AskTake(ctx, to, addr, key)
 }
 
 // Take implements server.ClusterMember: the room wakes here.
@@ -461,30 +457,3 @@ func (m *Member) FenceNode(ctx context.Context, node string) error {
 func (m *Member) Unreachable(ctx context.Context, node string) { m.core.Unreachable(ctx, node) }
 
 var _ server.ClusterMember = (*Member)(nil)
-
-// peerTimeout bounds a call to a peer (a move's take wakes a room).
-const peerTimeout = 10 * time.Second
-
-// call POSTs body as JSON to a peer's path, signed.
-func (m *Member) call(ctx context.Context, addr, path string, body any) error {
-	b, err := json.Marshal(body)
-	if err != nil {
-		return err
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+path, bytes.NewReader(b))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	server.SignPeer(req, m.cfg.Secret, m.cfg.Node, m.cfg.Clock.Wall())
-	resp, err := m.peers.Do(req)
-	if err != nil {
-		return fmt.Errorf("clusternode: calling %s: %w", addr, err)
-	}
-	defer resp.Body.Close()
-	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
-	if resp.StatusCode/100 != 2 {
-		return fmt.Errorf("clusternode: %s%s answered %s: %s", addr, path, resp.Status, bytes.TrimSpace(msg))
-	}
-	return nil
-}

@@ -70,7 +70,7 @@ func (m *drainMember) Move(_ context.Context, key rooms.Key, to string) error {
 
 func (m *drainMember) Take(context.Context, rooms.Key) error { return nil }
 
-func (m *drainMember) Fence(_ context.Context, node string) error {
+func (m *drainMember) FenceNode(_ context.Context, node string) error {
 	m.call("fence " + node)
 	return nil
 }

@@ -275,7 +275,7 @@ func (s *Server) clusterFence(w http.ResponseWriter, r *http.Request, c *Cluster
 	s.log.Warn("cluster fence by hand", "node", req.Node, "instance", p.Instance, "lease", p.State)
 	ctx, cancel := context.WithTimeout(r.Context(), peerCallTimeout)
 	defer cancel()
-	if err := c.Member.Fence(ctx, req.Node); err != nil {
+	if err := c.Member.FenceNode(ctx, req.Node); err != nil {
 		s.memberError(w, "fencing node "+req.Node, err)
 		return
 	}

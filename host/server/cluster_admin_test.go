@@ -69,7 +69,7 @@ func (m *fakeMember) Take(_ context.Context, key rooms.Key) error {
 	return m.record("take " + key.String())
 }
 
-func (m *fakeMember) Fence(_ context.Context, node string) error {
+func (m *fakeMember) FenceNode(_ context.Context, node string) error {
 	return m.record("fence " + node)
 }
 
@@ -582,9 +582,9 @@ func TestPeerCallAnswers(t *testing.T) {
 		}
 		switch r.URL.Path {
 		case "/json-error":
-			jsonError(w, 409, "the room is busy")
+			jsonError(w, http.StatusConflict, "the room is busy")
 		case "/text-error":
-			http.Error(w, "bad gateway of some proxy", 502)
+			http.Error(w, "bad gateway of some proxy", http.StatusBadGateway)
 		case "/big":
 			w.Write(bytes.Repeat([]byte("x"), 2000))
 		case "/not-json":
