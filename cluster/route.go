@@ -180,3 +180,13 @@ func (n *Node) writeFence(ctx context.Context, node, etag string, l Lease) (Leas
 	n.notePeerLocked(node, newETag, l, n.clock.Now())
 	return l, nil
 }
+
+// ReadPeer reads node's lease from the bucket now (one GET) into the view
+// and returns it: for an operator's command about a node the view has not
+// seen yet.
+func (n *Node) ReadPeer(ctx context.Context, node string) (Lease, bool) {
+	if node == n.cfg.Node {
+		return Lease{}, false
+	}
+	return n.readPeer(ctx, node)
+}

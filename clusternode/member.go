@@ -453,6 +453,15 @@ func (m *Member) FenceNode(ctx context.Context, node string) error {
 	return nil
 }
 
+// Peer implements server.ClusterMember.
+func (m *Member) Peer(ctx context.Context, node string) (server.ClusterPeer, bool) {
+	l, ok := m.core.ReadPeer(ctx, node)
+	if !ok {
+		return server.ClusterPeer{}, false
+	}
+	return server.ClusterPeer{Node: l.Node, Instance: l.Instance, Address: l.Address, State: l.State.String(), Draining: l.Draining}, true
+}
+
 // Unreachable implements server.ClusterMember.
 func (m *Member) Unreachable(ctx context.Context, node string) { m.core.Unreachable(ctx, node) }
 

@@ -77,6 +77,10 @@ func (m *drainMember) FenceNode(_ context.Context, node string) error {
 
 func (m *drainMember) Unreachable(context.Context, string) {}
 
+func (m *drainMember) Peer(context.Context, string) (server.ClusterPeer, bool) {
+	return server.ClusterPeer{}, false
+}
+
 func (m *drainMember) set(n server.ClusterNode) {
 	m.mu.Lock()
 	defer m.mu.Unlock()

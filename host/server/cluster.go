@@ -50,6 +50,10 @@ type ClusterMember interface {
 	// whose process is dead or stopped for good. (Not Fence: a
 	// placement's Fence is the room's generation bound.)
 	FenceNode(ctx context.Context, node string) error
+	// Peer reads node's lease from the bucket now, for an operator's
+	// command about a node this node's view may not have seen yet (it
+	// lists the leases every third of a lease time).
+	Peer(ctx context.Context, node string) (ClusterPeer, bool)
 	// Unreachable says that a forward to node failed to connect: its
 	// lease is read again before the next request routes to it.
 	Unreachable(ctx context.Context, node string)

@@ -155,7 +155,7 @@ func (s *Server) clusterDrain(w http.ResponseWriter, r *http.Request, c *Cluster
 		s.drainHere(w, c, req.Off)
 		return
 	}
-	p, ok := s.livePeer(w, c.Member.Status(), req.Node)
+	p, ok := s.livePeer(r.Context(), w, c, c.Member.Status(), req.Node)
 	if !ok {
 		return
 	}
@@ -188,7 +188,7 @@ func (s *Server) clusterMove(w http.ResponseWriter, r *http.Request, c *Cluster)
 			return
 		}
 	} else {
-		p, ok := s.livePeer(w, self, req.To)
+		p, ok := s.livePeer(r.Context(), w, c, self, req.To)
 		if !ok {
 			return
 		}
@@ -256,7 +256,7 @@ func (s *Server) clusterFence(w http.ResponseWriter, r *http.Request, c *Cluster
 		jsonError(w, http.StatusBadRequest, "node "+c.Node+" is this node, which cannot fence itself: stop it (SIGTERM), or fence it from another node once it is dead")
 		return
 	}
-	p, ok := findPeer(c.Member.Status(), req.Node)
+	p, ok := peerNamed(r.Context(), c, c.Member.Status(), req.Node)
 	if !ok {
 		jsonError(w, http.StatusNotFound, "no node named "+req.Node+" in the cluster")
 		return
@@ -401,10 +401,20 @@ func findPeer(self ClusterNode, node string) (ClusterPeer, bool) {
 	return ClusterPeer{}, false
 }
 
+// peerNamed is node's lease as this node's view has it, or, for a node the
+// view has not seen yet (one that joined since the last listing), as the
+// bucket has it now.
+func peerNamed(ctx context.Context, c *Cluster, self ClusterNode, node string) (ClusterPeer, bool) {
+	if p, ok := findPeer(self, node); ok {
+		return p, true
+	}
+	return c.Member.Peer(ctx, node)
+}
+
 // livePeer is the lease of node, which must be live; otherwise it
 // answers 404 (unknown) or 409 (its process ended).
-func (s *Server) livePeer(w http.ResponseWriter, self ClusterNode, node string) (ClusterPeer, bool) {
-	p, ok := findPeer(self, node)
+func (s *Server) livePeer(ctx context.Context, w http.ResponseWriter, c *Cluster, self ClusterNode, node string) (ClusterPeer, bool) {
+	p, ok := peerNamed(ctx, c, self, node)
 	switch {
 	case !ok:
 		jsonError(w, http.StatusNotFound, "no node named "+node+" in the cluster")

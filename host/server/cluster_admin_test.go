@@ -34,6 +34,9 @@ type fakeMember struct {
 	status ClusterNode
 	err    error // what Drain, Move, Take and Fence return
 	calls  []string
+	// unseen are leases in the bucket the view has not listed yet
+	// (Peer finds them).
+	unseen map[string]ClusterPeer
 }
 
 func (m *fakeMember) Status() ClusterNode {
@@ -74,6 +77,16 @@ func (m *fakeMember) FenceNode(_ context.Context, node string) error {
 }
 
 func (m *fakeMember) Unreachable(context.Context, string) {}
+
+func (m *fakeMember) Peer(_ context.Context, node string) (ClusterPeer, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if p, ok := findPeer(m.status, node); ok {
+		return p, true
+	}
+	p, ok := m.unseen[node]
+	return p, ok
+}
 
 func (m *fakeMember) set(f func(n *ClusterNode)) {
 	m.mu.Lock()
@@ -445,6 +458,14 @@ func TestClusterFence(t *testing.T) {
 	}
 	if a := n1.member.asked(); !slices.Equal(a, []string{"fence n3"}) {
 		t.Fatalf("n1 was asked %q", a)
+	}
+	// A node that joined since n1 last listed the leases is read from
+	// the bucket.
+	n1.member.mu.Lock()
+	n1.member.unseen = map[string]ClusterPeer{"n4": {Node: "n4", Instance: "i-n4", Address: deadAddr(t), State: "live"}}
+	n1.member.mu.Unlock()
+	if status, body := call(t, n1, "POST", "/admin/cluster/fence", `{"node":"n4"}`, &got); status != 200 || got["instance"] != "i-n4" {
+		t.Fatalf("fence of a node not yet in the view: %d %s", status, body)
 	}
 }
 
