@@ -119,6 +119,8 @@ type Server struct {
 	origins  origins
 	// originRefused counts upgrades refused for their Origin.
 	originRefused *metrics.Counter
+	// fwd forwards and relays to other nodes: nil without Config.Cluster.
+	fwd *forwarder
 
 	// The dashboard (dashboard.go).
 	started   time.Time
@@ -142,6 +144,9 @@ func New(cfg Config, reg *classes.Registry, mgr *rooms.Manager, hub *socket.Hub,
 	}
 	set.NewGauge("wasmkeep_http_bodies_receiving", func() float64 { return float64(s.bodies.receiving.Load()) })
 	s.origins, s.originRefused = newOrigins(cfg.AllowedOrigins), set.NewCounter("wasmkeep_http_origin_refused_total")
+	if cfg.Cluster != nil {
+		s.fwd = newForwarder(cfg.Cluster, hub, set, cfg.Logger)
+	}
 	s.mux.HandleFunc("/actor/{class}/{name}", s.actor)
 	s.mux.HandleFunc("/actor/{class}/{name}/{rest...}", s.actor)
 	s.mux.HandleFunc("GET /healthz", healthz)
@@ -222,6 +227,11 @@ func (s *Server) serve(mux *http.ServeMux, w http.ResponseWriter, r *http.Reques
 			s.requests[strconv.Itoa(sw.status/100)+"xx"].Inc()
 		}
 	}()
+	// Node-to-node headers first: a forwarded request's body counts
+	// under its client's address (forward.go).
+	if r = s.checkPeer(sw, r); r == nil {
+		return
+	}
 	// An upgrade's connection is the socket layer's, deadlines included.
 	if r.ContentLength != 0 && !isUpgrade(r) {
 		body := s.receive(sw, r)
@@ -348,18 +358,20 @@ func (s *Server) actor(w http.ResponseWriter, r *http.Request) {
 }
 
 // routeHere asks the placement where the room runs and answers the
-// request itself unless it is here: 503 while nobody may run it yet (its
-// node died and its record is not free), and, for a room another node
-// runs, 503 naming that node in X-Wasmkeep-Node (forwarding requests and
-// relaying upgrades is the cluster's, not yet built).
+// request itself unless it is here. In a cluster, routeCluster forwards
+// it to the room's node, or waits for a room whose node stopped
+// answering (forward.go). A node of no cluster answers 503: while nobody
+// may run the room yet, and, for a room another node runs, naming that
+// node in X-Wasmkeep-Node.
 func (s *Server) routeHere(w http.ResponseWriter, r *http.Request, key rooms.Key) bool {
 	route, err := s.rooms.Route(r.Context(), key)
 	switch {
 	case err != nil:
-		w.Header().Set("Retry-After", "1")
-		textError(w, http.StatusServiceUnavailable, "cannot tell where the room runs: "+err.Error())
+		s.unroutable(r.Context(), w, err)
 	case route.Kind == rooms.RouteHere:
 		return true
+	case s.fwd != nil:
+		return s.routeCluster(w, r, key, route)
 	case route.Kind == rooms.RouteWait:
 		w.Header().Set("Retry-After", "1")
 		textError(w, http.StatusServiceUnavailable, "the room's node stopped answering; the room is free to run elsewhere soon")
