@@ -19,7 +19,6 @@ import (
 	"github.com/wasmkeep/wasmkeep/host/rooms"
 )
 
-var testSecret = []byte("cluster-secret")
 
 // clusterServer is a Server with what checkPeer and forward use.
 func clusterServer(node string, maxBody int64) *Server {
