@@ -19,7 +19,6 @@ import (
 	"github.com/wasmkeep/wasmkeep/host/rooms"
 )
 
-
 // clusterServer is a Server with what checkPeer and forward use.
 func clusterServer(node string, maxBody int64) *Server {
 	c := &Cluster{Node: node, Secret: testSecret}
