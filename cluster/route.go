@@ -190,3 +190,13 @@ func (n *Node) ReadPeer(ctx context.Context, node string) (Lease, bool) {
 	}
 	return n.readPeer(ctx, node)
 }
+
+// PeerGone reports whether this node's view has node's lease fenced or
+// released: whatever its process still does, it runs no room. It reads
+// nothing (a forward waiting on a paused node asks it as it waits).
+func (n *Node) PeerGone(node string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	p := n.peers[node]
+	return p != nil && p.known && p.lease.State != LeaseLive
+}

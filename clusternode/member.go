@@ -462,6 +462,9 @@ func (m *Member) Peer(ctx context.Context, node string) (server.ClusterPeer, boo
 	return server.ClusterPeer{Node: l.Node, Instance: l.Instance, Address: l.Address, State: l.State.String(), Draining: l.Draining}, true
 }
 
+// Gone implements server.ClusterMember.
+func (m *Member) Gone(node string) bool { return m.core.PeerGone(node) }
+
 // Unreachable implements server.ClusterMember.
 func (m *Member) Unreachable(ctx context.Context, node string) { m.core.Unreachable(ctx, node) }
 

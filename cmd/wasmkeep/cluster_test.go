@@ -75,6 +75,8 @@ func (m *drainMember) FenceNode(_ context.Context, node string) error {
 	return nil
 }
 
+func (m *drainMember) Gone(string) bool { return false }
+
 func (m *drainMember) Unreachable(context.Context, string) {}
 
 func (m *drainMember) Peer(context.Context, string) (server.ClusterPeer, bool) {

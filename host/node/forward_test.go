@@ -80,6 +80,8 @@ func (m *member) FenceNode(context.Context, string) error { return errors.New("n
 func (m *member) Peer(context.Context, string) (server.ClusterPeer, bool) {
 	return server.ClusterPeer{}, false
 }
+func (m *member) Gone(string) bool { return false }
+
 func (m *member) Unreachable(_ context.Context, node string) {
 	m.mu.Lock()
 	m.unreachable = append(m.unreachable, node)

@@ -54,6 +54,10 @@ type ClusterMember interface {
 	// command about a node this node's view may not have seen yet (it
 	// lists the leases every third of a lease time).
 	Peer(ctx context.Context, node string) (ClusterPeer, bool)
+	// Gone reports, from this node's view alone (no request), whether
+	// node's lease is fenced or released: a forward still waiting on it
+	// is given up.
+	Gone(node string) bool
 	// Unreachable says that a forward to node failed to connect: its
 	// lease is read again before the next request routes to it.
 	Unreachable(ctx context.Context, node string)

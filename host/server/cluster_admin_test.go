@@ -37,6 +37,8 @@ type fakeMember struct {
 	// unseen are leases in the bucket the view has not listed yet
 	// (Peer finds them).
 	unseen map[string]ClusterPeer
+	// gone are the nodes Gone reports fenced.
+	gone map[string]bool
 }
 
 func (m *fakeMember) Status() ClusterNode {
@@ -74,6 +76,12 @@ func (m *fakeMember) Take(_ context.Context, key rooms.Key) error {
 
 func (m *fakeMember) FenceNode(_ context.Context, node string) error {
 	return m.record("fence " + node)
+}
+
+func (m *fakeMember) Gone(node string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.gone[node]
 }
 
 func (m *fakeMember) Unreachable(context.Context, string) {}

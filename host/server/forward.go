@@ -102,7 +102,7 @@ const (
 // Labels of the cluster metrics.
 var (
 	forwardKinds    = []string{"http", "websocket"}
-	forwardOutcomes = []string{"ok", "unreachable", "error", "bounced"}
+	forwardOutcomes = []string{"ok", "unreachable", "error", "bounced", "gone"}
 	waitOutcomes    = []string{"here", "elsewhere", "timeout"}
 )
 
@@ -368,7 +368,9 @@ func retryLater(w http.ResponseWriter, msg string) {
 // again.
 func (s *Server) forward(w http.ResponseWriter, r *http.Request, route rooms.Route) (unreachable bool) {
 	f := s.fwd
-	a := &attempt{f: f, node: route.Node, kind: "http", log: s.log}
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	a := &attempt{f: f, node: route.Node, kind: "http", log: s.log, cancel: cancel}
 	if isUpgrade(r) {
 		a.kind = "websocket"
 		if f.relays.Add(1) > f.maxRelays {
@@ -383,9 +385,8 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, route rooms.Rou
 		textError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body over the limit of %d bytes", s.cfg.MaxRequestBody))
 		return false
 	}
-	in := r
+	in := r.WithContext(ctx)
 	if r.Body != nil && r.Body != http.NoBody {
-		in = r.WithContext(r.Context())
 		a.body = &countedBody{r: http.MaxBytesReader(w, r.Body, s.cfg.MaxRequestBody)}
 		in.Body = a.body
 	}
@@ -443,14 +444,57 @@ type attempt struct {
 	body *countedBody // nil without a body
 	log  *slog.Logger
 
+	// cancel ends the forward (the request's context), for a node found
+	// gone while it was answering.
+	cancel context.CancelFunc
+
 	// Set by RoundTrip, which the proxy calls on the handler's goroutine.
 	unreachable bool
+	// gone: the owner's lease turned fenced or released in this node's
+	// view while the forward waited for its answer.
+	gone atomic.Bool
+}
+
+// goneCheck is how often a forward waiting for its answer asks this
+// node's view (no request) whether the owner was fenced meanwhile: a
+// paused owner still accepts connections, and would hold the request
+// until the header timeout.
+const goneCheck = 250 * time.Millisecond
+
+// watchOwner gives the forward up once the owner's lease is fenced or
+// released in this node's view; it returns when done is closed.
+func (a *attempt) watchOwner(done <-chan struct{}) {
+	m := a.f.cluster.Member
+	if m == nil {
+		return
+	}
+	t := time.NewTicker(goneCheck)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-t.C:
+			if m.Gone(a.node) {
+				a.gone.Store(true)
+				a.cancel()
+				return
+			}
+		}
+	}
 }
 
 // RoundTrip sends the request to the owner, and counts and times it.
 func (a *attempt) RoundTrip(req *http.Request) (*http.Response, error) {
 	start := time.Now()
+	done := make(chan struct{})
+	go a.watchOwner(done)
 	res, err := a.f.transport.RoundTrip(req)
+	close(done)
+	if err != nil && a.gone.Load() {
+		a.f.forwards[a.kind+"/gone"].Inc()
+		return nil, err
+	}
 	if err != nil {
 		var op *net.OpError
 		// Only a connection that never was means the node is gone: once
@@ -482,6 +526,10 @@ func (a *attempt) failed(w http.ResponseWriter, rw *relayWriter, err error, limi
 	bodyErr := a.body.err()
 	switch {
 	case a.unreachable:
+	case a.gone.Load() && !rw.hijacked:
+		// The owner was fenced: it applies nothing any more, so the
+		// request can be sent again, to wherever the room goes.
+		retryLater(w, "the room's node "+a.node+" was fenced while it held the request; retry")
 	case rw.hijacked:
 		a.log.Debug("relayed socket ended", "node", a.node, "err", err)
 	case errors.As(bodyErr, &tooBig):

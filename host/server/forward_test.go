@@ -227,3 +227,45 @@ func TestForwardFailures(t *testing.T) {
 		t.Errorf("wasmkeep_cluster_forward_seconds timed %d forwards, want the %d answered", timed, count("ok")+count("bounced"))
 	}
 }
+
+// TestForwardToAFencedOwnerIsGivenUp: an owner that takes the connection
+// and never answers (a paused process) holds a forward only until this
+// node's view has its lease fenced; then the client is told to retry, long
+// before the header timeout.
+func TestForwardToAFencedOwnerIsGivenUp(t *testing.T) {
+	s := clusterServer("n1", 100)
+	m := &fakeMember{gone: map[string]bool{}}
+	s.cfg.Cluster.Member, s.fwd.cluster.Member = m, m
+	paused, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer paused.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		if c, err := paused.Accept(); err == nil {
+			accepted <- c
+		}
+	}()
+	go func() {
+		c := <-accepted // the request reached the owner, which sits on it
+		t.Cleanup(func() { c.Close() })
+		m.mu.Lock()
+		m.gone["n2"] = true
+		m.mu.Unlock()
+	}()
+	rec := httptest.NewRecorder()
+	start := time.Now()
+	req := httptest.NewRequest("POST", "http://app.example.com/actor/counter/x", strings.NewReader("+1"))
+	s.forward(rec, req, rooms.Route{Kind: rooms.RouteElsewhere, Node: "n2", Address: paused.Addr().String()})
+	took := time.Since(start)
+	if rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") == "" || !strings.Contains(rec.Body.String(), "fenced") {
+		t.Fatalf("a forward to a fenced owner: %d %v %q", rec.Code, rec.Header(), rec.Body)
+	}
+	if got := s.fwd.forwards["http/gone"].Get(); got != 1 {
+		t.Errorf("counted %d forwards as gone", got)
+	}
+	if took >= DefaultForwardHeaderTimeout/2 {
+		t.Errorf("given up after %v", took)
+	}
+}
