@@ -74,7 +74,7 @@ func newRoomMetrics(set *metrics.Set, m *Manager) *roomMetrics {
 	for _, r := range []string{"malformed", "message_rate", "join_rate", "topic_limit", "invalid_join", "stale", "unmatched"} {
 		rm.channelDrops[r] = set.NewCounter(`wasmkeep_channel_drops_total{reason="` + r + `"}`)
 	}
-	for _, r := range []life.EndReason{life.EndIdle, life.EndEvict, life.EndAdmin, life.EndStop} {
+	for _, r := range []life.EndReason{life.EndIdle, life.EndEvict, life.EndAdmin, life.EndStop, life.EndDrain, life.EndMove} {
 		rm.hibernations[r.String()] = set.NewCounter(`wasmkeep_room_hibernations_total{reason="` + r.String() + `"}`)
 	}
 	for k, name := range eventNames {
