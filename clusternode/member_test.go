@@ -1,0 +1,584 @@
+package clusternode
+
+// In-process clusters: two or three real nodes (host/node, with the
+// membership built as cmd/wasmkeep builds it) on one shared store.Mem, with
+// a real clock and short leases. Each node reaches the bucket through a
+// store.Faulty of its own, which counts its requests for ownership records
+// and can cut it off the bucket.
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/wasmkeep/wasmkeep/abi"
+	"github.com/wasmkeep/wasmkeep/cluster"
+	"github.com/wasmkeep/wasmkeep/host/engine"
+	"github.com/wasmkeep/wasmkeep/host/node"
+	"github.com/wasmkeep/wasmkeep/host/rooms"
+	"github.com/wasmkeep/wasmkeep/host/server"
+	"github.com/wasmkeep/wasmkeep/host/store"
+	"github.com/wasmkeep/wasmkeep/internal/testwasm"
+	"github.com/wasmkeep/wasmkeep/internal/wstest"
+)
+
+// testSecret is the test clusters' secret (16 bytes or more, as the CLI
+// asks).
+var testSecret = []byte("member-test-secret-0123456789")
+
+// sharedCacheDir is the test binary's compilation cache: each class is
+// compiled once, not once per node (minutes under -race).
+var sharedCacheDir string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "wasmkeep-clusternode-test-cache-")
+	if err != nil {
+		panic(err)
+	}
+	sharedCacheDir = dir
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// link is one node's way to the shared bucket: it counts the node's
+// requests for ownership records and can refuse every request (the node
+// cut off the bucket).
+type link struct {
+	*store.Faulty
+	cut        atomic.Bool
+	recordGets atomic.Int64
+	recordPuts atomic.Int64
+	// unconditional counts record writes without If-Match or
+	// If-None-Match: there must be none.
+	unconditional atomic.Int64
+}
+
+var errCut = errors.New("injected: the node is cut off the bucket")
+
+func newLink(b store.Bucket) *link {
+	l := &link{}
+	l.Faulty = store.WithFaults(b, func(op store.Op) store.Fault {
+		if l.cut.Load() {
+			return store.FailBefore(errCut)
+		}
+		if strings.HasPrefix(op.Key, "rooms/") && strings.HasSuffix(op.Key, "/owner") {
+			switch op.Kind {
+			case store.OpGet:
+				l.recordGets.Add(1)
+			case store.OpPut:
+				l.recordPuts.Add(1)
+				if op.Cond.IfMatch == "" && !op.Cond.IfNoneMatch {
+					l.unconditional.Add(1)
+				}
+			}
+		}
+		return store.Fault{}
+	})
+	return l
+}
+
+// records returns the record requests counted so far.
+func (l *link) records() (gets, puts int64) { return l.recordGets.Load(), l.recordPuts.Load() }
+
+// member is a running node of a test cluster.
+type member struct {
+	name string
+	n    *node.Node
+	link *link
+}
+
+func (m *member) mem() *Member { return m.n.Member().(*Member) }
+
+// testLogger keeps node logs out of passing tests' output unless -v.
+func testLogger() *slog.Logger {
+	if testing.Verbose() {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+// startMember starts node name of a cluster on bucket with lease time ttl
+// and waits until its lease is valid. It is stopped at the end of the
+// test if still running.
+func startMember(t *testing.T, bucket store.Bucket, name string, ttl time.Duration) *member {
+	t.Helper()
+	l := newLink(bucket)
+	cfg := node.Config{
+		DataDir: t.TempDir(), Listen: "127.0.0.1:0", Bucket: l, Logger: testLogger(),
+		Rooms:  rooms.Config{IdleTimeout: time.Hour}, // rooms hibernate when told to
+		Engine: engineConfig(),
+		Cluster: &node.ClusterConfig{
+			Secret:       testSecret,
+			FailoverWait: time.Second,
+			// As cmd/wasmkeep/clusterflags.go builds it.
+			Member: func(ctx context.Context, env node.MemberEnv) (node.Member, error) {
+				return New(ctx, Config{Node: name, Address: env.Addr, Secret: testSecret, TTL: ttl,
+					Bucket: env.Bucket, Clock: env.Clock, Metrics: env.Metrics, Logger: env.Logger.With("test_node", name)})
+			},
+		},
+		StopTimeout: 20 * time.Second,
+	}
+	n, err := node.Start(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &member{name: name, n: n, link: l}
+	t.Cleanup(func() {
+		l.cut.Store(false)
+		_ = n.Stop(context.Background())
+	})
+	waitFor(t, 10*time.Second, name+"'s lease valid", func() bool { return m.mem().Status().LeaseValid })
+	return m
+}
+
+// cluster starts the named nodes on one store.Mem and waits until each
+// sees every other one live.
+func startCluster(t *testing.T, ttl time.Duration, names ...string) (store.Bucket, []*member) {
+	t.Helper()
+	bucket := store.NewMem()
+	var ms []*member
+	for _, name := range names {
+		ms = append(ms, startMember(t, bucket, name, ttl))
+	}
+	for _, m := range ms {
+		waitFor(t, 3*ttl, m.name+" sees its peers live", func() bool {
+			live := 0
+			for _, p := range m.mem().Status().Peers {
+				if p.State == "live" {
+					live++
+				}
+			}
+			return live == len(names)-1
+		})
+	}
+	return bucket, ms
+}
+
+// waitFor polls cond until it holds, failing the test after within.
+func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: %s", within, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// putClass uploads the guest built from pkg as class name through m's
+// admin API, with ?durability=event when durable.
+func putClass(t *testing.T, m *member, name, pkg string, durable bool) {
+	t.Helper()
+	url := m.n.AdminURL() + "/admin/classes/" + name
+	if durable {
+		url += "?durability=event"
+	}
+	if r := do(t, "PUT", url, testwasm.Build(t, pkg)); r.status != http.StatusCreated {
+		t.Fatalf("PUT %s: %d %s", url, r.status, r.body)
+	}
+}
+
+type answer struct {
+	status int
+	body   string
+	header http.Header
+}
+
+func do(t *testing.T, method, url string, body []byte) answer {
+	t.Helper()
+	req, err := http.NewRequest(method, url, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(url, "/admin/") {
+		req.Header.Set(server.AdminHeader, "1")
+	}
+	// An upload compiles the module: for many seconds under -race.
+	resp, err := (&http.Client{Timeout: 3 * time.Minute}).Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return answer{resp.StatusCode, string(b), resp.Header}
+}
+
+// count POSTs to the counter room name through m and fails unless it
+// answers want.
+func count(t *testing.T, m *member, name, want string) {
+	t.Helper()
+	if r := do(t, "POST", m.n.URL()+"/actor/counter/"+name, nil); r.status != 200 || r.body != want {
+		t.Fatalf("POST counter/%s through %s: %d %q, want 200 %q", name, m.name, r.status, r.body, want)
+	}
+}
+
+// readRecord reads a room's ownership record straight from the bucket.
+func readRecord(t *testing.T, b store.Bucket, class, name string) cluster.Record {
+	t.Helper()
+	body, _, err := b.Get(context.Background(), cluster.RecordKey(cluster.Room{Class: class, Name: name}))
+	if err != nil {
+		t.Fatalf("the record of %s/%s: %v", class, name, err)
+	}
+	rec, err := cluster.DecodeRecord(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rec
+}
+
+func readLease(t *testing.T, b store.Bucket, name string) cluster.Lease {
+	t.Helper()
+	body, _, err := b.Get(context.Background(), cluster.LeaseKey(name))
+	if err != nil {
+		t.Fatalf("the lease of %s: %v", name, err)
+	}
+	l, err := cluster.DecodeLease(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func holds(m *member, class, name string) bool {
+	for _, h := range m.mem().Status().Holds {
+		if h.Class == class && h.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// The tests run one at a time: leases of a second are renewed every
+// third of it, which a machine busy with other nodes' compilations could
+// delay past the lease's validity.
+
+// TestRouteToHolder: a room held by a routes to a from b and c, naming a's
+// address, for one GET of its record each; on a itself it costs nothing.
+func TestRouteToHolder(t *testing.T) {
+	_, ms := startCluster(t, time.Second, "a", "b", "c")
+	a, b, c := ms[0], ms[1], ms[2]
+	putClass(t, a, "counter", "./examples/counter", true)
+	count(t, a, "r", "1")
+	key := rooms.Key{Class: "counter", Name: "r"}
+	for _, m := range []*member{b, c} {
+		gets, puts := m.link.records()
+		route, err := m.n.Rooms.Route(context.Background(), key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if route.Kind != rooms.RouteElsewhere || route.Node != "a" || route.Address != a.n.Addr() {
+			t.Fatalf("from %s the room held by a routes to %+v, want elsewhere, a at %s", m.name, route, a.n.Addr())
+		}
+		g, p := m.link.records()
+		if g-gets != 1 || p-puts != 0 {
+			t.Fatalf("routing from %s cost %d GETs and %d PUTs of the record, want 1 and 0", m.name, g-gets, p-puts)
+		}
+	}
+	gets, puts := a.link.records()
+	if route, err := a.n.Rooms.Route(context.Background(), key); err != nil || route.Kind != rooms.RouteHere {
+		t.Fatalf("on its holder the room routes to %+v (%v), want here", route, err)
+	}
+	if g, p := a.link.records(); g != gets || p != puts {
+		t.Fatalf("routing on the holder cost %d GETs and %d PUTs of the record, want none", g-gets, p-puts)
+	}
+	// Through a non-owner the count is never wrong: forwarded (200, the
+	// next count) or, without forwarding, refused naming the owner.
+	r := do(t, "POST", b.n.URL()+"/actor/counter/r", nil)
+	switch {
+	case r.status == 200 && r.body == "2":
+	case r.status == http.StatusServiceUnavailable && r.header.Get("X-Wasmkeep-Node") == "a":
+	default:
+		t.Fatalf("POST through b: %d %q (X-Wasmkeep-Node %q), want the count 2 or a 503 naming a", r.status, r.body, r.header.Get("X-Wasmkeep-Node"))
+	}
+}
+
+// TestWakeCost: the first wake of a room (no record yet) and a wake on
+// another node after a release each cost one GET and one conditional PUT
+// of the record, on the waking node only.
+func TestWakeCost(t *testing.T) {
+	bucket, ms := startCluster(t, time.Second, "a", "b")
+	a, b := ms[0], ms[1]
+	putClass(t, a, "counter", "./examples/counter", true)
+
+	gets, puts := a.link.records()
+	count(t, a, "w", "1")
+	if g, p := a.link.records(); g-gets != 1 || p-puts != 1 {
+		t.Fatalf("the first wake cost %d GETs and %d PUTs of the record, want 1 and 1", g-gets, p-puts)
+	}
+	// Hibernating releases the hold: the record is free.
+	if err := a.n.Rooms.Hibernate(context.Background(), rooms.Key{Class: "counter", Name: "w"}); err != nil {
+		t.Fatal(err)
+	}
+	if rec := readRecord(t, bucket, "counter", "w"); !rec.Free {
+		t.Fatalf("after a hibernation the record is %+v, want free", rec)
+	}
+	aGets, aPuts := a.link.records()
+	gets, puts = b.link.records()
+	count(t, b, "w", "2")
+	if g, p := b.link.records(); g-gets != 1 || p-puts != 1 {
+		t.Fatalf("the wake on b of a free record cost %d GETs and %d PUTs of it, want 1 and 1", g-gets, p-puts)
+	}
+	if g, p := a.link.records(); g != aGets || p != aPuts {
+		t.Fatalf("b's wake cost a %d GETs and %d PUTs of the record, want none", g-aGets, p-aPuts)
+	}
+	if rec := readRecord(t, bucket, "counter", "w"); rec.Free || rec.Node != "b" || rec.Instance != b.mem().Instance() {
+		t.Fatalf("after b's wake the record is %+v, want held by b's instance %s", rec, b.mem().Instance())
+	}
+	for _, m := range ms {
+		if n := m.link.unconditional.Load(); n != 0 {
+			t.Fatalf("%s wrote a record %d times without a condition", m.name, n)
+		}
+	}
+}
+
+// TestCleanStopFrees: a clean stop leaves every record it held free (at
+// the generation of the hold) and its lease released; another node then
+// takes the room at once with its state.
+func TestCleanStopFrees(t *testing.T) {
+	bucket, ms := startCluster(t, time.Second, "a", "b")
+	a, b := ms[0], ms[1]
+	putClass(t, a, "counter", "./examples/counter", true)
+	count(t, a, "s1", "1")
+	count(t, a, "s2", "1")
+	count(t, a, "s2", "2")
+	held := readRecord(t, bucket, "counter", "s2")
+	if err := a.n.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"s1", "s2"} {
+		if rec := readRecord(t, bucket, "counter", name); !rec.Free {
+			t.Fatalf("after a's clean stop the record of %s is %+v, want free", name, rec)
+		}
+	}
+	if rec := readRecord(t, bucket, "counter", "s2"); rec.Generation != held.Generation {
+		t.Fatalf("the release wrote generation %d, want the hold's %d", rec.Generation, held.Generation)
+	}
+	if l := readLease(t, bucket, "a"); l.State != cluster.LeaseReleased {
+		t.Fatalf("after a clean stop a's lease is %s, want released", l.State)
+	}
+	count(t, b, "s2", "3")
+	if rec := readRecord(t, bucket, "counter", "s2"); rec.Node != "b" || rec.Generation <= held.Generation {
+		t.Fatalf("b's hold wrote %+v, want b at a generation above %d", rec, held.Generation)
+	}
+}
+
+// TestLapseDropsRooms: a node cut off the bucket sees its lease run out
+// within its ttl: every socket closes with 1012 and every room is dropped.
+// Its peer fences it and takes its room (the state of every acknowledged
+// event kept, the class being durable at every event); once the bucket
+// answers again the node finds itself fenced and says it must exit.
+func TestLapseDropsRooms(t *testing.T) {
+	const ttl = time.Second
+	_, ms := startCluster(t, ttl, "a", "b")
+	a, b := ms[0], ms[1]
+	putClass(t, a, "echo", "./testdata/guests/echo", true)
+	putClass(t, a, "counter", "./examples/counter", true)
+	count(t, a, "l", "1")
+	count(t, a, "l", "2")
+	ws := wstest.Dial(t, strings.Replace(a.n.URL(), "http", "ws", 1)+"/actor/echo/sock")
+	if got := ws.ReadText(); !strings.HasPrefix(got, "open ") {
+		t.Fatalf("echo's first message %q", got)
+	}
+	ws.Send("hi")
+	if got := ws.ReadText(); got != "hi" {
+		t.Fatalf("echo answered %q", got)
+	}
+
+	cut := time.Now()
+	a.link.cut.Store(true)
+	ws.ExpectClose(abi.CloseServiceRestart)
+	if d := time.Since(cut); d > ttl {
+		t.Fatalf("the socket closed %v after the node was cut off, more than the ttl %v", d, ttl)
+	}
+	waitFor(t, ttl, "a's rooms dropped", func() bool { return a.n.Rooms.Counts().Resident == 0 })
+	if a.mem().Status().LeaseValid {
+		t.Fatal("a counts its lease valid while cut off the bucket")
+	}
+
+	// b fences a once its lease has been silent for ttl + grace, then
+	// takes the room with every acknowledged count.
+	waitFor(t, 5*ttl, "b serves the room", func() bool {
+		r := do(t, "POST", b.n.URL()+"/actor/counter/l", nil)
+		if r.status == 200 {
+			if r.body != "3" {
+				t.Fatalf("b took the room at count %q, want 3", r.body)
+			}
+			return true
+		}
+		if r.status != http.StatusServiceUnavailable {
+			t.Fatalf("POST through b while a is cut off: %d %q", r.status, r.body)
+		}
+		return false
+	})
+	a.link.cut.Store(false)
+	select {
+	case <-a.n.Lost():
+	case <-time.After(5 * ttl):
+		t.Fatal("a did not find itself fenced once the bucket answered again")
+	}
+	if a.mem().Status().LeaseValid {
+		t.Fatal("a fenced node counts its lease valid")
+	}
+}
+
+// TestDrainLeavesNothing: a draining node hands every room over: nothing
+// held, no release pending, no record naming it; the rooms answer through
+// the other node with their state.
+func TestDrainLeavesNothing(t *testing.T) {
+	bucket, ms := startCluster(t, time.Second, "a", "b")
+	a, b := ms[0], ms[1]
+	putClass(t, a, "counter", "./examples/counter", true)
+	names := []string{"d1", "d2", "d3"}
+	for _, name := range names {
+		count(t, a, name, "1")
+	}
+	if err := a.mem().Drain(true); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "a drained", func() bool { return a.mem().Status().Drained })
+	s := a.mem().Status()
+	if len(s.Holds) != 0 || len(s.Pending) != 0 || !s.Draining {
+		t.Fatalf("a drained with holds %v, pending %v, draining %v", s.Holds, s.Pending, s.Draining)
+	}
+	for _, name := range names {
+		if rec := readRecord(t, bucket, "counter", name); rec.Node == "a" {
+			t.Fatalf("after the drain the record of %s names a: %+v", name, rec)
+		}
+		count(t, b, name, "2")
+	}
+	// A draining node takes no room: a new one routes to b.
+	route, err := a.n.Rooms.Route(context.Background(), rooms.Key{Class: "counter", Name: "new"})
+	if err != nil || route.Kind != rooms.RouteElsewhere || route.Node != "b" {
+		t.Fatalf("a new room on a draining node routes to %+v (%v), want b", route, err)
+	}
+}
+
+// TestMoveHandsOver: a move hands a room to the target, which holds it
+// at once (before any event), with its state.
+func TestMoveHandsOver(t *testing.T) {
+	bucket, ms := startCluster(t, time.Second, "a", "b", "c")
+	a, c := ms[0], ms[2]
+	putClass(t, a, "counter", "./examples/counter", true)
+	count(t, a, "m", "1")
+	count(t, a, "m", "2")
+	key := rooms.Key{Class: "counter", Name: "m"}
+	if err := a.mem().Move(context.Background(), key, "c"); err != nil {
+		t.Fatal(err)
+	}
+	if !holds(c, "counter", "m") {
+		t.Fatalf("after the move c holds %v, want counter/m", c.mem().Status().Holds)
+	}
+	if holds(a, "counter", "m") {
+		t.Fatal("after the move a still holds the room")
+	}
+	if rec := readRecord(t, bucket, "counter", "m"); rec.Node != "c" {
+		t.Fatalf("after the move the record is %+v, want c", rec)
+	}
+	if route, err := a.n.Rooms.Route(context.Background(), key); err != nil || route.Kind != rooms.RouteElsewhere || route.Node != "c" {
+		t.Fatalf("after the move the room routes from a to %+v (%v), want c", route, err)
+	}
+	count(t, c, "m", "3")
+	if err := a.mem().Move(context.Background(), key, "b"); !errors.Is(err, ErrNotHeldHere) {
+		t.Fatalf("moving a room a does not hold: %v, want ErrNotHeldHere", err)
+	}
+}
+
+// TestFenceByHand: a node whose process is cut off is fenced by hand, and
+// its room is taken at once by the fencer, long before the automatic fence
+// (ttl + grace of silence) could have landed.
+func TestFenceByHand(t *testing.T) {
+	const ttl = 5 * time.Second
+	bucket, ms := startCluster(t, ttl, "a", "b")
+	a, b := ms[0], ms[1]
+	putClass(t, a, "counter", "./examples/counter", true)
+	count(t, a, "f", "1")
+	a.link.cut.Store(true)
+	start := time.Now()
+	if err := b.mem().FenceNode(context.Background(), "a"); err != nil {
+		t.Fatal(err)
+	}
+	if l := readLease(t, bucket, "a"); l.State != cluster.LeaseFenced || l.FencedBy != "b" {
+		t.Fatalf("after the fence a's lease is %+v, want fenced by b", l)
+	}
+	count(t, b, "f", "2")
+	took := time.Since(start)
+	// The automatic fence needs a's lease silent for ttl + grace (6 s);
+	// its last renewal was at most ttl/3 before the cut.
+	if bound := ttl + ttl/5 - ttl/3; took >= bound {
+		t.Fatalf("b took the room %v after the fence by hand, not before the automatic fence could (%v)", took, bound)
+	}
+	t.Logf("fence by hand to the room served by b: %v", took.Round(time.Millisecond))
+	if err := b.mem().FenceNode(context.Background(), "b"); !errors.Is(err, cluster.ErrNotPeer) {
+		t.Fatalf("a node fencing itself: %v, want ErrNotPeer", err)
+	}
+}
+
+// TestConcurrentWakesOneHolder: many requests for one free room through
+// three nodes at once: exactly one node holds it, and the counts it
+// answers are 1..n with none twice.
+func TestConcurrentWakesOneHolder(t *testing.T) {
+	bucket, ms := startCluster(t, time.Second, "a", "b", "c")
+	putClass(t, ms[0], "counter", "./examples/counter", true)
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	var wg sync.WaitGroup
+	for i := range 30 {
+		m := ms[i%3]
+		wg.Go(func() {
+			req, _ := http.NewRequest("POST", m.n.URL()+"/actor/counter/race", nil)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode == http.StatusServiceUnavailable {
+				return // refused while another node held or took it
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if resp.StatusCode != 200 || seen[string(b)] {
+				t.Errorf("POST through %s: %d %q (seen before: %v)", m.name, resp.StatusCode, b, seen[string(b)])
+			}
+			seen[string(b)] = true
+		})
+	}
+	wg.Wait()
+	holders := 0
+	for _, m := range ms {
+		if holds(m, "counter", "race") {
+			holders++
+		}
+	}
+	rec := readRecord(t, bucket, "counter", "race")
+	if holders != 1 || rec.Free {
+		t.Fatalf("%d nodes hold the room, record %+v; want exactly one", holders, rec)
+	}
+	// The answers are 1..k: no count skipped or given twice.
+	for i := 1; i <= len(seen); i++ {
+		if !seen[strconv.Itoa(i)] {
+			t.Fatalf("the counts answered skip %d: %v", i, seen)
+		}
+	}
+	if len(seen) == 0 {
+		t.Fatal("no request was served")
+	}
+}
+
+func engineConfig() engine.Config { return engine.Config{CacheDir: sharedCacheDir} }
