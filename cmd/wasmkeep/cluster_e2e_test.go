@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -634,4 +635,76 @@ func TestClusterOnS3(t *testing.T) {
 	}
 	c.start(owner)
 	increment(t, survivor, "s3", 7, 10*time.Second)
+}
+
+// TestDemoCluster: `wasmkeep demo --nodes 3` runs three nodes on
+// consecutive ports sharing a directory store in the data directory,
+// prints each node's URL, serves the examples through each (loaded once),
+// and stops them all cleanly on SIGINT: every record free, every lease
+// released.
+func TestDemoCluster(t *testing.T) {
+	t.Parallel()
+	data := t.TempDir()
+	n := startNode(t, nodeOpts{
+		command:  "demo",
+		args:     []string{"--data", data, "--nodes", "3", "--lease-ttl", "2s", "--idle-timeout", "1h"},
+		dir:      moduleRoot(t),
+		deadline: demoDeadline,
+	})
+	n.waitOutput("wasmkeep demo is up", demoDeadline)
+	out := n.stdout.String()
+	host, port, err := net.SplitHostPort(strings.TrimPrefix(n.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, _ := strconv.Atoi(port)
+	var urls []string
+	for i := range 3 {
+		url := fmt.Sprintf("http://%s", net.JoinHostPort(host, strconv.Itoa(first+i)))
+		if !strings.Contains(out, fmt.Sprintf("node n%d:  %s\n", i+1, url)) {
+			t.Fatalf("the banner does not show node n%d at %s:\n%s", i+1, url, out)
+		}
+		urls = append(urls, url)
+	}
+	// Each node runs a room of its own; the classes were loaded once.
+	for i, url := range urls {
+		room := fmt.Sprintf("%s/actor/counter/own%d", url, i)
+		for want := 1; want <= 2; want++ {
+			if got := expectHTTP(t, 200, "POST", room); got != strconv.Itoa(want) {
+				t.Fatalf("POST %s: %q, want %d", room, got, want)
+			}
+		}
+		if status, page, _ := httpDo(t, "GET", url+"/actor/chat/lobby"+strconv.Itoa(i)); status != 200 || !strings.Contains(page, "WebSocket") {
+			t.Fatalf("GET the chat page through n%d: %d %.200s", i+1, status, page)
+		}
+	}
+	if !strings.Contains(n.stderr.String(), `msg="class loaded" class=counter`) || strings.Count(n.stderr.String(), `msg="class loaded" class=counter`) != 1 {
+		t.Fatalf("the counter class was not loaded exactly once:\n%s", n.stderr.String())
+	}
+	shared, err := store.OpenDir(filepath.Join(data, "cluster"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer shared.Close()
+	c := &testCluster{t: t, bucket: shared}
+	for i := range 3 {
+		if rec, ok := c.record("counter", fmt.Sprintf("own%d", i)); !ok || rec.Node != fmt.Sprintf("n%d", i+1) {
+			t.Fatalf("the record of counter/own%d is %+v (exists %v), want held by n%d", i, rec, ok, i+1)
+		}
+	}
+
+	n.signal(syscall.SIGINT)
+	if code := n.wait(stopDeadline); code != 0 {
+		t.Fatalf("after SIGINT: exit code %d, want 0", code)
+	}
+	for room, rec := range c.records() {
+		if !rec.Free {
+			t.Fatalf("after the demo stopped the record of %s is %+v, want free", room, rec)
+		}
+	}
+	for i := range 3 {
+		if l := c.lease(fmt.Sprintf("n%d", i+1)); l.State != cluster.LeaseReleased {
+			t.Fatalf("after the demo stopped n%d's lease is %s, want released", i+1, l.State)
+		}
+	}
 }

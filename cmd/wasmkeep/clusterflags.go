@@ -66,19 +66,26 @@ func clusterConfig(c *cli.Context, cfg *node.Config) error {
 			return fmt.Errorf("--advertise must be host:port, not %q", advertise)
 		}
 	}
-	cfg.Cluster = &node.ClusterConfig{
-		Secret:       []byte(secret),
+	cfg.Cluster = memberConfig(name, []byte(secret), advertise, ttl, wait)
+	return nil
+}
+
+// memberConfig makes node name a member of a cluster: secret signs its
+// calls to its peers, advertise ("": its bound listen address) is where
+// they reach it, ttl is its lease time and wait the failover wait.
+func memberConfig(name string, secret []byte, advertise string, ttl, wait time.Duration) *node.ClusterConfig {
+	return &node.ClusterConfig{
+		Secret:       secret,
 		FailoverWait: wait,
 		Member: func(ctx context.Context, env node.MemberEnv) (node.Member, error) {
 			addr := advertise
 			if addr == "" {
 				addr = advertised(env.Addr)
 			}
-			return clusternode.New(ctx, clusternode.Config{Node: name, Address: addr, Secret: []byte(secret), TTL: ttl,
+			return clusternode.New(ctx, clusternode.Config{Node: name, Address: addr, Secret: secret, TTL: ttl,
 				Bucket: env.Bucket, Clock: env.Clock, Metrics: env.Metrics, Logger: env.Logger})
 		},
 	}
-	return nil
 }
 
 // advertised is the address peers reach a listener bound at addr by: an

@@ -2,16 +2,25 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
+	"os/signal"
 	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/wasmkeep/wasmkeep/host/classes"
 	"github.com/wasmkeep/wasmkeep/host/node"
+	"github.com/wasmkeep/wasmkeep/host/store"
 	"github.com/wasmkeep/wasmkeep/internal/wasmbuild"
 )
 
@@ -26,11 +35,18 @@ func demoCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "demo",
 		Usage: "build the example classes from source and serve them (run it inside the wasmkeep source tree)",
-		Flags: serveFlags(),
+		Flags: append(serveFlags(), &cli.IntFlag{Name: "nodes", Value: 1, Usage: "run a cluster of this many nodes in this process, on --listen's port and the next ones, sharing a directory store in --data, with a generated cluster secret", EnvVars: env("nodes")}),
 		Action: func(c *cli.Context) error {
 			cfg, err := nodeConfig(c)
 			if err != nil {
 				return err
+			}
+			nodes := c.Int("nodes")
+			if nodes < 1 || nodes > maxDemoNodes {
+				return cli.Exit(fmt.Sprintf("wasmkeep: --nodes must be 1–%d, not %d", maxDemoNodes, nodes), 2)
+			}
+			if nodes > 1 && (cfg.Bucket != nil || cfg.Cluster != nil) {
+				return cli.Exit("wasmkeep: demo --nodes makes its own cluster on a directory in --data; it takes no --store or --node", 2)
 			}
 			ctx, stop := stopWithParent(c.Context, cfg.Logger)
 			defer stop()
@@ -53,13 +69,12 @@ func demoCommand() *cli.Command {
 				_ = cfg.Hold.Release()
 				return nil
 			}
+			if nodes > 1 {
+				return runDemoCluster(ctx, c, cfg, nodes, modules)
+			}
 			return run(ctx, cfg, func(n *node.Node) error {
-				for _, name := range demoClasses {
-					rec, err := n.Classes.Put(context.Background(), name, modules[name], classes.Options{})
-					if err != nil {
-						return fmt.Errorf("loading %s: %w", name, err)
-					}
-					cfg.Logger.Info("class loaded", "class", name, "hash", rec.Hash)
+				if err := loadDemoClasses(cfg.Logger, n, modules); err != nil {
+					return err
 				}
 				fmt.Fprintf(c.App.Writer, "\nwasmkeep demo is up:\n"+
 					"  chat:     open %[1]s/actor/chat/lobby in two browser tabs\n"+
@@ -71,6 +86,121 @@ func demoCommand() *cli.Command {
 			})
 		},
 	}
+}
+
+// loadDemoClasses uploads the demo's classes through n.
+func loadDemoClasses(log *slog.Logger, n *node.Node, modules map[string][]byte) error {
+	for _, name := range demoClasses {
+		rec, err := n.Classes.Put(context.Background(), name, modules[name], classes.Options{})
+		if err != nil {
+			return fmt.Errorf("loading %s: %w", name, err)
+		}
+		log.Info("class loaded", "class", name, "hash", rec.Hash)
+	}
+	return nil
+}
+
+// maxDemoNodes bounds demo --nodes: a cluster to try on one machine.
+const maxDemoNodes = 9
+
+// demoSecretBytes is the size of the demo cluster's generated secret.
+const demoSecretBytes = 32
+
+// runDemoCluster runs a cluster of n nodes, n1..nN, in this process until
+// ctx ends (or a node is fenced), then stops them all cleanly. Node i
+// listens on --listen's port + i-1 and keeps its compilation cache in
+// <data>/nodes/n<i>; the nodes share the directory store <data>/cluster
+// and a secret drawn for the run. The classes are uploaded once, through
+// n1: the others read them from the store.
+func runDemoCluster(ctx context.Context, c *cli.Context, cfg node.Config, n int, modules map[string][]byte) (err error) {
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	hold := cfg.Hold
+	defer func() {
+		if hold != nil {
+			_ = hold.Release()
+		}
+	}()
+	host, portText, err := net.SplitHostPort(cfg.Listen)
+	if err != nil {
+		return cli.Exit(fmt.Sprintf("wasmkeep: --listen %q: %v", cfg.Listen, err), 2)
+	}
+	port, err := strconv.Atoi(portText)
+	if err != nil || port < 1 || port+n-1 > 65535 {
+		return cli.Exit(fmt.Sprintf("wasmkeep: demo --nodes %d needs --listen with a port from 1 to %d, not %q", n, 65536-n, portText), 2)
+	}
+	secret := []byte(c.String("cluster-secret"))
+	if len(secret) == 0 {
+		raw := make([]byte, demoSecretBytes)
+		if _, err := rand.Read(raw); err != nil {
+			return err
+		}
+		secret = []byte(hex.EncodeToString(raw))
+	} else if len(secret) < minSecretBytes {
+		return cli.Exit(fmt.Sprintf("wasmkeep: --cluster-secret must be at least %d bytes", minSecretBytes), 2)
+	}
+	shared, err := store.OpenDir(filepath.Join(cfg.DataDir, "cluster"))
+	if err != nil {
+		return err
+	}
+	defer shared.Close()
+
+	var nodes []*node.Node
+	stopAll := func() error {
+		errs := make([]error, len(nodes))
+		var wg sync.WaitGroup
+		for i, nd := range nodes {
+			wg.Go(func() { errs[i] = nd.Stop(context.Background()) })
+		}
+		wg.Wait()
+		return errors.Join(errs...)
+	}
+	lost := make(chan string, n)
+	for i := range n {
+		name := fmt.Sprintf("n%d", i+1)
+		ncfg := cfg
+		ncfg.Hold = nil
+		ncfg.DataDir = filepath.Join(cfg.DataDir, "nodes", name)
+		ncfg.Listen = net.JoinHostPort(host, strconv.Itoa(port+i))
+		ncfg.Bucket = shared
+		ncfg.Logger = cfg.Logger.With("demo_node", name)
+		ncfg.Cluster = memberConfig(name, secret, "", c.Duration("lease-ttl"), c.Duration("failover-wait"))
+		nd, err := node.Start(ctx, ncfg)
+		if err != nil {
+			return errors.Join(fmt.Errorf("starting node %s: %w", name, dataDirAdvice(err)), stopAll())
+		}
+		nodes = append(nodes, nd)
+		go func() {
+			select {
+			case <-nd.Lost():
+				lost <- name
+			case <-ctx.Done():
+			}
+		}()
+	}
+	if err := loadDemoClasses(cfg.Logger, nodes[0], modules); err != nil {
+		return errors.Join(err, stopAll())
+	}
+	w := c.App.Writer
+	fmt.Fprintf(w, "\nwasmkeep demo is up: a cluster of %d nodes sharing %s\n", n, shared.Path())
+	for i, nd := range nodes {
+		fmt.Fprintf(w, "  node n%d:  %s\n", i+1, nd.URL())
+	}
+	first := nodes[0].URL()
+	fmt.Fprintf(w, "  chat:     open %[1]s/actor/chat/lobby, and the same room through another node\n"+
+		"  counter:  curl -X POST %[1]s/actor/counter/mine (any node's URL: one node runs the room)\n"+
+		"  cluster:  go run ./cmd/wasmkeep cluster status --server %[1]s\n"+
+		"Rooms hibernate after %[2]s idle; Ctrl-C stops every node cleanly.\n\n", first, c.Duration("idle-timeout"))
+
+	var fenced error
+	select {
+	case <-ctx.Done():
+	case name := <-lost:
+		fenced = cli.Exit("wasmkeep: node "+name+" of the demo was fenced by the cluster; stopping the demo", 1)
+	}
+	stop()
+	cfg.Logger.Info("stopping every node: hibernating rooms, then closing sockets with 1012")
+	return errors.Join(stopAll(), fenced)
 }
 
 // buildExamples builds the demo's classes from the source tree at root
