@@ -33,6 +33,10 @@ type peer struct {
 	// unreachable is the lease version at which a forward to the node
 	// last failed to connect (Unreachable); cleared by its next change.
 	unreachable string
+	// bodyETag is the version lease was read at, and readAt when: etag
+	// may be newer (a change noted between reads, see watchPeer).
+	bodyETag string
+	readAt   int64
 }
 
 // WatchPeers is the membership duty: it lists the leases, reads the ones
@@ -72,17 +76,49 @@ func (n *Node) WatchPeers(ctx context.Context) time.Duration {
 
 // watchPeer looks at one peer's lease, listed at etag: reads it if it
 // changed, fences it if it has been silent too long.
+//
+// A lease that changed is read at most once per TTL: between reads, a
+// change is noted (its version, and when it was first seen), which is all
+// that telling a live peer from a silent one needs. What only a read shows
+// (a fence by another node, a drain, a new address) is learned within a
+// TTL, or at once where it matters: a record naming an instance the view
+// does not know makes the node read that lease (learnOwner), a change
+// after a silence longer than half a TTL (a fence, a takeover) is read at
+// once, and a fence reads the lease it is about to write over. So an idle
+// node's requests
+// are its renewals, a listing every TTL/3, and a read of each peer's
+// lease every TTL.
 func (n *Node) watchPeer(ctx context.Context, node, etag string) {
 	n.mu.Lock()
 	now := n.clock.Now()
 	p := n.peers[node]
-	if p == nil || p.etag != etag || !p.known {
+	switch {
+	case p == nil || !p.known:
 		n.mu.Unlock()
 		n.readPeer(ctx, node)
+		return
+	case p.etag != etag && (now-p.readAt >= int64(n.cfg.TTL) || now-p.since > int64(n.cfg.TTL)/2):
+		// Due for a read, or a change after a silence longer than a
+		// renewal period: a fence or a takeover, not a renewal.
+		n.mu.Unlock()
+		n.readPeer(ctx, node)
+		return
+	case p.etag != etag:
+		p.etag, p.since = etag, now // a renewal, as far as liveness goes
+		n.mu.Unlock()
 		return
 	}
 	if p.lease.State != LeaseLive || now-p.since < int64(p.lease.TTL+n.cfg.Grace) || !n.validLocked(now) {
 		n.mu.Unlock()
+		return
+	}
+	if p.bodyETag != etag {
+		// Silent, but the view has an older body than the version it
+		// would fence: the fence must carry the latest renewal count
+		// (peers order their reads by it). Read it; the next pass
+		// fences it if it is still unchanged.
+		n.mu.Unlock()
+		n.readPeer(ctx, node)
 		return
 	}
 	l := p.lease
@@ -145,7 +181,7 @@ func (n *Node) notePeerLocked(node, etag string, l Lease, now int64) {
 	if etag != p.etag {
 		p.etag, p.since = etag, now
 	}
-	p.lease, p.known = l, true
+	p.lease, p.known, p.bodyETag, p.readAt = l, true, etag, now
 }
 
 // deadLocked reports whether instance of node is known to be dead. Any

@@ -138,3 +138,38 @@ func TestFenceByHandFreesThePeersRoomsAtOnce(t *testing.T) {
 		t.Errorf("a second fence: %+v, %v", l, err)
 	}
 }
+
+// TestAnIdlePeersLeaseIsReadOncePerTTL: between reads, a peer's renewals
+// are only noted from the listing; its lease is read once per TTL, and a
+// silent one still gets fenced.
+func TestAnIdlePeersLeaseIsReadOncePerTTL(t *testing.T) {
+	b := store.Metered(store.NewMem(), metrics.NewSet())
+	a, aclk := joined(t, b, "a", 1)
+	c, cclk := joined(t, b, "c", 2)
+	c.WatchPeers(ctx) // reads a's lease: known from here on
+	gets := b.AllRequests(store.OpGet)
+	const periods = 12 // four TTLs of renewals
+	for range periods {
+		aclk.Advance(ttl / 3)
+		cclk.Advance(ttl / 3)
+		a.RenewLease(ctx)
+		c.RenewLease(ctx)
+		c.WatchPeers(ctx)
+	}
+	if got := b.AllRequests(store.OpGet) - gets; got < 3 || got > 5 {
+		t.Errorf("c read a's lease %d times over 4 TTLs of renewals, want about 4", got)
+	}
+	if c.Status().Peers[0].Silent > ttl/3 {
+		t.Errorf("a's renewals were not noted: silent for %v", c.Status().Peers[0].Silent)
+	}
+	// a goes silent: c fences it, with its latest renewal count.
+	for range 5 {
+		cclk.Advance(ttl / 3)
+		c.RenewLease(ctx)
+		c.WatchPeers(ctx)
+	}
+	l, _ := readLease(t, b, "a")
+	if l.State != LeaseFenced || l.Renewal != periods+2 {
+		t.Errorf("a's lease after its silence: %+v, want fenced at renewal %d", l, periods+2)
+	}
+}
