@@ -79,6 +79,9 @@ type Task struct {
 	group *Group
 	wake  chan bool // true: the task's process is dead, exit
 	done  bool
+	// parked is the event that will resume the task from its current
+	// block, for Unpark to replace by an earlier one.
+	parked *event
 }
 
 type taskKey struct{}
@@ -95,6 +98,8 @@ type event struct {
 	task     *Task  // resume it
 	fn       func() // or run this on the scheduler
 	label    string
+	// stale: replaced by an earlier wake (Unpark); skipped.
+	stale bool
 }
 
 type events []*event
@@ -150,16 +155,37 @@ func (s *Scheduler) Spawn(g *Group, name string, f func(ctx context.Context)) {
 	s.push(&event{at: s.now, task: t, label: t.name})
 }
 
-// BlockUntil parks the calling task until virtual time at. If its process
-// died meanwhile the task ends there (runtime.Goexit): a crashed process
-// runs nothing more, and what it held in memory is gone with it.
+// Forever is a time no event reaches: a task blocked until then waits
+// for Unpark, or for ever.
+const Forever = int64(1<<63 - 1)
+
+// BlockUntil parks the calling task until virtual time at, or until an
+// Unpark, whichever comes first. If its process died meanwhile the task
+// ends there (runtime.Goexit): a crashed process runs nothing more, and
+// what it held in memory is gone with it.
 func (t *Task) BlockUntil(at int64) {
 	s := t.s
-	s.push(&event{at: max(at, s.now), task: t, label: t.name})
+	e := &event{at: max(at, s.now), task: t, label: t.name}
+	t.parked = e
+	s.push(e)
 	s.baton <- struct{}{}
 	if dead := <-t.wake; dead {
 		runtime.Goexit()
 	}
+}
+
+// Unpark wakes t now from the block it is in (a peer's answer that
+// arrived before the caller's timeout). The caller must know that t is
+// still in the block it means to end: the scheduler cannot tell one block
+// from the next.
+func (s *Scheduler) Unpark(t *Task) {
+	if t.done || t.parked == nil || t.parked.stale {
+		return
+	}
+	t.parked.stale = true
+	e := &event{at: s.now, task: t, label: t.name + " woken"}
+	t.parked = e
+	s.push(e)
 }
 
 // Kill ends every task of g: each exits at its next wake, which is now.
@@ -186,12 +212,16 @@ func (s *Scheduler) Step(end int64) (*Group, bool) {
 			heap.Push(&s.queue, e)
 			return nil, false
 		}
-		if e.task != nil && e.task.done {
+		if e.stale || e.task != nil && e.task.done {
 			continue
 		}
 		s.now = e.at
 		if t := e.task; t != nil && !t.group.dead && t.group.pausedUntil > s.now {
-			s.push(&event{at: t.group.pausedUntil, task: t, label: e.label})
+			later := &event{at: t.group.pausedUntil, task: t, label: e.label}
+			if t.parked == e {
+				t.parked = later
+			}
+			s.push(later)
 			continue
 		}
 		s.steps++

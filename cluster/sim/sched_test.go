@@ -81,3 +81,35 @@ func TestKilledAndPausedTasks(t *testing.T) {
 		t.Errorf("the paused task woke at %v, want 5 s (its pause's end)", woke)
 	}
 }
+
+func TestUnparkWakesABlockedTaskEarly(t *testing.T) {
+	s := NewScheduler(rand.New(rand.NewPCG(1, 0)), nil)
+	defer s.Close()
+	sec := int64(time.Second)
+	var woke, wokePaused []int64
+	var task, paused *Task
+	s.Spawn(&Group{Name: "g"}, "waiter", func(ctx context.Context) {
+		task = TaskOf(ctx)
+		task.BlockUntil(10 * sec)
+		woke = append(woke, s.Now())
+		task.BlockUntil(s.Now() + 20*sec) // not ended by the first block's event
+		woke = append(woke, s.Now())
+	})
+	g := &Group{Name: "paused"}
+	s.Spawn(g, "waiter", func(ctx context.Context) {
+		paused = TaskOf(ctx)
+		paused.BlockUntil(2 * sec) // due during the pause: put off to its end
+		wokePaused = append(wokePaused, s.Now())
+		paused.BlockUntil(s.Now() + 20*sec)
+		wokePaused = append(wokePaused, s.Now())
+	})
+	s.At(sec, "pause", func() { s.Pause(g, 6*sec) })
+	s.At(3*sec, "unpark", func() { s.Unpark(task); s.Unpark(paused) })
+	runAll(s, int64(time.Minute))
+	if len(woke) != 2 || woke[0] != 3*sec || woke[1] != 23*sec {
+		t.Errorf("woke at %v; want 3 s (unparked), then 23 s (its second block's end)", woke)
+	}
+	if len(wokePaused) != 2 || wokePaused[0] != 6*sec || wokePaused[1] != 26*sec {
+		t.Errorf("a paused task unparked woke at %v; want 6 s (its pause's end), then 26 s", wokePaused)
+	}
+}
