@@ -144,8 +144,11 @@ func (n *Node) FenceByHand(ctx context.Context, node string) (Lease, error) {
 		return Lease{}, ErrNotPeer
 	}
 	body, etag, err := n.bucket.Get(ctx, LeaseKey(node))
-	if err != nil {
+	if errors.Is(err, store.ErrNotFound) {
 		return Lease{}, errors.Join(ErrNotPeer, err)
+	}
+	if err != nil {
+		return Lease{}, err // the bucket's failure, not the node's absence: try again
 	}
 	l, err := DecodeLease(body)
 	if err != nil {

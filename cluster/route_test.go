@@ -173,3 +173,26 @@ func TestAnIdlePeersLeaseIsReadOncePerTTL(t *testing.T) {
 		t.Errorf("a's lease after its silence: %+v, want fenced at renewal %d", l, periods+2)
 	}
 }
+
+// TestFenceByHandTellsABucketFailureFromNoSuchPeer: a lease that could
+// not be read is not a lease that is not there. (The simulation's seed 9
+// had a fence by hand refused as "no such peer" while the fencer's link
+// to the bucket was cut.)
+func TestFenceByHandTellsABucketFailureFromNoSuchPeer(t *testing.T) {
+	b := store.WithFaults(store.NewMem(), nil)
+	joined(t, b, "a", 1)
+	c, _ := joined(t, b, "c", 2)
+	b.SetFaults(faultOn(store.OpGet, LeaseKey("a"), store.FailBefore(store.ErrUnknownOutcome)))
+	if _, err := c.FenceByHand(ctx, "a"); !errors.Is(err, store.ErrUnknownOutcome) || errors.Is(err, ErrNotPeer) {
+		t.Errorf("a fence whose read was lost: %v; want the bucket's error, not ErrNotPeer", err)
+	}
+	if l, _ := readLease(t, b, "a"); l.State != LeaseLive {
+		t.Errorf("a's lease after a fence whose read failed: %+v", l)
+	}
+	if _, err := c.FenceByHand(ctx, "nobody"); !errors.Is(err, ErrNotPeer) || !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("a fence of a node with no lease: %v", err)
+	}
+	if l, err := c.FenceByHand(ctx, "a"); err != nil || l.State != LeaseFenced {
+		t.Errorf("the fence tried again: %+v, %v", l, err)
+	}
+}
