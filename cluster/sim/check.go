@@ -17,13 +17,33 @@ import (
 //     neither holds it, nor has a release pending, nor an acquisition in
 //     flight or unresolved that wrote it (a leak);
 //   - never one generation for two holds of a room (checked as each hold
-//     is granted, in serve).
+//     is granted, in serveHere);
+//   - never a process that an operator fenced by hand running again (it
+//     was dead, or hung for good);
 //
-// A step can break one only through what it changed: the state of the
-// process that ran (only its own steps can make it act, extend its
-// lease or drop what accounts for a record; time passing only ends
-// validity), or an object a write applied to. So check looks at those,
-// unless Config.CheckEverything asks it to look at everything.
+// and, where the host does what they are about (host.go, ops.go):
+//
+//   - every event is answered or refused within eventBound of its landing,
+//     besides its origin's bucket calls and pauses (deadline), and at the
+//     end as many were answered and refused as landed (Run);
+//   - no event is relayed twice (the hop rule; relayed);
+//   - a take that starts while its node drains never succeeds
+//     (serveHere);
+//   - a drain reports drained within drainBound, besides its process's
+//     pauses and bucket outages, unless the process ends first
+//     (drainDeadline);
+//   - a move the target answered leaves the room's record at the hold the
+//     target took (or free after it), or at a later hold; and the node it
+//     moved from no longer acts on it (checkMove).
+//
+// A hung process runs no more: whatever its clock says, it acts on
+// nothing, so the first two skip it.
+//
+// A step can break one of the first four only through what it changed:
+// the state of the process that ran (only its own steps can make it act,
+// extend its lease or drop what accounts for a record; time passing only
+// ends validity), or an object a write applied to. So check looks at
+// those, unless Config.CheckEverything asks it to look at everything.
 
 // check looks for a broken invariant after a step in which ran (nil for
 // the scheduler's own events) ran and the writes to w.touched applied.
@@ -41,6 +61,10 @@ func (w *World) check(ran *process) {
 		return
 	}
 	if ran != nil && ran.machine.proc == ran {
+		if w.handFenced[ran.node.Instance()] {
+			w.fail("%s, fenced by hand, ran again", ran.name)
+			return
+		}
 		w.checkProcess(ran)
 	}
 	for _, key := range w.touched {
@@ -56,6 +80,9 @@ func (w *World) check(ran *process) {
 // checkProcess checks p's lease, the rooms it acts on and the records
 // naming it.
 func (w *World) checkProcess(p *process) {
+	if p.hung {
+		return // it runs no more: it acts on nothing, whatever its clock says
+	}
 	name := p.machine.name
 	if l := w.leases[name]; (l.Instance != p.node.Instance() || l.State != cluster.LeaseLive) && p.node.LeaseValid() {
 		w.fail("%s counts its lease valid, but the bucket has it %s for instance %s", p.name, l.State, l.Instance)
@@ -68,7 +95,7 @@ func (w *World) checkProcess(p *process) {
 		if _, held := p.holds[room]; held && p.node.Acting(room) {
 			var acting []string
 			for _, m := range w.machines {
-				if q := m.proc; q != nil && q.node.Acting(room) {
+				if q := m.proc; q != nil && !q.hung && q.node.Acting(room) {
 					acting = append(acting, q.name)
 				}
 			}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -72,6 +73,23 @@ func replay(seed uint64, variant string) string {
 	return env + " go test -run TestSimSeed -v ./cluster/sim/   (add WASMKEEP_SIM_TRACE=FILE for every event)"
 }
 
+// variants are the names of every broken variant: the core's, then the
+// host's.
+func variants() []string { return append(slices.Clone(cluster.VariantNames), HostVariantNames...) }
+
+// variantConfig is the Config with the variant of that name switched on
+// ("" for none).
+func variantConfig(name string) (Config, error) {
+	if v, ok := HostVariant(name); ok {
+		return Config{Host: v}, nil
+	}
+	v, err := cluster.Variant(name)
+	if err != nil {
+		return Config{}, fmt.Errorf("%w (or one of the host's, %v)", err, HostVariantNames)
+	}
+	return Config{Broken: v}, nil
+}
+
 // TestSim runs the cluster core on WASMKEEP_SIM_SEEDS seeds (200 by
 // default): the correct code must keep every invariant on every seed, and
 // each broken variant must be caught at one of them. With -v it prints
@@ -91,16 +109,28 @@ func TestSim(t *testing.T) {
 			}
 		}
 	}
-	if total.Acquisitions == 0 || total.Node.Fences == 0 || total.Node.ResolvedLanded == 0 || total.Node.Lapses == 0 {
-		t.Errorf("the runs never exercised part of the protocol: %+v", total)
+	c := total.Node
+	if total.Landed != total.Answered+total.Refused {
+		t.Errorf("%d events landed, %d answered, %d refused", total.Landed, total.Answered, total.Refused)
+	}
+	// Every part of the protocol and of the host was exercised.
+	for what, count := range map[string]uint64{
+		"acquisitions": total.Acquisitions, "fences": c.Fences, "resolved landings": c.ResolvedLanded, "lapses": c.Lapses,
+		"relays": total.Relays, "relays answered": total.AnsweredRelayed, "dials in vain": total.Dials,
+		"failover waits": total.FailoverWaits, "events moved": total.Reasons[refusedMoved],
+		"drains": total.Drained, "moves": total.MovesDone, "fences by hand": total.HandFences, "hangs": total.Hangs,
+	} {
+		if count == 0 {
+			t.Errorf("the runs never exercised %s: %+v", what, total)
+		}
 	}
 	var caught []string
-	for _, name := range cluster.VariantNames {
-		v, err := cluster.Variant(name)
+	for _, name := range variants() {
+		cfg, err := variantConfig(name)
 		if err != nil {
 			t.Fatal(err)
 		}
-		seed, r := firstCaught(Config{Broken: v}, n)
+		seed, r := firstCaught(cfg, n)
 		if seed < 0 {
 			t.Errorf("variant %s broke no invariant in %d seeds", name, n)
 			caught = append(caught, name+" not caught")
@@ -109,12 +139,23 @@ func TestSim(t *testing.T) {
 		t.Logf("variant %s caught at seed %d: %s", name, seed, r.Violation)
 		caught = append(caught, fmt.Sprintf("%s at seed %d", name, seed))
 	}
-	c := total.Node
-	t.Logf("%d seeds, %d steps: %d acquisitions, %d releases (%d retried, %d moot), %d uses, %d relays, %d waits, %d for a machine down, %d without a valid lease, %d refusals; "+
-		"%d faults injected, %d crashes, %d pauses, %d clean stops, %d cut links, %d fences (%d processes found themselves fenced), %d lapses; "+
+	var reasons []string
+	for i, count := range total.Reasons {
+		reasons = append(reasons, fmt.Sprintf("%d %s", count, ReasonNames[i]))
+	}
+	t.Logf("%d seeds, %d steps: %d acquisitions, %d releases (%d retried, %d moot), %d uses of resident rooms; "+
+		"%d events landed: %d answered (%d by the node they were relayed to), %d refused (%s); "+
+		"%d relays, %d dials in vain, %d late answers, %d failover waits; the longest event %v (bound %v); "+
+		"%d drains (%d drained, %d ended first; the longest %v, bound %v), %d moves (%d taken, %d refused); "+
+		"%d faults injected, %d crashes, %d pauses, %d clean stops, %d deaths, %d hangs, %d degraded links, %d cut links between machines; "+
+		"%d fences (%d processes found themselves fenced), %d by hand (%d failed), %d lapses; "+
 		"resolver: %d landed, %d moved, %d expired; %d violations; variants caught: %s",
-		n, total.Steps, total.Acquisitions, total.Releases, c.ReleaseRetries, c.ReleaseMoot, total.Uses, total.Relays, total.Waits, total.Down, total.Inactive, total.Refusals,
-		total.Faults, total.Crashes, total.Pauses, total.Stops, total.Cuts, c.Fences, total.Fenced, c.Lapses,
+		n, total.Steps, total.Acquisitions, total.Releases, c.ReleaseRetries, c.ReleaseMoot, total.Uses,
+		total.Landed, total.Answered, total.AnsweredRelayed, total.Refused, strings.Join(reasons, ", "),
+		total.Relays, total.Dials, total.Late, total.FailoverWaits, total.LongestEvent, eventBound+eventSlack,
+		total.Drains, total.Drained, total.DrainsEnded, total.LongestDrain, newWorld(Config{}).drainBound(), total.Moves, total.MovesDone, total.MovesRefused,
+		total.Faults, total.Crashes, total.Pauses, total.Stops, total.Deaths, total.Hangs, total.Cuts, total.PeerCuts,
+		c.Fences, total.Fenced, total.HandFences, total.HandFencesFailed, c.Lapses,
 		c.ResolvedLanded, c.ResolvedMoved, c.ResolvedExpired, violations, strings.Join(caught, ", "))
 }
 
@@ -124,11 +165,11 @@ func TestSim(t *testing.T) {
 func TestSimSeed(t *testing.T) {
 	seed := envInt(t, "WASMKEEP_SIM_SEED", 1)
 	name := os.Getenv("WASMKEEP_SIM_VARIANT")
-	v, err := cluster.Variant(name)
+	cfg, err := variantConfig(name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := Config{Seed: seed, Broken: v}
+	cfg.Seed = seed
 	if path := os.Getenv("WASMKEEP_SIM_TRACE"); path != "" {
 		f, err := os.Create(path)
 		if err != nil {
@@ -172,14 +213,40 @@ func TestSimReplaysExactly(t *testing.T) {
 // after each step look only at what the step changed; looking at
 // everything finds the same first violation on the same step.
 func TestChecksOfWhatChangedFindWhatCheckingEverythingFinds(t *testing.T) {
-	for _, name := range append([]string{""}, cluster.VariantNames...) {
-		v, _ := cluster.Variant(name)
+	type run struct {
+		name string
+		cfg  Config
+		a, b Result
+	}
+	var runs []*run
+	for _, name := range append([]string{""}, variants()...) {
+		cfg, err := variantConfig(name)
+		if err != nil {
+			t.Fatal(err)
+		}
 		for seed := range uint64(3) {
-			a := Run(Config{Seed: seed, Broken: v})
-			b := Run(Config{Seed: seed, Broken: v, CheckEverything: true})
-			if a.Violation != b.Violation || a.Hash != b.Hash {
-				t.Errorf("variant %q, seed %d: %q (%016x) checking what changed, %q (%016x) checking everything", name, seed, a.Violation, a.Hash, b.Violation, b.Hash)
+			cfg.Seed = seed
+			runs = append(runs, &run{name: name, cfg: cfg})
+		}
+	}
+	// Each pair of runs on a core of its own.
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range runtime.GOMAXPROCS(0) {
+		wg.Go(func() {
+			for i := next.Add(1) - 1; i < int64(len(runs)); i = next.Add(1) - 1 {
+				r := runs[i]
+				r.a = Run(r.cfg)
+				all := r.cfg
+				all.CheckEverything = true
+				r.b = Run(all)
 			}
+		})
+	}
+	wg.Wait()
+	for _, r := range runs {
+		if r.a.Violation != r.b.Violation || r.a.Hash != r.b.Hash {
+			t.Errorf("variant %q, seed %d: %q (%016x) checking what changed, %q (%016x) checking everything", r.name, r.cfg.Seed, r.a.Violation, r.a.Hash, r.b.Violation, r.b.Hash)
 		}
 	}
 }

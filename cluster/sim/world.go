@@ -2,7 +2,6 @@ package sim
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -19,7 +18,8 @@ type Config struct {
 	// Nodes and Rooms: how many (3 and 10 when zero).
 	Nodes, Rooms int
 	// Duration is the virtual time events and faults arrive for (2
-	// minutes when zero).
+	// minutes when zero); the run goes on until what is under way then
+	// (events, drains) is done.
 	Duration time.Duration
 	// TTL is every node's lease ttl (10 s when zero); Safety and Grace
 	// its margins (TTL/20 and TTL/10 when zero: half the defaults, to
@@ -29,6 +29,9 @@ type Config struct {
 	Faults Faults
 	// Broken is handed to every node.
 	Broken cluster.Variants
+	// Host breaks rules of the simulated host (routing, relaying,
+	// draining), as Broken does the core's.
+	Host HostVariants
 	// Trace receives every event, if not nil.
 	Trace io.Writer
 	// CheckEverything checks every invariant of every process and room
@@ -41,16 +44,40 @@ type Config struct {
 type Stats struct {
 	Steps                  int
 	Acquisitions, Releases uint64
-	Uses                   uint64 // events served by a hold already here
-	Relays                 uint64 // events for a room a live peer holds
-	Waits                  uint64 // events for a room whose holder is neither live nor dead yet
-	Down                   uint64 // events for a machine with no process running
-	Inactive               uint64 // events refused for want of a valid lease (joining, lapsed, stopping)
-	Refusals               uint64 // events refused otherwise (contended, unknown outcome, busy, bucket errors)
-	Faults                 uint64 // bucket requests that met a fault
-	Crashes, Pauses, Stops uint64
-	Cuts, Fenced           uint64 // link cuts; processes that found themselves fenced
-	Node                   cluster.Counters
+	Uses                   uint64 // uses of a resident room after the event that woke it
+	// Landed events are each either Answered or Refused (Reasons says
+	// why); AnsweredRelayed of the answered were answered by the node
+	// they were relayed to.
+	Landed, Answered, Refused uint64
+	AnsweredRelayed           uint64
+	Reasons                   [nReasons]uint64
+	// Relays are the events delivered to the node they were relayed to;
+	// Dials the relays that could not connect (then Unreachable); Late
+	// the answers that came after their caller had given up.
+	Relays, Dials, Late uint64
+	FailoverWaits       uint64 // events that waited for a room whose holder was silent or unreachable
+	Faults              uint64 // bucket requests that met a fault
+	Crashes, Pauses     uint64
+	Stops               uint64
+	// Deaths are crashes without a restart until an operator's fence by
+	// hand, Hangs processes paused for good (until a reboot after it);
+	// HandFences the fences by hand that landed, HandFencesFailed those
+	// that did not (the operator tries a few times).
+	Deaths, Hangs, HandFences, HandFencesFailed uint64
+	Cuts, PeerCuts                              uint64 // degraded links to the bucket; cut links between machines
+	Fenced                                      uint64 // processes that found themselves fenced
+	// Drains started, and how many reported drained; DrainsEnded is
+	// those whose process ended first (a crash, a fence, a stop).
+	Drains, Drained, DrainsEnded uint64
+	// Moves that handed their room over and asked the target; MovesDone
+	// that the target took; MovesRefused were not started (the target
+	// not a live, undrained peer, or the room not acted on).
+	Moves, MovesDone, MovesRefused uint64
+	// LongestEvent and LongestDrain are the longest an event took to be
+	// answered or refused, and a drain to report drained, besides what
+	// their bounds excuse (bucket calls, pauses, outages).
+	LongestEvent, LongestDrain time.Duration
+	Node                       cluster.Counters
 }
 
 // Add adds o to s.
@@ -59,17 +86,36 @@ func (s *Stats) Add(o Stats) {
 	s.Acquisitions += o.Acquisitions
 	s.Releases += o.Releases
 	s.Uses += o.Uses
+	s.Landed += o.Landed
+	s.Answered += o.Answered
+	s.Refused += o.Refused
+	s.AnsweredRelayed += o.AnsweredRelayed
+	for i := range s.Reasons {
+		s.Reasons[i] += o.Reasons[i]
+	}
 	s.Relays += o.Relays
-	s.Waits += o.Waits
-	s.Down += o.Down
-	s.Inactive += o.Inactive
-	s.Refusals += o.Refusals
+	s.Dials += o.Dials
+	s.Late += o.Late
+	s.FailoverWaits += o.FailoverWaits
 	s.Faults += o.Faults
 	s.Crashes += o.Crashes
 	s.Pauses += o.Pauses
 	s.Stops += o.Stops
+	s.Deaths += o.Deaths
+	s.Hangs += o.Hangs
+	s.HandFences += o.HandFences
+	s.HandFencesFailed += o.HandFencesFailed
 	s.Cuts += o.Cuts
+	s.PeerCuts += o.PeerCuts
 	s.Fenced += o.Fenced
+	s.Drains += o.Drains
+	s.Drained += o.Drained
+	s.DrainsEnded += o.DrainsEnded
+	s.Moves += o.Moves
+	s.MovesDone += o.MovesDone
+	s.MovesRefused += o.MovesRefused
+	s.LongestEvent = max(s.LongestEvent, o.LongestEvent)
+	s.LongestDrain = max(s.LongestDrain, o.LongestDrain)
 	addCounters(&s.Node, o.Node)
 }
 
@@ -102,7 +148,7 @@ type Result struct {
 
 // World is a simulated cluster: machines, each running one process (a
 // cluster.Node and what the host would do with it) at a time, on one
-// bucket.
+// bucket, reaching each other over links that may be cut.
 type World struct {
 	cfg      Config
 	rng      *rand.Rand
@@ -121,8 +167,15 @@ type World struct {
 	records      map[string]storedRecord  // the rooms' records, as the bucket has them
 	leases       map[string]cluster.Lease // the nodes' leases, as the bucket has them
 	granted      map[cluster.Room]map[uint64]string
-	stats        Stats
-	failure      string
+	// events counts the events landed; open are those not yet answered
+	// or refused.
+	events int
+	open   int
+	// handFenced are the instances an operator fenced by hand: none of
+	// them may run again.
+	handFenced map[string]bool
+	stats      Stats
+	failure    string
 }
 
 type storedRecord struct {
@@ -130,15 +183,22 @@ type storedRecord struct {
 	etag string
 }
 
-// machine is a simulated host: a name, a clock rate, a link to the bucket
-// and the process running on it, if any.
+// machine is a simulated host: a name, a clock rate, a link to the
+// bucket, links to the other machines, and the process running on it, if
+// any.
 type machine struct {
-	idx    int
-	name   string
-	ppm    int64 // how much faster than virtual time its clocks run, in millionths
-	link   Link
-	proc   *process
-	starts int
+	idx  int
+	name string
+	ppm  int64 // how much faster than virtual time its clocks run, in millionths
+	link Link
+	// cutUntil[j] is when the link to machine j heals (virtual time).
+	cutUntil []int64
+	proc     *process
+	starts   int
+	// down: its process died for good; it starts again only once an
+	// operator's fence by hand is over (fencing counts those under way).
+	down    bool
+	fencing int
 }
 
 // process is one run of a node: its cluster.Node, its clock, its tasks
@@ -151,6 +211,18 @@ type process struct {
 	group    *Group
 	holds    map[cluster.Room]cluster.Hold
 	stopping bool
+	// hung: paused for good (until its machine is rebooted); it never
+	// runs again, so it acts on nothing whatever its clock says.
+	hung bool
+	// draining: an operator asked it to drain (drain is that drain's
+	// state); the world's word, not the node's flag, so that a host that
+	// forgets to tell its core is caught.
+	draining bool
+	drain    *drainState
+	// events are the events landed here and not yet answered; serving
+	// the relays and takes it is handling for other machines.
+	events  []*request
+	serving []*call
 }
 
 // nodeClock is a process's monotonic clock: its own origin, its
@@ -191,12 +263,28 @@ func Run(cfg Config) Result {
 	w.s.At(w.after(150*time.Millisecond), "event", w.event)
 	w.s.At(w.after(15*time.Second), "fault", w.fault)
 	w.s.At(w.after(20*time.Second), "degrade", w.degrade)
+	w.s.At(w.after(20*time.Second), "partition", w.partition)
+	w.s.At(w.after(25*time.Second), "drain", w.startDrain)
+	w.s.At(w.after(6*time.Second), "move", w.move)
 	for w.failure == "" {
 		g, ok := w.s.Step(end)
 		if !ok {
 			break
 		}
 		w.check(w.procs[g])
+	}
+	// Nothing arrives any more; what is under way ends, answered,
+	// refused or caught by its deadline (each of which is bounded).
+	for w.failure == "" && w.busy() {
+		g, ok := w.s.Step(end + int64(tailMax))
+		if !ok {
+			w.fail("%d events still open and drains still under way %v after the end", w.open, tailMax)
+			break
+		}
+		w.check(w.procs[g])
+	}
+	if w.failure == "" && w.stats.Landed != w.stats.Answered+w.stats.Refused {
+		w.fail("%d events landed, %d answered and %d refused", w.stats.Landed, w.stats.Answered, w.stats.Refused)
 	}
 	w.stats.Steps = w.s.Steps()
 	w.stats.Faults = w.net.Injected
@@ -206,6 +294,23 @@ func Run(cfg Config) Result {
 		}
 	}
 	return Result{Seed: cfg.Seed, Hash: w.s.Hash(), Stats: w.stats, Violation: w.failure}
+}
+
+// tailMax bounds the run after Duration: every event and drain has a
+// deadline well under it.
+const tailMax = 10 * time.Minute
+
+// busy reports whether an event or a drain is still under way.
+func (w *World) busy() bool {
+	if w.open > 0 {
+		return true
+	}
+	for _, m := range w.machines {
+		if p := m.proc; p != nil && w.drainOpen(p) {
+			return true
+		}
+	}
+	return false
 }
 
 // newWorld is cfg's world with its machines, none of them started.
@@ -236,7 +341,7 @@ func newWorld(cfg Config) *World {
 		cfg: cfg, rng: rng, s: NewScheduler(rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64())), cfg.Trace),
 		records: map[string]storedRecord{}, leases: map[string]cluster.Lease{},
 		roomOf: map[string]int{}, machineOf: map[string]*machine{}, machineNamed: map[string]*machine{},
-		procs: map[*Group]*process{}, granted: map[cluster.Room]map[uint64]string{},
+		procs: map[*Group]*process{}, granted: map[cluster.Room]map[uint64]string{}, handFenced: map[string]bool{},
 	}
 	w.net = NewNetwork(w.s, w.rng, store.NewMem(), cfg.Faults)
 	w.net.detail = cfg.Trace != nil
@@ -247,7 +352,7 @@ func newWorld(cfg Config) *World {
 		w.roomOf[w.recordKeys[i]] = i
 	}
 	for i := range cfg.Nodes {
-		m := &machine{idx: i, name: fmt.Sprintf("n%d", i+1), ppm: w.rng.Int64N(40001) - 20000}
+		m := &machine{idx: i, name: fmt.Sprintf("n%d", i+1), ppm: w.rng.Int64N(40001) - 20000, cutUntil: make([]int64, cfg.Nodes)}
 		w.machines = append(w.machines, m)
 		w.machineOf[cluster.LeaseKey(m.name)], w.machineNamed[m.name] = m, m
 	}
@@ -327,139 +432,33 @@ func (w *World) start(m *machine) {
 // exit ends p as a crash does (its memory is gone) and starts its machine
 // again a little later.
 func (w *World) exit(p *process, why string) {
+	if w.kill(p, why) {
+		m := p.machine
+		w.s.At(w.s.Now()+int64(w.between(500*time.Millisecond, 20*time.Second)), "restart "+m.name, func() {
+			if m.proc == nil && !m.down {
+				w.start(m)
+			}
+		})
+	}
+}
+
+// kill ends p: its tasks, its memory, the events landed on it (refused:
+// their client's connection is gone) and the calls it was serving (their
+// callers get a reset). It reports whether p was still running.
+func (w *World) kill(p *process, why string) bool {
 	m := p.machine
 	if m.proc != p {
-		return
+		return false
 	}
 	addCounters(&w.stats.Node, p.node.Counts())
 	w.s.Kill(p.group)
 	m.proc = nil
 	w.s.Note("%s exits: %s", p.name, why)
-	w.s.At(w.s.Now()+int64(w.between(500*time.Millisecond, 20*time.Second)), "restart "+m.name, func() {
-		if m.proc == nil {
-			w.start(m)
-		}
-	})
-}
-
-// event is a request for a random room landing on a random machine.
-func (w *World) event() {
-	if w.s.Now() < int64(w.cfg.Duration) {
-		w.s.At(w.after(150*time.Millisecond), "event", w.event)
+	w.dropEvents(p)
+	for _, c := range p.serving {
+		w.answer(c, reply{}, errReset)
 	}
-	m := w.machines[w.rng.IntN(len(w.machines))]
-	room := w.rooms[w.rng.IntN(len(w.rooms))]
-	p := m.proc
-	if p == nil {
-		w.stats.Down++
-		return
-	}
-	w.s.Spawn(p.group, "event "+room.Name, func(ctx context.Context) { w.serve(ctx, p, room) })
-}
-
-// serve is what a host does with an event: run it on the room's hold
-// here, or acquire the room, hold it for a while, and release it.
-func (w *World) serve(ctx context.Context, p *process, room cluster.Room) {
-	node := p.node
-	if h, ok := p.holds[room]; ok {
-		if node.Valid(h) {
-			w.stats.Uses++
-			return
-		}
-		delete(p.holds, room) // dropped: the host's instance goes, unwritten
-		node.Release(ctx, h)
-		w.stats.Refusals++
-		return
-	}
-	h, err := node.Acquire(ctx, room)
-	var held *cluster.HeldError
-	switch {
-	case errors.As(err, &held) && held.Live:
-		w.stats.Relays++
-		return
-	case errors.As(err, &held):
-		w.stats.Waits++
-		return
-	case errors.Is(err, cluster.ErrNotActive):
-		w.stats.Inactive++
-		return
-	case err != nil:
-		w.stats.Refusals++
-		return
-	}
-	w.stats.Acquisitions++
-	gens := w.granted[room]
-	if gens == nil {
-		gens = map[uint64]string{}
-		w.granted[room] = gens
-	}
-	if other, dup := gens[h.Generation]; dup {
-		w.fail("room %s: generation %d granted twice, to %s and to %s", room, h.Generation, other, p.name)
-	}
-	gens[h.Generation] = p.name
-	p.holds[room] = h
-	sl := sleeper{p}
-	// Most rooms stay for a few events; some stay resident for long
-	// (a busy room), outliving lease renewals, cut links and fences.
-	uses := 1 + w.rng.IntN(6)
-	if w.rng.IntN(3) == 0 {
-		uses = 10 + w.rng.IntN(20)
-	}
-	for range uses {
-		sl.Sleep(ctx, w.between(100*time.Millisecond, 2*time.Second))
-		if !node.Valid(h) {
-			break
-		}
-		w.stats.Uses++
-	}
-	if p.holds[room] == h {
-		delete(p.holds, room)
-		node.Release(ctx, h)
-		w.stats.Releases++
-	}
-}
-
-// fault is a process crash, a pause or a clean stop.
-func (w *World) fault() {
-	if w.s.Now() < int64(w.cfg.Duration) {
-		w.s.At(w.after(15*time.Second), "fault", w.fault)
-	}
-	p := w.machines[w.rng.IntN(len(w.machines))].proc
-	if p == nil || p.stopping {
-		return
-	}
-	ttl := w.cfg.TTL
-	switch x := w.rng.Float64(); {
-	case x < 0.4:
-		w.stats.Crashes++
-		w.exit(p, "crash")
-	case x < 0.75:
-		until := w.s.Now() + int64(w.between(ttl/2, 5*ttl/2))
-		w.stats.Pauses++
-		w.s.Note("pause %s until %d", p.name, until)
-		w.s.Pause(p.group, until)
-	default:
-		w.stats.Stops++
-		p.stopping = true
-		w.s.Spawn(p.group, "stop", func(ctx context.Context) {
-			p.node.Stop(ctx, sleeper{p})
-			w.exit(p, "stopped")
-		})
-	}
-}
-
-// degrade makes a machine's link to the bucket slow for a while, then
-// cuts it: links degrade before they break.
-func (w *World) degrade() {
-	if w.s.Now() < int64(w.cfg.Duration) {
-		w.s.At(w.after(20*time.Second), "degrade", w.degrade)
-	}
-	m := w.machines[w.rng.IntN(len(w.machines))]
-	ttl := w.cfg.TTL
-	l := &m.link
-	l.SlowFrom = w.s.Now()
-	l.CutFrom = l.SlowFrom + int64(w.between(0, 3*ttl/2))
-	l.CutUntil = l.CutFrom + int64(w.between(time.Second, 5*ttl/2))
-	w.stats.Cuts++
-	w.s.Note("%s's link slow until %d, cut until %d", m.name, l.CutFrom, l.CutUntil)
+	p.serving = nil
+	w.endDrain(p)
+	return true
 }

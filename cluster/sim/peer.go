@@ -1,0 +1,143 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Calls between machines: a relayed event, or a move's take. They travel
+// over the machines' links, which may be cut (partition), to the process
+// running on the target machine, which handles them in a task of its own;
+// the caller blocks until the answer, an error or its timeout, as a
+// forwarding node's HTTP client does (host/server/forward.go).
+//
+// What becomes of a call:
+//   - the link is cut: the dial fails after dialTimeout (errUnreachable);
+//   - no process runs on the target machine: the connection is refused
+//     at once (errUnreachable);
+//   - otherwise the call arrives after a leg and a task of the target's
+//     process handles it (at once, or when a paused process resumes, or
+//     never, for a hung one). Its answer travels back a leg, and is lost
+//     if the link is cut by then; a process that dies while handling it
+//     resets the connection (errReset). The caller gives up at
+//     headerTimeout (errTimeout).
+//
+// The timeouts are host/server's: DefaultForwardDialTimeout and
+// DefaultForwardHeaderTimeout; the failover wait and its poll are its
+// DefaultFailoverWait and failoverPoll*.
+const (
+	dialTimeout       = 2 * time.Second
+	headerTimeout     = 30 * time.Second
+	failoverWait      = 5 * time.Second
+	failoverPollFirst = 50 * time.Millisecond
+	failoverPollMax   = 500 * time.Millisecond
+	// peerLegMax bounds one leg of a call on the machines' network.
+	peerLegMax = 3 * time.Millisecond
+)
+
+var (
+	// errUnreachable: the call could not connect; nothing was sent.
+	errUnreachable = errors.New("sim: peer unreachable")
+	// errReset: the target's process died while handling the call.
+	errReset = errors.New("sim: connection reset by peer")
+	// errTimeout: no answer came within headerTimeout.
+	errTimeout = errors.New("sim: peer answered nothing in time")
+)
+
+// reply is the answer to an event or a call: answered, or refused for a
+// reason; a take's answer names the generation of the hold it took.
+type reply struct {
+	answered bool
+	why      reason
+	gen      uint64
+	// relayed: answered by the node the event was relayed to.
+	relayed bool
+}
+
+func refuse(why reason) reply { return reply{why: why} }
+
+// call is one call in flight.
+type call struct {
+	from, to *machine
+	caller   *Task
+	// waiting: the caller is still blocked on this call (not timed out,
+	// not dead), so an answer may wake it.
+	waiting  bool
+	answered bool
+	r        reply
+	err      error
+}
+
+// leg is the time one message takes between two machines.
+func (w *World) leg() int64 { return 1 + w.rng.Int64N(int64(peerLegMax)) }
+
+// cut reports whether the link between machines a and b is cut now.
+func (w *World) cut(a, b *machine) bool { return a.cutUntil[b.idx] > w.s.Now() }
+
+// call sends a call named what from p (the calling task's process) to
+// machine to, where handle runs in a task of the process there, and
+// blocks the caller until the answer, an error, or its timeout.
+func (w *World) call(ctx context.Context, p *process, to *machine, what string, handle func(ctx context.Context, q *process) reply) (reply, error) {
+	t := TaskOf(ctx)
+	now, from := w.s.Now(), p.machine
+	if w.cut(from, to) {
+		w.s.Note("%s: %s to %s: the link is cut", p.name, what, to.name)
+		t.BlockUntil(now + p.clock.global(dialTimeout))
+		return reply{}, errUnreachable
+	}
+	q := to.proc
+	if q == nil {
+		t.BlockUntil(now + w.leg())
+		return reply{}, errUnreachable
+	}
+	c := &call{from: from, to: to, caller: t, waiting: true}
+	w.s.At(now+w.leg(), "deliver "+what+" to "+q.name, func() {
+		if to.proc != q {
+			w.answer(c, reply{}, errReset) // it died on the way
+			return
+		}
+		q.serving = append(q.serving, c)
+		w.s.Spawn(q.group, what, func(ctx context.Context) {
+			r := handle(ctx, q)
+			q.serving = removeCall(q.serving, c)
+			w.answer(c, r, nil)
+		})
+	})
+	deadline := now + p.clock.global(headerTimeout)
+	if w.cfg.Host.ForwardWithoutTimeout {
+		deadline = Forever
+	}
+	t.BlockUntil(deadline)
+	c.waiting = false
+	if !c.answered {
+		return reply{}, errTimeout
+	}
+	return c.r, c.err
+}
+
+// answer sends c's answer (or a reset) back to its caller: it arrives
+// after a leg, unless the link is cut by then, and wakes the caller if it
+// is still waiting.
+func (w *World) answer(c *call, r reply, err error) {
+	w.s.At(w.s.Now()+w.leg(), "answer "+c.to.name+" to "+c.from.name, func() {
+		switch {
+		case w.cut(c.from, c.to):
+			w.s.Note("the answer from %s to %s is lost: the link is cut", c.to.name, c.from.name)
+		case !c.waiting || c.answered:
+			w.stats.Late++
+		default:
+			c.answered, c.r, c.err = true, r, err
+			w.s.Unpark(c.caller)
+		}
+	})
+}
+
+func removeCall(cs []*call, c *call) []*call {
+	for i, x := range cs {
+		if x == c {
+			return append(cs[:i], cs[i+1:]...)
+		}
+	}
+	return cs
+}
