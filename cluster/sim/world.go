@@ -289,8 +289,11 @@ func Run(cfg Config) Result {
 	w.stats.Steps = w.s.Steps()
 	w.stats.Faults = w.net.Injected
 	for _, m := range w.machines {
-		if m.proc != nil {
-			addCounters(&w.stats.Node, m.proc.node.Counts())
+		if p := m.proc; p != nil {
+			addCounters(&w.stats.Node, p.node.Counts())
+			if !w.drainOpen(p) {
+				w.endDrain(p) // its node ended, not yet its process
+			}
 		}
 	}
 	return Result{Seed: cfg.Seed, Hash: w.s.Hash(), Stats: w.stats, Violation: w.failure}
