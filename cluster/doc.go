@@ -11,9 +11,9 @@
 // simulation in cluster/sim runs the very same code on a scheduler of its
 // own, with faults, and checks its invariants after every step.
 //
-// Not wired yet: a node still runs as a cluster of one through
-// host/rooms.Local. A cluster placement will implement host/rooms.Placement
-// over this package (cmd/wasmkeep wires the two; host does not import
-// cluster). Parking (seed 000), drains, moves and routing are to come; the
-// lease's draining flag and Node.Drained are where they fit.
+// Route decides where a room's events go (here, another node, or wait),
+// FenceByHand is an operator's fence, and SetDraining and Drained are a
+// drain's. Package clusternode runs a Node for a server: it implements
+// host/rooms.Placement over it (host does not import cluster). Parking a
+// room that hibernates with sockets open (seed 000) is still to come.
 package cluster
