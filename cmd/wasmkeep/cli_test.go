@@ -326,7 +326,7 @@ var roomsHeader = []string{"CLASS", "NAME", "STATE", "SOCKETS", "AWAKE", "MEMORY
 func TestAdminListen(t *testing.T) {
 	t.Parallel()
 	counter := guestFile(t, "./examples/counter")
-	admin := freeAddrOn(t, "127.0.0.1")
+	admin := freeAddr(t)
 	adminEnv := []string{"WASMKEEP_ADMIN_LISTEN=" + admin}
 	n := startNode(t, nodeOpts{args: []string{"--data", t.TempDir()}, env: adminEnv})
 

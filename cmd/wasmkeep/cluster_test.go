@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
-	"net"
 	"net/http/httptest"
 	"slices"
 	"strings"
@@ -20,6 +19,7 @@ import (
 	"github.com/wasmkeep/wasmkeep/host/server"
 	"github.com/wasmkeep/wasmkeep/host/socket"
 	"github.com/wasmkeep/wasmkeep/host/store"
+	"github.com/wasmkeep/wasmkeep/internal/testenv"
 )
 
 // drainMember is a server.ClusterMember whose drain hands over one room
@@ -129,12 +129,7 @@ func hostPort(hs *httptest.Server) string { return hs.Listener.Addr().String() }
 // membership is a fake.
 func TestClusterCommands(t *testing.T) {
 	t.Parallel()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dead := l.Addr().String()
-	l.Close()
+	dead := testenv.FreeAddr(t)
 
 	m1, m2 := &drainMember{}, &drainMember{stuck: true}
 	n1, n2 := clusterNode(t, "n1", m1), clusterNode(t, "n2", m2)

@@ -35,7 +35,7 @@ func demoCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "demo",
 		Usage: "build the example classes from source and serve them (run it inside the wasmkeep source tree)",
-		Flags: append(serveFlags(), &cli.IntFlag{Name: "nodes", Value: 1, Usage: "run a cluster of this many nodes in this process, on --listen's port and the next ones, sharing a directory store in --data, with a generated cluster secret", EnvVars: env("nodes")}),
+		Flags: append(serveFlags(), &cli.IntFlag{Name: "nodes", Value: defaultDemoNodes, Usage: "run a cluster of this many nodes in this process, on --listen's port and the next ones, sharing a directory store in --data, with a generated cluster secret", EnvVars: env("nodes")}),
 		Action: func(c *cli.Context) error {
 			cfg, err := nodeConfig(c)
 			if err != nil {
@@ -103,13 +103,16 @@ func loadDemoClasses(log *slog.Logger, n *node.Node, modules map[string][]byte) 
 // maxDemoNodes bounds demo --nodes: a cluster to try on one machine.
 const maxDemoNodes = 9
 
+// defaultDemoNodes: the demo is a single node unless asked for a cluster.
+const defaultDemoNodes = 1
+
 // demoSecretBytes is the size of the demo cluster's generated secret.
 const demoSecretBytes = 32
 
 // runDemoCluster runs a cluster of n nodes, n1..nN, in this process until
 // ctx ends (or a node is fenced), then stops them all cleanly. Node i
-// listens on --listen's port + i-1 and keeps its compilation cache in
-// <data>/nodes/n<i>; the nodes share the directory store <data>/cluster
+// listens on --listen's port + i-1 and keeps its state in <data>/nodes/n<i>;
+// the nodes share one compilation cache, <data>/cache, the directory store <data>/cluster
 // and a secret drawn for the run. The classes are uploaded once, through
 // n1: the others read them from the store.
 func runDemoCluster(ctx context.Context, c *cli.Context, cfg node.Config, n int, modules map[string][]byte) (err error) {
@@ -161,6 +164,11 @@ func runDemoCluster(ctx context.Context, c *cli.Context, cfg node.Config, n int,
 		ncfg := cfg
 		ncfg.Hold = nil
 		ncfg.DataDir = filepath.Join(cfg.DataDir, "nodes", name)
+		if ncfg.Engine.CacheDir == "" {
+			// One compilation cache for the nodes of this process: a
+			// class is compiled once, not once a node.
+			ncfg.Engine.CacheDir = filepath.Join(cfg.DataDir, "cache")
+		}
 		ncfg.Listen = net.JoinHostPort(host, strconv.Itoa(port+i))
 		ncfg.Bucket = shared
 		ncfg.Logger = cfg.Logger.With("demo_node", name)
@@ -180,6 +188,16 @@ func runDemoCluster(ctx context.Context, c *cli.Context, cfg node.Config, n int,
 	}
 	if err := loadDemoClasses(cfg.Logger, nodes[0], modules); err != nil {
 		return errors.Join(err, stopAll())
+	}
+	// Every node compiles the classes now (from the shared cache after
+	// the first), not at its first request: a room first reached
+	// through n3 would otherwise wait for a compile.
+	for _, nd := range nodes[1:] {
+		for _, name := range demoClasses {
+			if _, err := nd.Classes.Current(ctx, name); err != nil {
+				return errors.Join(fmt.Errorf("compiling %s: %w", name, err), stopAll())
+			}
+		}
 	}
 	w := c.App.Writer
 	fmt.Fprintf(w, "\nwasmkeep demo is up: a cluster of %d nodes sharing %s\n", n, shared.Path())

@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -258,18 +257,7 @@ func (p *proc) waitOutput(want string, deadline time.Duration) {
 // ago. Someone else may take it before the node does: startNode retries.
 func freeAddr(t testing.TB) string {
 	t.Helper()
-	return freeAddrOn(t, "127.0.0.1")
-}
-
-func freeAddrOn(t testing.TB, host string) string {
-	t.Helper()
-	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return addr
+	return testenv.FreeAddr(t)
 }
 
 // nodeOpts describes a node process to start.
@@ -298,7 +286,7 @@ func startNode(t *testing.T, o nodeOpts) *proc {
 		o.host = "127.0.0.1"
 	}
 	for attempt := 1; ; attempt++ {
-		addr := freeAddrOn(t, o.host)
+		addr := testenv.FreeAddrOn(t, o.host)
 		args := append([]string{o.command}, o.args...)
 		env := append([]string(nil), o.env...)
 		if o.listenEnv {
