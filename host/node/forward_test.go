@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -16,6 +15,7 @@ import (
 	"github.com/wasmkeep/wasmkeep/host/server"
 	"github.com/wasmkeep/wasmkeep/host/socket"
 	"github.com/wasmkeep/wasmkeep/host/store"
+	"github.com/wasmkeep/wasmkeep/internal/testenv"
 	"github.com/wasmkeep/wasmkeep/internal/wstest"
 )
 
@@ -364,7 +364,7 @@ func doAsync(url string) httpResult {
 // still unreachable is 503 with Retry-After.
 func TestForwardUnreachable(t *testing.T) {
 	p := startPair(t, Config{}, Config{})
-	dead := rooms.Route{Kind: rooms.RouteElsewhere, Node: "n3", Address: deadAddress(t)}
+	dead := rooms.Route{Kind: rooms.RouteElsewhere, Node: "n3", Address: testenv.FreeAddr(t)}
 	p.placeA.set("dead", dead)
 	r := do(t, "POST", p.a.URL()+"/actor/echo/dead", []byte("body"))
 	if r.Status != http.StatusServiceUnavailable || r.Header.Get("Retry-After") == "" || !strings.Contains(r.Body, "n3 cannot be reached") {
@@ -398,18 +398,6 @@ func TestForwardUnreachable(t *testing.T) {
 	if got := p.memberA.calls(); len(got) != 3 || got[2] != "n3" {
 		t.Fatalf("Unreachable calls: %v", got)
 	}
-}
-
-// deadAddress is a loopback address nothing listens on.
-func deadAddress(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return addr
 }
 
 // TestForwardMetricsDocumented: docs/metrics.md's Cluster section lists

@@ -167,18 +167,28 @@ func (s *Server) clusterDrain(w http.ResponseWriter, r *http.Request, c *Cluster
 	writeJSON(w, http.StatusOK, tidyNode(n))
 }
 
-func (s *Server) clusterMove(w http.ResponseWriter, r *http.Request, c *Cluster) {
+// readMove reads and checks a move's body, or answers 400 and reports
+// false.
+func (s *Server) readMove(w http.ResponseWriter, r *http.Request) (moveRequest, rooms.Key, bool) {
 	var req moveRequest
 	if !readJSON(w, r, &req, `{"class":"counter","name":"a","to":"n2"}`) {
-		return
+		return req, rooms.Key{}, false
 	}
 	key, err := s.checkRoom(req.Class, req.Name)
 	if err != nil {
 		jsonError(w, http.StatusBadRequest, err.Error())
-		return
+		return req, rooms.Key{}, false
 	}
 	if req.To == "" {
 		jsonError(w, http.StatusBadRequest, "to: the name of the node to move the room to is missing")
+		return req, rooms.Key{}, false
+	}
+	return req, key, true
+}
+
+func (s *Server) clusterMove(w http.ResponseWriter, r *http.Request, c *Cluster) {
+	req, key, ok := s.readMove(w, r)
+	if !ok {
 		return
 	}
 	self := c.Member.Status()
@@ -297,17 +307,8 @@ func (s *Server) peerDrain(w http.ResponseWriter, r *http.Request, c *Cluster) {
 }
 
 func (s *Server) peerMove(w http.ResponseWriter, r *http.Request, c *Cluster) {
-	var req moveRequest
-	if !readJSON(w, r, &req, `{"class":"counter","name":"a","to":"n2"}`) {
-		return
-	}
-	key, err := s.checkRoom(req.Class, req.Name)
-	if err != nil {
-		jsonError(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	if req.To == "" {
-		jsonError(w, http.StatusBadRequest, "to: the name of the node to move the room to is missing")
+	req, key, ok := s.readMove(w, r)
+	if !ok {
 		return
 	}
 	s.log.Info("cluster move, asked by a peer", "peer", r.Header.Get(PeerHeader), "room", key.String(), "to", req.To)

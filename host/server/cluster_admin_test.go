@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -23,6 +22,7 @@ import (
 	"github.com/wasmkeep/wasmkeep/host/rooms"
 	"github.com/wasmkeep/wasmkeep/host/socket"
 	"github.com/wasmkeep/wasmkeep/host/store"
+	"github.com/wasmkeep/wasmkeep/internal/testenv"
 )
 
 var testSecret = []byte("cluster secret of the tests")
@@ -206,18 +206,6 @@ func expectStatus(t *testing.T, what string, status int, body string, want int, 
 	}
 }
 
-// deadAddr is a loopback address nothing listens on.
-func deadAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return addr
-}
-
 // hangingAddr is a loopback server that never answers, until the test
 // ends.
 func hangingAddr(t *testing.T) string {
@@ -244,9 +232,9 @@ func TestClusterStatus(t *testing.T) {
 	n1.member.set(func(s *ClusterNode) {
 		s.Holds = []ClusterRoom{{Class: "counter", Name: "a", Generation: 3}}
 		s.Peers = append(s.Peers,
-			ClusterPeer{Node: "n3", Instance: "i-n3", Address: deadAddr(t), State: "live", Draining: true},
+			ClusterPeer{Node: "n3", Instance: "i-n3", Address: testenv.FreeAddr(t), State: "live", Draining: true},
 			ClusterPeer{Node: "n4", Instance: "i-n4", Address: hangingAddr(t), State: "live"},
-			ClusterPeer{Node: "n5", Instance: "i-n5", Address: deadAddr(t), State: "fenced"})
+			ClusterPeer{Node: "n5", Instance: "i-n5", Address: testenv.FreeAddr(t), State: "fenced"})
 	})
 	n2.member.set(func(s *ClusterNode) {
 		s.Draining = true
@@ -321,7 +309,7 @@ func TestClusterDrain(t *testing.T) {
 	n1, n2 := startNode(t, "n1", testSecret), startNode(t, "n2", testSecret)
 	n1.knows(n2)
 	n1.member.set(func(s *ClusterNode) {
-		s.Peers = append(s.Peers, ClusterPeer{Node: "n3", Address: deadAddr(t), State: "released"})
+		s.Peers = append(s.Peers, ClusterPeer{Node: "n3", Address: testenv.FreeAddr(t), State: "released"})
 	})
 
 	var got ClusterNode
@@ -388,7 +376,7 @@ func TestClusterMove(t *testing.T) {
 	n1.knows(n2, n3)
 	n1.member.set(func(s *ClusterNode) {
 		s.Holds = []ClusterRoom{{Class: "counter", Name: "here", Generation: 1}}
-		s.Peers = append(s.Peers, ClusterPeer{Node: "n4", Address: deadAddr(t), State: "fenced"})
+		s.Peers = append(s.Peers, ClusterPeer{Node: "n4", Address: testenv.FreeAddr(t), State: "fenced"})
 	})
 	n3.member.set(func(s *ClusterNode) { s.Holds = []ClusterRoom{{Class: "counter", Name: "there one", Generation: 5}} })
 
@@ -449,7 +437,7 @@ func TestClusterFence(t *testing.T) {
 	n1, n2 := startNode(t, "n1", testSecret), startNode(t, "n2", testSecret)
 	n1.knows(n2)
 	n1.member.set(func(s *ClusterNode) {
-		s.Peers = append(s.Peers, ClusterPeer{Node: "n3", Instance: "i-n3", Address: deadAddr(t), State: "live"})
+		s.Peers = append(s.Peers, ClusterPeer{Node: "n3", Instance: "i-n3", Address: testenv.FreeAddr(t), State: "live"})
 	})
 	status, body := call(t, n1, "POST", "/admin/cluster/fence", `{"node":"n1"}`, nil)
 	expectStatus(t, "fence this node", status, body, 400, "cannot fence itself")
@@ -470,7 +458,7 @@ func TestClusterFence(t *testing.T) {
 	// A node that joined since n1 last listed the leases is read from
 	// the bucket.
 	n1.member.mu.Lock()
-	n1.member.unseen = map[string]ClusterPeer{"n4": {Node: "n4", Instance: "i-n4", Address: deadAddr(t), State: "live"}}
+	n1.member.unseen = map[string]ClusterPeer{"n4": {Node: "n4", Instance: "i-n4", Address: testenv.FreeAddr(t), State: "live"}}
 	n1.member.mu.Unlock()
 	if status, body := call(t, n1, "POST", "/admin/cluster/fence", `{"node":"n4"}`, &got); status != 200 || got["instance"] != "i-n4" {
 		t.Fatalf("fence of a node not yet in the view: %d %s", status, body)

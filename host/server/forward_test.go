@@ -17,6 +17,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/wasmkeep/wasmkeep/host/rooms"
+	"github.com/wasmkeep/wasmkeep/internal/testenv"
 )
 
 // clusterServer is a Server with what checkPeer and forward use.
@@ -125,18 +126,6 @@ func TestForwardedRequestChecks(t *testing.T) {
 	}
 }
 
-// deadAddress is a loopback address nothing listens on.
-func deadAddress(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return addr
-}
-
 // TestForwardFailures: how forward answers what goes wrong on the way.
 func TestForwardFailures(t *testing.T) {
 	s := clusterServer("n1", 100)
@@ -172,7 +161,7 @@ func TestForwardFailures(t *testing.T) {
 
 	// Refused connections: unreachable, and nothing answered yet.
 	rec = httptest.NewRecorder()
-	dead := rooms.Route{Kind: rooms.RouteElsewhere, Node: "n3", Address: deadAddress(t)}
+	dead := rooms.Route{Kind: rooms.RouteElsewhere, Node: "n3", Address: testenv.FreeAddr(t)}
 	if !s.forward(rec, req(strings.NewReader("hello")), dead) || rec.Body.Len() != 0 || len(rec.Header()) != 0 || count("unreachable") != 1 {
 		t.Fatalf("an owner refusing connections: unreachable not reported, or answered %d %q", rec.Code, rec.Body)
 	}
