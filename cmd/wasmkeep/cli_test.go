@@ -24,7 +24,7 @@ import (
 )
 
 // guestFile writes the module built from pkg to a file of its own.
-func guestFile(t *testing.T, pkg string) string {
+func guestFile(t testing.TB, pkg string) string {
 	t.Helper()
 	file := filepath.Join(t.TempDir(), filepath.Base(pkg)+".wasm")
 	if err := os.WriteFile(file, testwasm.Build(t, pkg), 0o644); err != nil {

@@ -59,10 +59,11 @@ const e2eSecret = "e2e-cluster-secret-0123456789"
 
 // testCluster is a set of node processes on one store.
 type testCluster struct {
-	t      *testing.T
+	t      testing.TB
 	ttl    time.Duration
 	store  []string // the --store flag and its S3 settings
 	env    []string
+	args   []string     // more flags of every node's serve
 	bucket store.Bucket // the store, as the test reads it
 	nodes  []*clusterProc
 }
@@ -76,7 +77,7 @@ type clusterProc struct {
 
 // newTestCluster makes the shared store of a cluster with lease time
 // ttl: a directory, or a versitygw bucket when s3 is true.
-func newTestCluster(t *testing.T, ttl time.Duration, onS3 bool) *testCluster {
+func newTestCluster(t testing.TB, ttl time.Duration, onS3 bool) *testCluster {
 	t.Helper()
 	c := &testCluster{t: t, ttl: ttl, env: []string{"WASMKEEP_CLUSTER_SECRET=" + e2eSecret}}
 	if onS3 {
@@ -103,7 +104,7 @@ func newTestCluster(t *testing.T, ttl time.Duration, onS3 bool) *testCluster {
 }
 
 // testStoreS3 tells whether WASMKEEP_TEST_STORE asks for S3 stores.
-func testStoreS3(t *testing.T) bool {
+func testStoreS3(t testing.TB) bool {
 	switch s := os.Getenv("WASMKEEP_TEST_STORE"); s {
 	case "", "dir":
 		return false
@@ -140,6 +141,7 @@ func (c *testCluster) start(n *clusterProc) {
 	c.t.Helper()
 	args := append([]string{"--data", n.data, "--node", n.name, "--lease-ttl", c.ttl.String(), "--failover-wait", "5s",
 		"--idle-timeout", "1h"}, c.store...)
+	args = append(args, c.args...)
 	n.proc = startNode(c.t, nodeOpts{args: args, env: c.env})
 	n.waitOutput("cluster: joined", healthDeadline)
 }
@@ -286,7 +288,7 @@ const retryPause = 50 * time.Millisecond
 // untilServed sends method to url until it is answered other than 503
 // with Retry-After, for at most within. It returns the answer and how
 // many 503s came first.
-func untilServed(t *testing.T, method, url string, within time.Duration) (int, string, int) {
+func untilServed(t testing.TB, method, url string, within time.Duration) (int, string, int) {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	retries := 0
@@ -309,7 +311,7 @@ func untilServed(t *testing.T, method, url string, within time.Duration) (int, s
 // increment POSTs to a counter room through n and fails unless the answer
 // is want (retrying 503s with Retry-After for up to within); it returns
 // the retries.
-func increment(t *testing.T, n *clusterProc, room string, want int, within time.Duration) int {
+func increment(t testing.TB, n *clusterProc, room string, want int, within time.Duration) int {
 	t.Helper()
 	status, body, retries := untilServed(t, "POST", n.url+"/actor/counter/"+room, within)
 	if status != 200 || body != strconv.Itoa(want) {
@@ -354,7 +356,7 @@ func (c *testCluster) holders(n *clusterProc, class, name string) []string {
 }
 
 // waitUntil polls cond until it holds, failing the test after within.
-func waitUntil(t *testing.T, within time.Duration, what string, cond func() bool) {
+func waitUntil(t testing.TB, within time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for !cond() {

@@ -122,7 +122,7 @@ func childEnv(extra ...string) []string {
 
 // proc is a running wasmkeep process (serve or demo).
 type proc struct {
-	t      *testing.T
+	t      testing.TB
 	cmd    *exec.Cmd
 	stdout testenv.Buffer
 	stderr testenv.Buffer
@@ -133,13 +133,13 @@ type proc struct {
 // spawn starts wasmkeep with args in dir ("" for the working directory).
 // The process, and any child it started (the demo runs go build), is
 // killed at the end of the test if it is still running.
-func spawn(t *testing.T, dir string, env []string, args ...string) *proc {
+func spawn(t testing.TB, dir string, env []string, args ...string) *proc {
 	t.Helper()
 	return spawnProgram(t, dir, env, wasmkeepBin(t), args...)
 }
 
 // spawnProgram is spawn for any program: `go run ./cmd/wasmkeep` too.
-func spawnProgram(t *testing.T, dir string, env []string, program string, args ...string) *proc {
+func spawnProgram(t testing.TB, dir string, env []string, program string, args ...string) *proc {
 	t.Helper()
 	p := &proc{t: t, exited: make(chan struct{})}
 	p.cmd = exec.Command(program, args...)
@@ -274,7 +274,7 @@ type nodeOpts struct {
 
 // startNode starts a node on a free loopback port and waits until it
 // answers /healthz, retrying on another port if its port was taken.
-func startNode(t *testing.T, o nodeOpts) *proc {
+func startNode(t testing.TB, o nodeOpts) *proc {
 	t.Helper()
 	if o.command == "" {
 		o.command = "serve"
@@ -358,7 +358,7 @@ func (r result) String() string {
 
 // wk runs a wasmkeep command to its end, with env added to the (cleaned)
 // environment.
-func wk(t *testing.T, env []string, args ...string) result {
+func wk(t testing.TB, env []string, args ...string) result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), commandDeadline)
 	defer cancel()
