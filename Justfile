@@ -40,6 +40,13 @@ bench:
     WASMKEEP_RESIDENT_NAMES=10000 go test -run TestMaxResidentUnderConcurrency -count 1 -v ./host/node/
     go test -run TestClassUploadsFreeOldVersions -count 1 -v ./host/node/
     WASMKEEP_UPLOADS_GO=1 go test -run TestClassUploadsFreeOldVersions -count 1 -v ./host/node/
+    go test -run '^$' -bench 'ClusterRelay' -benchtime 2000x -v ./cmd/wasmkeep/
+    WASMKEEP_TEST_STORE=s3 go test -run '^$' -bench 'ClusterRelayHTTP' -benchtime 2000x -v ./cmd/wasmkeep/
+    go test -run '^$' -bench 'ClusterWake' -benchtime 300x -v ./cmd/wasmkeep/
+    WASMKEEP_TEST_STORE=s3 go test -run '^$' -bench 'ClusterWake' -benchtime 300x -v ./cmd/wasmkeep/
+    go test -run '^$' -bench 'ClusterIdle' -benchtime 1x -v ./cmd/wasmkeep/
+    WASMKEEP_TEST_STORE=s3 go test -run '^$' -bench 'ClusterIdle' -benchtime 1x -v ./cmd/wasmkeep/
+    go test -count=1 -run 'TestClusterFailover$' -v ./cmd/wasmkeep/
 
 # Build the example classes to ./build/*.wasm.
 wasm:
