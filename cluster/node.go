@@ -52,6 +52,13 @@ type Config struct {
 	// the longest a write can take to land after it was sent (the
 	// bucket's attempt timeout, retries included).
 	ResolveWindow time.Duration
+	// RouteCache is how long Route trusts a record it read that sends a
+	// room to another node (TTL/10): a room relayed to at a thousand
+	// requests a second costs a GET a RouteCache, not one a request. A
+	// stale answer sends a request to the room's previous node, which
+	// takes the room back if it is free, and refuses it (the client
+	// retries) if a third node took it.
+	RouteCache time.Duration
 	// FirstGeneration is the generation before a room's first hold: the
 	// first record of a room is written at FirstGeneration+1, so that
 	// generations a room's snapshots were tagged with before it had a
@@ -122,6 +129,7 @@ type Node struct {
 	pending    map[pendingKey]*pendingRelease
 	unresolved map[string]*unresolvedAcquire // by nonce
 	peers      map[string]*peer
+	routes     map[Room]cachedRoute // recent Elsewhere decisions
 
 	counts Counters
 }
@@ -147,6 +155,9 @@ func New(cfg Config) (*Node, error) {
 	if cfg.ResolveWindow == 0 {
 		cfg.ResolveWindow = 2 * cfg.TTL
 	}
+	if cfg.RouteCache == 0 {
+		cfg.RouteCache = cfg.TTL / 10
+	}
 	if cfg.Safety < 0 || cfg.Grace < 0 || cfg.Safety >= cfg.TTL/2 {
 		return nil, fmt.Errorf("cluster: safety %v and grace %v do not fit a ttl of %v", cfg.Safety, cfg.Grace, cfg.TTL)
 	}
@@ -157,6 +168,7 @@ func New(cfg Config) (*Node, error) {
 		pending:    map[pendingKey]*pendingRelease{},
 		unresolved: map[string]*unresolvedAcquire{},
 		peers:      map[string]*peer{},
+		routes:     map[Room]cachedRoute{},
 	}
 	if n.cfg.Instance == "" {
 		n.cfg.Instance = n.nonceLocked()

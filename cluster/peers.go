@@ -46,7 +46,13 @@ type peer struct {
 // done.
 func (n *Node) WatchPeers(ctx context.Context) time.Duration {
 	n.mu.Lock()
-	n.lapseLocked(n.clock.Now())
+	now := n.clock.Now()
+	n.lapseLocked(now)
+	for room, c := range n.routes {
+		if now >= c.until {
+			delete(n.routes, room)
+		}
+	}
 	p := n.phase
 	n.mu.Unlock()
 	period := n.cfg.TTL / 3

@@ -39,9 +39,16 @@ type Where struct {
 // Route decides where room's events go. A room held here costs no
 // request; any other costs one GET of its record (and, for a holder the
 // view knows nothing of, one of its lease).
+//
+// A decision for another node is kept for RouteCache and given again
+// without a read while that node stays reachable and its lease live in
+// this node's view.
 func (n *Node) Route(ctx context.Context, room Room) (Where, error) {
 	if n.Valid(n.holdOf(room)) {
 		return Where{Kind: Here}, nil
+	}
+	if w, ok := n.cachedRoute(room); ok {
+		return w, nil
 	}
 	seen, err := n.Look(ctx, room)
 	if err != nil {
@@ -59,7 +66,35 @@ func (n *Node) Route(ctx context.Context, room Room) (Where, error) {
 	if errors.Is(err, errUnknownOwner) {
 		return Where{Kind: Wait, Node: seen.Record.Node, Seen: seen}, nil
 	}
+	if err == nil && w.Kind == Elsewhere {
+		n.mu.Lock()
+		n.routes[room] = cachedRoute{where: Where{Kind: Elsewhere, Node: w.Node, Address: w.Address}, until: n.clock.Now() + int64(n.cfg.RouteCache)}
+		n.mu.Unlock()
+	}
 	return w, err
+}
+
+// cachedRoute is a recent decision that sends a room to another node.
+type cachedRoute struct {
+	where Where
+	until int64
+}
+
+// cachedRoute returns room's cached decision if it is fresh and its node
+// still reachable and live in the view.
+func (n *Node) cachedRoute(room Room) (Where, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	c, ok := n.routes[room]
+	if !ok {
+		return Where{}, false
+	}
+	p := n.peers[c.where.Node]
+	if n.clock.Now() >= c.until || n.unreachableLocked(c.where.Node) || p == nil || p.lease.State != LeaseLive {
+		delete(n.routes, room)
+		return Where{}, false
+	}
+	return c.where, true
 }
 
 func (n *Node) holdOf(room Room) Hold {

@@ -13,7 +13,7 @@ func TestRouteFollowsTheRecord(t *testing.T) {
 	b := store.Metered(store.NewMem(), metrics.NewSet())
 	requests := func() uint64 { return b.AllRequests(store.OpGet) + b.AllRequests(store.OpPut) }
 	a, aclk := joined(t, b, "a", 1)
-	c, _ := joined(t, b, "c", 2)
+	c, cclk := joined(t, b, "c", 2)
 	c.WatchPeers(ctx)
 	room := Room{"counter", "r"}
 
@@ -60,9 +60,21 @@ func TestRouteFollowsTheRecord(t *testing.T) {
 	if w, _ := c.Route(ctx, room); w.Kind != Elsewhere {
 		t.Errorf("a renewed lease: %+v", w)
 	}
+	// Routed elsewhere again within RouteCache: no read.
+	before = requests()
+	if w, _ := c.Route(ctx, room); w.Kind != Elsewhere || w.Node != "a" {
+		t.Errorf("a cached route: %+v", w)
+	}
+	if got := requests() - before; got != 0 {
+		t.Errorf("a second route within RouteCache cost %d requests", got)
+	}
 
-	// Released: anyone takes it.
+	// Released: anyone takes it, once the cached route has run out.
 	a.Release(ctx, h)
+	if w, _ := c.Route(ctx, room); w.Kind != Elsewhere {
+		t.Errorf("within RouteCache, c routes a released room to %+v", w)
+	}
+	cclk.Advance(ttl / 10)
 	if w, _ := c.Route(ctx, room); w.Kind != Here || !w.Seen.Record.Free {
 		t.Errorf("a released room routes c to %+v", w)
 	}
