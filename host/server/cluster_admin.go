@@ -276,7 +276,10 @@ func (s *Server) clusterFence(w http.ResponseWriter, r *http.Request, c *Cluster
 	// twice. So a node that still answers is not fenced by hand; its peers
 	// fence it themselves once it stops renewing.
 	if p.State == peerLive {
-		if a := s.askStatus(r.Context(), p); a.Error == "" {
+		probe, cancel := context.WithTimeout(r.Context(), fenceProbeTimeout)
+		a := s.askStatus(probe, p)
+		cancel()
+		if a.Error == "" {
 			jsonError(w, http.StatusConflict, fmt.Sprintf("node %s answers at %s (%s): its process is running, and its rooms would run twice. "+
 				"A fence is for a node whose process is dead or stopped for good; drain it and stop it instead", p.Node, p.Address, a.Phase))
 			return

@@ -25,6 +25,10 @@ const (
 	// peerStatusTimeout bounds a status call: GET /admin/cluster asks
 	// every peer at once and answers within it, whatever the peers do.
 	peerStatusTimeout = 2 * time.Second
+	// fenceProbeTimeout bounds the check a fence by hand makes that the
+	// node does not answer: a running node answers its status within
+	// milliseconds, and the operator waits for the fence.
+	fenceProbeTimeout = 500 * time.Millisecond
 	// peerCallTimeout bounds a drain, move or take call, and the member's
 	// work on one: a move writes the room's state, releases its record and
 	// has the target take it.
