@@ -172,7 +172,10 @@ func (n *Node) notePeerLocked(node, etag string, l Lease, now int64) {
 	if l.State != LeaseLive {
 		p.ended[l.Instance] = true // for good, however old the read
 	}
-	if p.known && etag != p.etag && l.Renewal <= p.lease.Renewal {
+	// Against the version of the body the view holds, not the latest
+	// version listed: a listing's answer may be older than a read's, and
+	// a change noted from it orders nothing (watchPeer).
+	if p.known && etag != p.bodyETag && l.Renewal <= p.lease.Renewal {
 		// An answer older than what the view has (two reads in flight
 		// at once): it would bring back a process that was replaced.
 		// Another process it names was replaced since.

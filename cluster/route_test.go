@@ -208,3 +208,25 @@ func TestFenceByHandTellsABucketFailureFromNoSuchPeer(t *testing.T) {
 		t.Errorf("the fence tried again: %+v, %v", l, err)
 	}
 }
+
+// TestAnOlderReadAfterAListedChangeIsIgnored: a listing's answer can be
+// older than a read's, and a change noted from it orders nothing. A read
+// of that older version must not bring its process back nor end the
+// newer one. (The simulation's seed 2987: a node took a room from a live
+// process it had marked ended this way.)
+func TestAnOlderReadAfterAListedChangeIsIgnored(t *testing.T) {
+	b := store.NewMem()
+	c, _ := joined(t, b, "c", 2)
+	old := Lease{Node: "a", Instance: "old", Renewal: 5, TTL: ttl, State: LeaseLive}
+	cur := Lease{Node: "a", Instance: "cur", Renewal: 8, TTL: ttl, State: LeaseLive}
+	c.mu.Lock()
+	c.notePeerLocked("a", "e8", cur, c.clock.Now()) // the view has read version 8
+	p := c.peers["a"]
+	p.etag = "e5" // a late listing noted version 5 as a change
+	c.notePeerLocked("a", "e5", old, c.clock.Now())
+	ended, lease := p.ended["cur"], p.lease
+	c.mu.Unlock()
+	if ended || lease.Instance != "cur" {
+		t.Errorf("an older read after a listed change: cur ended %v, the view has %q", ended, lease.Instance)
+	}
+}
