@@ -56,6 +56,10 @@ type Network struct {
 	Injected uint64
 	// applied is told of each write that applied.
 	applied func(key string, body []byte, etag string)
+	// faulted is told of each request of the process named name that met
+	// a fault, and how long its caller waits for the answer: the time a
+	// liveness bound excuses.
+	faulted func(name string, wait int64)
 }
 
 // NewNetwork returns a network to mem on s, its faults drawn from rng.
@@ -161,6 +165,9 @@ func (b *bucket) call(ctx context.Context, o op) answer {
 	var a answer
 	if p.fault != "" {
 		n.Injected++
+		if n.faulted != nil {
+			n.faulted(b.name, p.answerAt-n.s.Now())
+		}
 	}
 	if p.apply {
 		n.s.At(p.applyAt, "apply "+b.name+" "+o.kind.String()+" "+o.key, func() {

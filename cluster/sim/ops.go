@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/wasmkeep/wasmkeep/cluster"
@@ -198,6 +199,18 @@ func (w *World) partition() {
 		w.s.Note("the link between %s and %s is cut until %d", a.name, b.name, until)
 	}
 	w.stats.PeerCuts++
+}
+
+// excuseFault adds the wait of a faulted bucket request to the drain of
+// the process that made it: a drain's bound allows for one failed attempt
+// of each kind, and a run of them (a ~10% fault rate makes five in a row
+// about once in 20,000 seeds) is the environment's, not the drain's.
+func (w *World) excuseFault(name string, wait int64) {
+	m := w.machineNamed[strings.SplitN(name, ".", 2)[0]]
+	if m == nil || m.proc == nil || m.proc.name != name || !w.drainOpen(m.proc) {
+		return
+	}
+	m.proc.drain.excused += wait
 }
 
 // drainState is one drain of a process.

@@ -349,6 +349,7 @@ func newWorld(cfg Config) *World {
 	w.net = NewNetwork(w.s, w.rng, store.NewMem(), cfg.Faults)
 	w.net.detail = cfg.Trace != nil
 	w.net.applied = w.noteWrite
+	w.net.faulted = w.excuseFault
 	for i := range cfg.Rooms {
 		w.rooms = append(w.rooms, cluster.Room{Class: "c", Name: fmt.Sprintf("r%d", i)})
 		w.recordKeys = append(w.recordKeys, cluster.RecordKey(w.rooms[i]))
