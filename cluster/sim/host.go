@@ -311,12 +311,16 @@ func (w *World) serveHere(ctx context.Context, p *process, ev *request, room clu
 	}
 	var h cluster.Hold
 	var err error
-	draining := p.draining
+	// Draining at the start of the take and not undrained by its end: the
+	// core must have refused it (it decides after any read of a lease the
+	// take makes first, during which a drain may end).
+	draining, flips := p.draining, p.drainFlips
 	w.timed(ev, p, func() { h, err = node.Take(ctx, where.Seen) })
 	if errors.Is(err, cluster.ErrContended) {
-		draining = p.draining
+		draining, flips = p.draining, p.drainFlips
 		w.timed(ev, p, func() { h, err = node.Acquire(ctx, room) })
 	}
+	draining = draining && p.drainFlips == flips
 	var held *cluster.HeldError
 	switch {
 	case err == nil:

@@ -266,6 +266,7 @@ func (w *World) startDrain() {
 	p := ps[w.rng.IntN(len(ps))]
 	d := &drainState{start: w.s.Now(), excused: w.pausedFor(p)}
 	p.draining, p.drain = true, d
+	p.drainFlips++
 	if !w.cfg.Host.DrainUntold {
 		p.node.SetDraining(true)
 	}
@@ -305,6 +306,7 @@ func (w *World) startDrain() {
 		}
 		node.SetDraining(false)
 		p.draining = false
+		p.drainFlips++
 	})
 }
 

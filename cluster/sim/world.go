@@ -218,7 +218,11 @@ type process struct {
 	// state); the world's word, not the node's flag, so that a host that
 	// forgets to tell its core is caught.
 	draining bool
-	drain    *drainState
+	// drainFlips counts the changes of draining: a take that saw it
+	// draining at its start and no change by its end ran wholly while the
+	// core was draining.
+	drainFlips int
+	drain      *drainState
 	// events are the events landed here and not yet answered; serving
 	// the relays and takes it is handling for other machines.
 	events  []*request
