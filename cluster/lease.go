@@ -270,14 +270,27 @@ func (n *Node) join(ctx context.Context) time.Duration {
 // become pending releases (the node may renew again later, but a hold
 // granted before a lapse never acts again).
 func (n *Node) lapseLocked(now int64) {
-	if len(n.holds) == 0 || now < n.lease.validUntil || (n.phase != active && n.phase != stopping) {
+	if len(n.holds)+len(n.parked) == 0 || now < n.lease.validUntil || (n.phase != active && n.phase != stopping) {
 		return
 	}
 	for _, h := range n.holds {
 		n.addPendingLocked(h, now)
 	}
 	clear(n.holds)
+	n.counts.ParkedLapsed += uint64(len(n.parked))
+	n.pendParkedLocked(now)
 	n.counts.Lapses++
+}
+
+// pendParkedLocked makes every parked record a pending release (a lapse,
+// a clean stop).
+func (n *Node) pendParkedLocked(now int64) {
+	if !n.cfg.Broken.LapseForgetsParked {
+		for _, h := range n.parked {
+			n.addPendingLocked(h, now)
+		}
+	}
+	clear(n.parked)
 }
 
 // loseLocked: the lease is fenced or another process's. The node acts no
@@ -292,6 +305,7 @@ func (n *Node) endLocked(p phase) {
 	n.phase = p
 	n.lease.validUntil = 0
 	clear(n.holds)
+	clear(n.parked)
 	clear(n.pending)
 	clear(n.unresolved)
 }
@@ -329,6 +343,8 @@ func (n *Node) Stop(ctx context.Context, s Sleeper) {
 		n.addPendingLocked(h, now)
 	}
 	clear(n.holds)
+	n.counts.ParkedStopped += uint64(len(n.parked))
+	n.pendParkedLocked(now)
 	deadline := now + int64(n.cfg.TTL)
 	n.mu.Unlock()
 

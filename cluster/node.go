@@ -125,6 +125,7 @@ type Node struct {
 	lease leaseState
 
 	holds      map[Room]Hold
+	parked     map[Room]Hold   // holds put off at a hibernation with sockets open (parked.go)
 	acquiring  map[Room]string // room → nonce of the acquisition in flight
 	pending    map[pendingKey]*pendingRelease
 	unresolved map[string]*unresolvedAcquire // by nonce
@@ -164,6 +165,7 @@ func New(cfg Config) (*Node, error) {
 	n := &Node{
 		cfg: cfg, bucket: cfg.Bucket, clock: cfg.Clock, rng: cfg.Rand,
 		holds:      map[Room]Hold{},
+		parked:     map[Room]Hold{},
 		acquiring:  map[Room]string{},
 		pending:    map[pendingKey]*pendingRelease{},
 		unresolved: map[string]*unresolvedAcquire{},

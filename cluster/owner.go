@@ -94,6 +94,12 @@ func (n *Node) Acquire(ctx context.Context, room Room) (Hold, error) {
 func (n *Node) Take(ctx context.Context, seen Seen) (Hold, error) {
 	room := seen.Room
 	n.mu.Lock()
+	if h, ok := n.parked[room]; ok && n.cfg.Broken.WakeReadopts && n.phase == active && n.validLocked(n.clock.Now()) {
+		delete(n.parked, room)
+		n.holds[room] = h
+		n.mu.Unlock()
+		return h, nil
+	}
 	gen, cond, err := n.claimLocked(seen)
 	if errors.Is(err, errUnknownOwner) {
 		n.mu.Unlock()
@@ -107,6 +113,7 @@ func (n *Node) Take(ctx context.Context, seen Seen) (Hold, error) {
 	if err != nil {
 		if errors.Is(err, ErrHeld) {
 			n.counts.AcquireRefused++
+			n.dropParkedLocked(room) // another holder: the parked record moved on
 		}
 		n.mu.Unlock()
 		return Hold{}, err
@@ -135,10 +142,17 @@ func (n *Node) Take(ctx context.Context, seen Seen) (Hold, error) {
 		}
 		n.holds[room] = h
 		n.counts.Acquired++
+		if _, ok := n.parked[room]; ok {
+			n.counts.ParkedWakes++
+			n.dropParkedLocked(room) // the new hold replaces the parked one
+		}
 		return h, nil
 	case errors.Is(err, store.ErrUnknownOutcome):
 		n.unresolved[nonce] = &unresolvedAcquire{room: room, gen: gen, nonce: nonce, from: cond.IfMatch, since: now, at: now + n.retry(0)}
 		n.counts.AcquireUnknown++
+		if n.cfg.Broken.UnknownDropsParked {
+			n.dropParkedLocked(room)
+		}
 		return Hold{}, fmt.Errorf("%w: %w", ErrUnknown, err)
 	case errors.Is(err, store.ErrPrecondition), errors.Is(err, store.ErrConflict):
 		n.counts.AcquireContended++

@@ -115,6 +115,11 @@ func (n *Node) resolveOne(ctx context.Context, u *unresolvedAcquire) {
 		return
 	}
 	switch {
+	case exists && rec.Nonce == u.nonce && n.parkedAtLocked(u.room, u.gen):
+		// It landed, and a hold at its generation is parked here: that
+		// hold is the record's, and the parked entry releases it.
+		delete(n.unresolved, u.nonce)
+		n.counts.ResolvedLanded++
 	case exists && rec.Nonce == u.nonce:
 		// It landed and nothing moved it since: not a hold (its
 		// acquirer was told it failed), so release it.

@@ -26,6 +26,9 @@ func (n *Node) Accounts(room Room, version, nonce string) bool {
 	if h, ok := n.holds[room]; ok && h.Version == version {
 		return true
 	}
+	if h, ok := n.parked[room]; ok && h.Version == version {
+		return true
+	}
 	if _, ok := n.pending[pendingKey{room, version}]; ok {
 		return true
 	}
@@ -41,13 +44,18 @@ func (n *Node) Accounts(room Room, version, nonce string) bool {
 func (n *Node) Drained() bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return len(n.holds) == 0 && len(n.pending) == 0 && len(n.unresolved) == 0 && len(n.acquiring) == 0
+	return len(n.holds) == 0 && len(n.parked) == 0 && len(n.pending) == 0 && len(n.unresolved) == 0 && len(n.acquiring) == 0
 }
 
 // Counters count what the node did, for metrics and the simulation.
 type Counters struct {
 	Renewals, RenewalsFailed uint64
 	Lapses                   uint64 // the lease ran out with holds: they became pending releases
+	Parks                    uint64 // holds parked at a hibernation with sockets open
+	ParkedWakes              uint64 // acquisitions of a room parked here (each at a new generation)
+	ParkedReleases           uint64 // parked records released (last socket, drain, move)
+	ParkedLapsed             uint64 // parked records made pending releases by a lapse
+	ParkedStopped            uint64 // parked records released by a clean stop
 	Fences                   uint64 // peers this node fenced
 	Acquired                 uint64
 	AcquireContended         uint64 // the record moved between the read and the write
@@ -78,6 +86,7 @@ type Status struct {
 	ValidFor   time.Duration
 	Draining   bool
 	Holds      []Hold
+	Parked     []Hold // records kept for rooms that hibernated with sockets open here
 	Pending    []Hold // releases not yet landed
 	Unresolved []Hold // acquisitions whose answer was lost (Version is the one they replaced)
 	Peers      []Peer
@@ -105,6 +114,9 @@ func (n *Node) Status() Status {
 	for _, h := range n.holds {
 		s.Holds = append(s.Holds, h)
 	}
+	for _, h := range n.parked {
+		s.Parked = append(s.Parked, h)
+	}
 	for _, p := range n.pending {
 		s.Pending = append(s.Pending, p.hold)
 	}
@@ -114,7 +126,7 @@ func (n *Node) Status() Status {
 	for name, p := range n.peers {
 		s.Peers = append(s.Peers, Peer{Node: name, Instance: p.lease.Instance, Address: p.lease.Address, State: p.lease.State, Draining: p.lease.Draining, Silent: time.Duration(now - p.since)})
 	}
-	for _, hs := range [][]Hold{s.Holds, s.Pending, s.Unresolved} {
+	for _, hs := range [][]Hold{s.Holds, s.Parked, s.Pending, s.Unresolved} {
 		slices.SortFunc(hs, compareHolds)
 	}
 	slices.SortFunc(s.Peers, func(a, b Peer) int { return cmp.Compare(a.Node, b.Node) })

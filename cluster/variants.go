@@ -20,11 +20,30 @@ type Variants struct {
 	// ValidityFromAnswer counts the lease's validity from the arrival of
 	// a renewal's answer instead of the renewal's send time.
 	ValidityFromAnswer bool
+
+	// The parked records' (seed 000, socket home):
+
+	// WakeReadopts wakes a parked room by taking its parked hold back,
+	// without writing: the wake shares the parked hold's generation.
+	WakeReadopts bool
+	// LapseForgetsParked ends the parked records on a lapse without
+	// making them pending releases: they leak.
+	LapseForgetsParked bool
+	// ResolverParkedAnyGeneration takes a landed acquisition for the
+	// parked hold's own whatever its generation, and does not release it.
+	ResolverParkedAnyGeneration bool
+	// UnknownDropsParked drops the parked entry when the wake's write has
+	// no answer: if it did not land, nothing here releases the record.
+	UnknownDropsParked bool
 }
 
 // VariantNames are the names the simulation's tests switch Variants on
 // by.
 var VariantNames = []string{"AcquireLive", "ResolverEndsUnchanged", "ReleaseUnconditional", "ValidityFromAnswer"}
+
+// ParkVariantNames are the variants of the parked records, which a
+// simulation with sockets catches.
+var ParkVariantNames = []string{"WakeReadopts", "LapseForgetsParked", "ResolverParkedAnyGeneration", "UnknownDropsParked"}
 
 // Variant returns the Variants with the one of that name switched on.
 func Variant(name string) (Variants, error) {
@@ -38,9 +57,17 @@ func Variant(name string) (Variants, error) {
 		v.ReleaseUnconditional = true
 	case "ValidityFromAnswer":
 		v.ValidityFromAnswer = true
+	case "WakeReadopts":
+		v.WakeReadopts = true
+	case "LapseForgetsParked":
+		v.LapseForgetsParked = true
+	case "ResolverParkedAnyGeneration":
+		v.ResolverParkedAnyGeneration = true
+	case "UnknownDropsParked":
+		v.UnknownDropsParked = true
 	case "":
 	default:
-		return v, fmt.Errorf("cluster: no variant %q (have %v)", name, VariantNames)
+		return v, fmt.Errorf("cluster: no variant %q (have %v and %v)", name, VariantNames, ParkVariantNames)
 	}
 	return v, nil
 }

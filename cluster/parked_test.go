@@ -1,0 +1,165 @@
+package cluster
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/wasmkeep/wasmkeep/host/store"
+)
+
+// TestAParkedRoomWakesHereAtANewGeneration: a parked hold writes nothing;
+// the record keeps naming this node, so another node routes the room here;
+// the wake is an acquisition at generation + 1 that ends the parked entry.
+func TestAParkedRoomWakesHereAtANewGeneration(t *testing.T) {
+	b := store.NewMem()
+	a, _ := joined(t, b, "a", 1)
+	c, _ := joined(t, b, "c", 2)
+	room := Room{"chat", "lobby"}
+	h, err := a.Acquire(ctx, room)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, version := readRecord(t, b, room)
+	if !a.Park(h) {
+		t.Fatal("a valid hold was not parked")
+	}
+	if rec, v := readRecord(t, b, room); v != version || rec.Free {
+		t.Fatalf("parking wrote the record: %+v at %s", rec, v)
+	}
+	if a.Acting(room) || a.Valid(h) {
+		t.Error("a parked hold still acts")
+	}
+	if p, ok := a.Parked(room); !ok || p != h {
+		t.Errorf("parked: %+v %v", p, ok)
+	}
+	if !a.Accounts(room, version, "") || a.Drained() {
+		t.Error("the parked entry does not account for its record")
+	}
+	if w, err := c.Route(ctx, room); err != nil || w.Kind != Elsewhere || w.Node != "a" {
+		t.Errorf("another node routes a parked room to %+v, %v", w, err)
+	}
+	w, err := a.Route(ctx, room)
+	if err != nil || w.Kind != Here {
+		t.Fatalf("the parking node routes its room to %+v, %v", w, err)
+	}
+	woken, err := a.Take(ctx, w.Seen)
+	if err != nil || woken.Generation != h.Generation+1 {
+		t.Fatalf("wake: %+v, %v; want generation %d", woken, err, h.Generation+1)
+	}
+	if _, ok := a.Parked(room); ok {
+		t.Error("the parked entry outlived the wake")
+	}
+	if c := a.Counts(); c.Parks != 1 || c.ParkedWakes != 1 {
+		t.Errorf("counts %+v", c)
+	}
+}
+
+// TestParkRefusals: a draining node, or one whose lease ran out, does not
+// park; the caller releases.
+func TestParkRefusals(t *testing.T) {
+	b := store.NewMem()
+	a, clk := joined(t, b, "a", 1)
+	room := Room{"chat", "lobby"}
+	h, _ := a.Acquire(ctx, room)
+	a.SetDraining(true)
+	if a.Park(h) {
+		t.Error("a draining node parked")
+	}
+	a.SetDraining(false)
+	clk.Advance(ttl) // the lease runs out: the hold lapses
+	if a.Park(h) {
+		t.Error("a lapsed hold was parked")
+	}
+}
+
+// TestParkedRecordReleases: the last socket's release frees the record;
+// a lapse makes a parked record a pending release; a clean stop releases
+// it before the lease.
+func TestParkedRecordReleases(t *testing.T) {
+	room := Room{"chat", "lobby"}
+	t.Run("last socket", func(t *testing.T) {
+		b := store.NewMem()
+		a, _ := joined(t, b, "a", 1)
+		h, _ := a.Acquire(ctx, room)
+		a.Park(h)
+		if parked, landed := a.ReleaseParked(ctx, room); !parked || !landed {
+			t.Fatalf("release: parked %v landed %v", parked, landed)
+		}
+		if rec, _ := readRecord(t, b, room); !rec.Free || rec.Generation != h.Generation {
+			t.Errorf("the record after the release: %+v", rec)
+		}
+		if parked, _ := a.ReleaseParked(ctx, room); parked || !a.Drained() {
+			t.Error("released twice, or something left")
+		}
+	})
+	t.Run("pending", func(t *testing.T) {
+		b := store.WithFaults(store.NewMem(), nil)
+		a, _ := joined(t, b, "a", 1)
+		h, _ := a.Acquire(ctx, room)
+		a.Park(h)
+		b.SetFaults(faultOn(store.OpPut, RecordKey(room), store.FailBefore(store.ErrUnknownOutcome)))
+		if parked, landed := a.ReleaseParked(ctx, room); !parked || landed {
+			t.Fatalf("a release that failed: parked %v landed %v", parked, landed)
+		}
+		if len(a.Status().Pending) != 1 || a.Drained() {
+			t.Errorf("the failed release is not pending: %+v", a.Status())
+		}
+	})
+	t.Run("lapse", func(t *testing.T) {
+		b := store.NewMem()
+		a, clk := joined(t, b, "a", 1)
+		h, _ := a.Acquire(ctx, room)
+		a.Park(h)
+		clk.Advance(ttl)
+		a.Settle(ctx)
+		if _, ok := a.Parked(room); ok {
+			t.Error("a parked record outlived the lapse")
+		}
+		if rec, _ := readRecord(t, b, room); !rec.Free {
+			t.Errorf("the lapse did not release the parked record: %+v", rec)
+		}
+	})
+	t.Run("stop", func(t *testing.T) {
+		b := store.NewMem()
+		a, clk := joined(t, b, "a", 1)
+		h, _ := a.Acquire(ctx, room)
+		a.Park(h)
+		a.Stop(ctx, manualSleeper{clk})
+		if rec, _ := readRecord(t, b, room); !rec.Free {
+			t.Errorf("a clean stop left the parked record: %+v", rec)
+		}
+		if l, _ := readLease(t, b, "a"); l.State != LeaseReleased {
+			t.Errorf("lease after the stop: %+v", l)
+		}
+	})
+}
+
+// TestAWakeThatFindsAnotherHolderEndsTheParkedEntry, and one whose
+// outcome is unknown keeps it (its write may not have landed).
+func TestAWakeThatFindsAnotherHolderEndsTheParkedEntry(t *testing.T) {
+	room := Room{"chat", "lobby"}
+	b := store.WithFaults(store.NewMem(), nil)
+	a, _ := joined(t, b, "a", 1)
+	h, _ := a.Acquire(ctx, room)
+	a.Park(h)
+	b.SetFaults(faultOn(store.OpPut, RecordKey(room), store.LoseAnswer()))
+	if _, err := a.Acquire(ctx, room); !errors.Is(err, ErrUnknown) {
+		t.Fatalf("a wake with a lost answer: %v", err)
+	}
+	if _, ok := a.Parked(room); !ok {
+		t.Error("a wake whose outcome is unknown dropped the parked entry")
+	}
+	// Behind a's back, c holds the room (a's resolver is not asked).
+	c, _ := joined(t, b, "c", 2)
+	_, v := readRecord(t, b, room)
+	if _, err := b.Put(ctx, RecordKey(room), EncodeRecord(Record{Node: "c", Instance: c.Instance(), Generation: h.Generation + 5, Nonce: "x"}), store.IfMatch(v)); err != nil {
+		t.Fatal(err)
+	}
+	a.WatchPeers(ctx)
+	if _, err := a.Acquire(ctx, room); !errors.Is(err, ErrHeld) {
+		t.Fatalf("a wake of a room another node holds: %v", err)
+	}
+	if _, ok := a.Parked(room); ok {
+		t.Error("the parked entry outlived a wake that found another holder")
+	}
+}
