@@ -224,10 +224,32 @@ func TestDurableWriteFailureUndoesTheEvent(t *testing.T) {
 	}
 	h.bucket.SetFaults(nil)
 	h.expect("a", "GET", "/", "1")
-	if sent := conn.sent(); len(sent) != 2 || sent[1] != "open 1" {
-		// The open is replayed to the rolled-back room; no echo of the
-		// undone event went out.
+	if sent := conn.sent(); len(sent) != 1 || sent[0] != "open 1" {
+		// The rolled-back room restarts from the snapshot its open
+		// wrote, which knows the socket: no second open, and no echo
+		// of the undone event.
 		t.Fatalf("socket got %q", sent)
+	}
+}
+
+// TestADurableRoomsSocketIsOpenedOnce: under per-event durability the
+// snapshot the open writes lists the socket, so a wake after hibernation
+// does not open it again (it did: the socket was marked known only after
+// that write, and the hibernation found nothing changed to write).
+func TestADurableRoomsSocketIsOpenedOnce(t *testing.T) {
+	h := newHarness(t, Config{})
+	h.classes.durable["c"] = true
+	s, conn := h.open("a")
+	h.waitFor("the open", func() bool { return len(conn.sent()) == 1 })
+	if err := h.m.Hibernate(context.Background(), Key{"c", "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Message(abi.MessageText, []byte("hi")); err != nil {
+		t.Fatal(err)
+	}
+	h.waitFor("the echo", func() bool { return len(conn.sent()) >= 2 })
+	if sent := conn.sent(); sent[1] == "open 1" {
+		t.Fatalf("the wake opened the socket again: %q", sent)
 	}
 }
 

@@ -533,11 +533,25 @@ func (r *Room) handleOpen(ev *event) {
 	r.nextSocket++
 	r.sockets[s.id] = s
 	r.socketCount.Add(1)
-	if err := r.deliver(func(inst Instance) error { return inst.SocketOpen(s.id, s.open) }); err != nil {
+	if err := r.deliver(r.openCall(s)); err != nil {
 		r.dropSocket(s, abi.CloseInternalError, "room crashed")
-		return
 	}
-	r.known[s.id] = true
+}
+
+// openCall delivers s's open to the guest. The socket is known to the
+// guest from the moment its open returned, before the checkpoint a durable
+// class writes after the event: written after it, the snapshot would not
+// list the socket, and the next wake would open it a second time. An open
+// that is undone (a crash, a checkpoint that failed) forgets it with the
+// rest (crashed: the room restarts from its last snapshot).
+func (r *Room) openCall(s *Socket) func(Instance) error {
+	return func(inst Instance) error {
+		if err := inst.SocketOpen(s.id, s.open); err != nil {
+			return err
+		}
+		r.known[s.id] = true
+		return nil
+	}
 }
 
 func (r *Room) handleMessage(ev *event) {
@@ -851,11 +865,10 @@ func (r *Room) reconcile() {
 	}
 	for _, id := range missed.Opens {
 		s := r.sockets[id]
-		if err := r.deliver(func(inst Instance) error { return inst.SocketOpen(id, s.open) }); err != nil {
+		if err := r.deliver(r.openCall(s)); err != nil {
 			r.dropSocket(s, abi.CloseInternalError, "room crashed")
 			return
 		}
-		r.known[id] = true
 	}
 	r.reconcileJoins()
 }
