@@ -45,6 +45,9 @@ type Config struct {
 	Bucket store.Bucket
 	// Clock is the node's one clock.
 	Clock clock.Clock
+	// SweepInterval is how often the owner sweep runs
+	// (DefaultSweepInterval).
+	SweepInterval time.Duration
 	// Metrics receives the member's metrics (docs/metrics.md).
 	Metrics *metrics.Set
 	Logger  *slog.Logger
@@ -63,8 +66,14 @@ type Member struct {
 
 	mgr atomic.Pointer[rooms.Manager]
 
-	mu   sync.Mutex
-	seen map[rooms.Key]seenAt
+	mu     sync.Mutex
+	seen   map[rooms.Key]seenAt
+	moving map[rooms.Key]bool // rooms this node is moving away: no hold is taken meanwhile
+	// The owner sweep's (sweep.go): its passes, where the last re-read of
+	// parked records stopped, and the undecodable records logged.
+	sweeps             int
+	rereadFrom         cluster.Room
+	reportedUnreadable map[rooms.Key]bool
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -74,6 +83,7 @@ type Member struct {
 	left   sync.Once
 
 	draining atomic.Bool
+	stopping atomic.Bool // Leave began: no hold is parked any more
 
 	// peers makes the member's signed calls to other nodes.
 	peers *server.Cluster
@@ -117,7 +127,7 @@ func New(ctx context.Context, cfg Config) (*Member, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &Member{cfg: cfg, core: core, log: cfg.Logger.With("node", cfg.Node), seen: map[rooms.Key]seenAt{},
+	m := &Member{cfg: cfg, core: core, log: cfg.Logger.With("node", cfg.Node), seen: map[rooms.Key]seenAt{}, moving: map[rooms.Key]bool{}, reportedUnreadable: map[rooms.Key]bool{},
 		lost: make(chan struct{}), peers: &server.Cluster{Node: cfg.Node, Secret: cfg.Secret}}
 	m.met = newMemberMetrics(cfg.Metrics, m)
 	return m, nil
@@ -152,11 +162,22 @@ func (m *Member) Join(mgr *rooms.Manager) {
 			_ = m.core.Run(m.ctx, sleeper, duty)
 		}()
 	}
-	m.loops.Add(1)
+	m.loops.Add(2)
 	go func() {
 		defer m.loops.Done()
 		m.watch(sleeper)
 	}()
+	go func() {
+		defer m.loops.Done()
+		m.sweepLoop(sleeper, m.sweepInterval())
+	}()
+}
+
+func (m *Member) sweepInterval() time.Duration {
+	if m.cfg.SweepInterval > 0 {
+		return m.cfg.SweepInterval
+	}
+	return DefaultSweepInterval
 }
 
 // watch follows the lease: when it stops being valid every socket here
@@ -175,12 +196,12 @@ func (m *Member) watch(s cluster.Sleeper) {
 		case wasValid && !valid && !m.core.Ended():
 			m.met.lapses.Inc()
 			m.log.Error("cluster: this node's lease is not valid any more; closing its sockets and dropping its rooms")
-			m.dropEverything()
+			m.dropEverything("lapse")
 		}
 		wasValid = valid
 		if m.core.Lost() {
 			m.log.Error("cluster: this node was fenced (or its name taken by another process); it must exit")
-			m.dropEverything()
+			m.dropEverything("fenced")
 			m.ended.Do(func() { close(m.lost) })
 			return
 		}
@@ -193,7 +214,7 @@ func (m *Member) watch(s cluster.Sleeper) {
 // dropEverything ends all this node does for its rooms: instances dropped
 // unwritten, sockets closed with 1012 so clients reconnect (and reach the
 // room's next node).
-func (m *Member) dropEverything() {
+func (m *Member) dropEverything(why string) {
 	mgr := m.mgr.Load()
 	if mgr == nil {
 		return
@@ -203,7 +224,9 @@ func (m *Member) dropEverything() {
 	if err := mgr.DropAll(ctx); err != nil {
 		m.log.Warn("cluster: dropping rooms after the lease ended", "err", err)
 	}
-	m.closeSockets(ctx, mgr.RoomsWithSockets(), "the node lost its right to run the room")
+	keys := mgr.RoomsWithSockets()
+	m.closeSockets(ctx, keys, "the node lost its right to run the room")
+	m.met.ownerCloses(why, len(keys))
 }
 
 func (m *Member) closeSockets(ctx context.Context, keys []rooms.Key, reason string) {
@@ -227,6 +250,7 @@ func (m *Member) Leave(ctx context.Context) {
 		return
 	}
 	m.left.Do(func() {
+		m.stopping.Store(true)
 		m.draining.Store(false)
 		m.core.Stop(ctx, cluster.ClockSleeper(m.cfg.Clock))
 		m.cancel()
@@ -272,6 +296,9 @@ func (m *Member) Route(ctx context.Context, key rooms.Key) (rooms.Route, error) 
 // Acquire implements rooms.Placement: Take over the routing read when it
 // is fresh, else read and take.
 func (m *Member) Acquire(ctx context.Context, key rooms.Key) (rooms.Hold, error) {
+	if m.isMoving(key) {
+		return rooms.Hold{}, fmt.Errorf("%w: the room is moving to another node", rooms.ErrElsewhere)
+	}
 	m.mu.Lock()
 	s, ok := m.seen[key]
 	delete(m.seen, key)
@@ -301,18 +328,42 @@ func (m *Member) Acquire(ctx context.Context, key rooms.Key) (rooms.Hold, error)
 // Valid implements rooms.Placement.
 func (m *Member) Valid(h rooms.Hold) bool { return m.core.Valid(holdOf(h)) }
 
-// End implements rooms.Placement: the hold is released. (Parking a room
-// that hibernates with sockets open here, seed 000 §1, is the next step.)
-func (m *Member) End(ctx context.Context, h rooms.Hold, why life.EndReason, _ int) {
+// End implements rooms.Placement. A room that hibernated idle, or was
+// evicted, with sockets open here parks its hold (seed 000 §1): the record
+// keeps naming this node, so the room's next event, wherever it lands,
+// wakes it here where its sockets are. Every other end releases it, as
+// does a park the core refuses (the lease not valid, draining) or one
+// while this node moves the room or stops.
+func (m *Member) End(ctx context.Context, h rooms.Hold, why life.EndReason, open int) {
+	if why.Parks(open) && !m.draining.Load() && !m.isMoving(h.Key) && !m.stopping.Load() && m.core.Park(holdOf(h)) {
+		return
+	}
 	m.met.release(why)
 	m.core.Release(ctx, holdOf(h))
 }
 
-// SocketsGone implements rooms.Placement.
-func (m *Member) SocketsGone(rooms.Key) {}
+// SocketsGone implements rooms.Placement: the room's last open socket
+// here went, so a parked record of it is released (on the room's worker,
+// which a wake also runs on: the two never interleave).
+func (m *Member) SocketsGone(key rooms.Key) {
+	ctx, cancel := context.WithTimeout(m.baseCtx(), m.ttl())
+	defer cancel()
+	if parked, _ := m.core.ReleaseParked(ctx, roomOf(key)); parked {
+		m.met.parkedRelease("last_socket")
+	}
+}
 
-// CloseLost implements rooms.Placement.
+// CloseLost implements rooms.Placement: a close whose guest could not be
+// told changes nothing here (SocketsGone follows when it was the last).
 func (m *Member) CloseLost(rooms.Key) {}
+
+// baseCtx is the member's context once joined, else a background one.
+func (m *Member) baseCtx() context.Context {
+	if m.ctx != nil {
+		return m.ctx
+	}
+	return context.Background()
+}
 
 // Fence implements rooms.Placement: below the record's generation no hold
 // can still write a snapshot that counts (every earlier hold ended before
@@ -333,8 +384,8 @@ func (m *Member) Status() server.ClusterNode {
 	s := m.core.Status()
 	out := server.ClusterNode{Node: s.Node, Instance: s.Instance, Address: m.cfg.Address, Phase: s.Phase,
 		LeaseValid: s.LeaseValid, ValidForMS: s.ValidFor.Milliseconds(), Draining: s.Draining,
-		Holds: clusterRooms(s.Holds), Pending: clusterRooms(s.Pending), Peers: []server.ClusterPeer{}}
-	out.Drained = s.Draining && len(s.Holds) == 0 && len(s.Pending) == 0 && len(s.Unresolved) == 0
+		Holds: clusterRooms(s.Holds), Parked: clusterRooms(s.Parked), Pending: clusterRooms(s.Pending), Peers: []server.ClusterPeer{}}
+	out.Drained = s.Draining && len(s.Holds) == 0 && len(s.Parked) == 0 && len(s.Pending) == 0 && len(s.Unresolved) == 0
 	for _, p := range s.Peers {
 		out.Peers = append(out.Peers, server.ClusterPeer{Node: p.Node, Instance: p.Instance, Address: p.Address,
 			State: p.State.String(), Draining: p.Draining, SilentMS: p.Silent.Milliseconds()})
@@ -382,7 +433,12 @@ func (m *Member) drain() {
 		// Every socket goes: without parking (the next step), a socket
 		// left here would wake its room here, which a draining node
 		// may not.
+		// The whole parked set on every pass, before the hand-overs: a
+		// park that checked "not draining" just before the drain began
+		// may land after the first pass.
+		m.releaseParked(m.ctx, "drain")
 		m.closeSockets(m.ctx, mgr.RoomsWithSockets(), "the node is draining")
+		m.met.ownerCloses("drain", len(mgr.RoomsWithSockets()))
 		for _, h := range m.core.Status().Holds {
 			key := rooms.Key{Class: h.Room.Class, Name: h.Room.Name}
 			if err := mgr.HandOver(m.ctx, key, life.EndDrain); err != nil && !errors.Is(err, rooms.ErrUnknownRoom) {
@@ -397,6 +453,29 @@ func (m *Member) drain() {
 			return
 		}
 	}
+}
+
+// releaseParked releases every parked record here, for why.
+func (m *Member) releaseParked(ctx context.Context, why string) {
+	for _, h := range m.core.ParkedRooms() {
+		if parked, _ := m.core.ReleaseParked(ctx, h.Room); parked {
+			m.met.parkedRelease(why)
+		}
+	}
+}
+
+// SecretsUnavailable is the hook of a node that cannot open the app's
+// secrets: it runs no event, so it drains (seed 000 §3). (The secrets
+// themselves come later.)
+func (m *Member) SecretsUnavailable() error {
+	m.log.Error("cluster: the app's secrets cannot be opened on this node; draining it")
+	return m.Drain(true)
+}
+
+func (m *Member) isMoving(key rooms.Key) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.moving[key]
 }
 
 // ErrNotHeldHere: a move was asked of a node that does not hold the room.
@@ -422,16 +501,43 @@ func (m *Member) Move(ctx context.Context, key rooms.Key, to string) error {
 	if addr == "" {
 		return fmt.Errorf("clusternode: node %s is not a live, undrained peer of this node", to)
 	}
-	if !m.core.Acting(roomOf(key)) {
+	_, parked := m.core.Parked(roomOf(key))
+	if !parked && !m.core.Acting(roomOf(key)) {
 		return fmt.Errorf("%w: %s", ErrNotHeldHere, key)
 	}
-	m.closeSockets(ctx, []rooms.Key{key}, "the room is moving to another node")
-	if err := mgr.HandOver(ctx, key, life.EndMove); err != nil {
+	// While it moves, the room takes no hold here: a socket's message
+	// meanwhile is refused (1012) rather than waking it back here.
+	m.mu.Lock()
+	if m.moving[key] {
+		m.mu.Unlock()
+		return fmt.Errorf("clusternode: %s is being moved already", key)
+	}
+	m.moving[key] = true
+	m.mu.Unlock()
+	defer func() {
+		m.mu.Lock()
+		delete(m.moving, key)
+		m.mu.Unlock()
+	}()
+	if parked {
+		// The owner acts on a parked room too; only a release that
+		// landed lets the move go on (the target would find the record
+		// naming this live node).
+		if _, landed := m.core.ReleaseParked(ctx, roomOf(key)); !landed {
+			return fmt.Errorf("clusternode: %s: its parked record's release is pending; the move can go on once it lands", key)
+		}
+		m.met.parkedRelease("move")
+	} else if err := mgr.HandOver(ctx, key, life.EndMove); err != nil {
 		return fmt.Errorf("clusternode: handing %s over: %w", key, err)
 	}
 	m.met.moves.Inc()
-	m.log.Info("cluster: moving a room", "room", key.String(), "to", to)
-	return m.peers.AskTake(ctx, to, addr, key)
+	m.log.Info("cluster: moving a room", "room", key.String(), "to", to, "parked", parked)
+	err := m.peers.AskTake(ctx, to, addr, key)
+	// The sockets go once the target holds the room (or refused it):
+	// reconnecting, they reach it wherever it runs.
+	m.closeSockets(ctx, []rooms.Key{key}, "the room moved to another node")
+	m.met.ownerCloses("move", 1)
+	return err
 }
 
 // Take implements server.ClusterMember: the room wakes here.

@@ -111,7 +111,7 @@ func testLogger() *slog.Logger {
 // startMember starts node name of a cluster on bucket with lease time ttl
 // and waits until its lease is valid. It is stopped at the end of the
 // test if still running.
-func startMember(t *testing.T, bucket store.Bucket, name string, ttl time.Duration) *member {
+func startMember(t *testing.T, bucket store.Bucket, name string, ttl time.Duration, edit ...func(*node.Config)) *member {
 	t.Helper()
 	l := newLink(bucket)
 	cfg := node.Config{
@@ -128,6 +128,9 @@ func startMember(t *testing.T, bucket store.Bucket, name string, ttl time.Durati
 			},
 		},
 		StopTimeout: 20 * time.Second,
+	}
+	for _, e := range edit {
+		e(&cfg)
 	}
 	n, err := node.Start(context.Background(), cfg)
 	if err != nil {
@@ -146,10 +149,21 @@ func startMember(t *testing.T, bucket store.Bucket, name string, ttl time.Durati
 // sees every other one live.
 func startCluster(t *testing.T, ttl time.Duration, names ...string) (store.Bucket, []*member) {
 	t.Helper()
+	return startClusterWith(t, ttl, nil, names...)
+}
+
+// startClusterWith is startCluster with edit applied to every node's
+// configuration.
+func startClusterWith(t *testing.T, ttl time.Duration, edit func(*node.Config), names ...string) (store.Bucket, []*member) {
+	t.Helper()
 	bucket := store.NewMem()
 	var ms []*member
 	for _, name := range names {
-		ms = append(ms, startMember(t, bucket, name, ttl))
+		if edit == nil {
+			ms = append(ms, startMember(t, bucket, name, ttl))
+		} else {
+			ms = append(ms, startMember(t, bucket, name, ttl, edit))
+		}
 	}
 	for _, m := range ms {
 		waitFor(t, 3*ttl, m.name+" sees its peers live", func() bool {

@@ -16,15 +16,27 @@ type memberMetrics struct {
 	lapses  *metrics.Counter
 	moves   *metrics.Counter
 	acquire map[string]*metrics.Counter
+	// sweepUnreadable counts records the owner sweep could not decode.
+	sweepUnreadable *metrics.Counter
+	parkedReleases  map[string]*metrics.Counter
+	ownerClosed     map[string]*metrics.Counter
 }
 
 var acquireOutcomes = []string{"acquired", "contended", "unknown", "refused", "error"}
 
 func newMemberMetrics(set *metrics.Set, m *Member) memberMetrics {
 	mm := memberMetrics{set: set, lapses: set.NewCounter("wasmkeep_cluster_lapses_total"),
-		moves: set.NewCounter("wasmkeep_cluster_moves_total"), acquire: map[string]*metrics.Counter{}}
+		moves: set.NewCounter("wasmkeep_cluster_moves_total"), acquire: map[string]*metrics.Counter{},
+		sweepUnreadable: set.NewCounter("wasmkeep_websocket_sweep_unreadable_total")}
 	for _, o := range acquireOutcomes {
 		mm.acquire[o] = set.NewCounter(`wasmkeep_cluster_acquisitions_total{outcome="` + o + `"}`)
+	}
+	mm.parkedReleases, mm.ownerClosed = map[string]*metrics.Counter{}, map[string]*metrics.Counter{}
+	for _, r := range parkedReleaseReasons {
+		mm.parkedReleases[r] = set.NewCounter(`wasmkeep_parked_releases_total{reason="` + r + `"}`)
+	}
+	for _, r := range ownerCloseReasons {
+		mm.ownerClosed[r] = set.NewCounter(`wasmkeep_websocket_owner_closes_total{reason="` + r + `"}`)
 	}
 	counts := func(f func(cluster.Counters) uint64) func() float64 {
 		return func() float64 { return float64(f(m.core.Counts())) }
@@ -38,6 +50,10 @@ func newMemberMetrics(set *metrics.Set, m *Member) memberMetrics {
 		return func() float64 { return float64(f(m.core.Status())) }
 	}
 	set.NewGauge(`wasmkeep_cluster_holds`, status(func(s cluster.Status) int { return len(s.Holds) }))
+	set.NewGauge(`wasmkeep_parked_records`, status(func(s cluster.Status) int { return len(s.Parked) }))
+	set.NewGauge(`wasmkeep_parked_wakes_total`, counts(func(c cluster.Counters) uint64 { return c.ParkedWakes }))
+	set.NewGauge(`wasmkeep_parked_releases_total{reason="lapse"}`, counts(func(c cluster.Counters) uint64 { return c.ParkedLapsed }))
+	set.NewGauge(`wasmkeep_parked_releases_total{reason="stop"}`, counts(func(c cluster.Counters) uint64 { return c.ParkedStopped }))
 	set.NewGauge(`wasmkeep_cluster_pending_releases`, status(func(s cluster.Status) int { return len(s.Pending) }))
 	set.NewGauge(`wasmkeep_cluster_unresolved_acquisitions`, status(func(s cluster.Status) int { return len(s.Unresolved) }))
 	set.NewGauge(`wasmkeep_cluster_lease_valid`, func() float64 {
@@ -62,6 +78,21 @@ func (mm memberMetrics) acquisition(err error) {
 		o = "refused"
 	}
 	mm.acquire[o].Inc()
+}
+
+// The reasons of wasmkeep_parked_releases_total the member counts (a
+// lapse's and a clean stop's are the core's), and of
+// wasmkeep_websocket_owner_closes_total.
+var (
+	parkedReleaseReasons = []string{"last_socket", "drain", "move"}
+	ownerCloseReasons    = []string{"sweep", "drain", "move", "lapse", "fenced"}
+)
+
+func (mm memberMetrics) parkedRelease(why string) { mm.parkedReleases[why].Inc() }
+
+// ownerCloses counts the rooms whose sockets this node closed, for why.
+func (mm memberMetrics) ownerCloses(why string, rooms int) {
+	mm.ownerClosed[why].Add(rooms)
 }
 
 func (mm memberMetrics) release(why life.EndReason) {

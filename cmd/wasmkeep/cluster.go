@@ -198,12 +198,12 @@ func clusterDrain(c *cli.Context) error {
 
 // drained: the node drains and nothing names it any more.
 func drained(n server.ClusterNode) bool {
-	return n.Error == "" && n.Draining && n.Drained && len(n.Holds) == 0 && len(n.Pending) == 0
+	return n.Error == "" && n.Draining && n.Drained && len(n.Holds) == 0 && len(n.Parked) == 0 && len(n.Pending) == 0
 }
 
 // drainLeft says what a draining node still has.
 func drainLeft(n server.ClusterNode) string {
-	return plural(len(n.Holds), "room held", "rooms held") + ", " + plural(len(n.Pending), "release pending", "releases pending")
+	return plural(len(n.Holds), "room held", "rooms held") + ", " + plural(len(n.Parked), "record parked", "records parked") + ", " + plural(len(n.Pending), "release pending", "releases pending")
 }
 
 func plural(n int, one, many string) string {
@@ -218,7 +218,7 @@ func plural(n int, one, many string) string {
 // has a release pending for.
 func writeCluster(w io.Writer, view server.ClusterView) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tINSTANCE\tADDRESS\tPHASE\tLEASE\tFOR\tDRAINING\tHOLDS\tPENDING")
+	fmt.Fprintln(tw, "NODE\tINSTANCE\tADDRESS\tPHASE\tLEASE\tFOR\tDRAINING\tHOLDS\tPARKED\tPENDING")
 	var unasked []string
 	for _, n := range view.Nodes {
 		draining := "no"
@@ -229,7 +229,7 @@ func writeCluster(w io.Writer, view server.ClusterView) error {
 			}
 		}
 		if n.Error != "" {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t?\t?\t-\t%s\t?\t?\n", n.Node, dash(n.Instance), dash(n.Address), draining)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t?\t?\t-\t%s\t?\t?\t?\n", n.Node, dash(n.Instance), dash(n.Address), draining)
 			unasked = append(unasked, n.Node+": "+n.Error)
 			continue
 		}
@@ -237,7 +237,7 @@ func writeCluster(w io.Writer, view server.ClusterView) error {
 		if n.LeaseValid {
 			lease, valid = "valid", (time.Duration(n.ValidForMS) * time.Millisecond).Round(100*time.Millisecond).String()
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\n", n.Node, dash(n.Instance), dash(n.Address), dash(n.Phase), lease, valid, draining, len(n.Holds), len(n.Pending))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\n", n.Node, dash(n.Instance), dash(n.Address), dash(n.Phase), lease, valid, draining, len(n.Holds), len(n.Parked), len(n.Pending))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -257,6 +257,9 @@ func writeCluster(w io.Writer, view server.ClusterView) error {
 	for _, n := range view.Nodes {
 		for _, r := range n.Holds {
 			holds = append(holds, hold{n.Node, r, "held"})
+		}
+		for _, r := range n.Parked {
+			holds = append(holds, hold{n.Node, r, "parked"})
 		}
 		for _, r := range n.Pending {
 			holds = append(holds, hold{n.Node, r, "release-pending"})

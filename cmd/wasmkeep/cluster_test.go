@@ -168,11 +168,11 @@ func TestClusterCommands(t *testing.T) {
 	if len(parts) != 3 {
 		t.Fatalf("cluster status: want the nodes, the errors and the holds:\n%s", out)
 	}
-	rows := table(t, parts[0], "NODE", "INSTANCE", "ADDRESS", "PHASE", "LEASE", "FOR", "DRAINING", "HOLDS", "PENDING")
+	rows := table(t, parts[0], "NODE", "INSTANCE", "ADDRESS", "PHASE", "LEASE", "FOR", "DRAINING", "HOLDS", "PARKED", "PENDING")
 	want := [][]string{
-		{"n1", "i-n1", hostPort(n1), "active", "valid", "9.2s", "no", "2", "0"},
-		{"n2", "i-n2", hostPort(n2), "active", "valid", "4s", "no", "0", "1"},
-		{"n3", "i-n3", dead, "?", "?", "-", "no", "?", "?"},
+		{"n1", "i-n1", hostPort(n1), "active", "valid", "9.2s", "no", "2", "0", "0"},
+		{"n2", "i-n2", hostPort(n2), "active", "valid", "4s", "no", "0", "0", "1"},
+		{"n3", "i-n3", dead, "?", "?", "-", "no", "?", "?", "?"},
 	}
 	if !slices.EqualFunc(rows, want, slices.Equal) {
 		t.Fatalf("cluster status rows %q, want %q", rows, want)
@@ -210,7 +210,7 @@ func TestClusterCommands(t *testing.T) {
 	// each time it is asked.
 	out = ok("cluster", "drain", "--wait", "n1")
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if lines[0] != "node n1 draining: 1 room held, 1 release pending" || lines[len(lines)-1] != "node n1 drained" || len(lines) < 3 {
+	if lines[0] != "node n1 draining: 1 room held, 0 records parked, 1 release pending" || lines[len(lines)-1] != "node n1 drained" || len(lines) < 3 {
 		t.Fatalf("cluster drain --wait:\n%s", out)
 	}
 	if got := ok("cluster", "drain", "--off", "n1"); got != "node n1 takes rooms again\n" {
@@ -218,8 +218,8 @@ func TestClusterCommands(t *testing.T) {
 	}
 	// n2 is stuck: the wait gives up.
 	r := run("cluster", "drain", "--wait", "--timeout", "1s", "n2")
-	if r.code != 1 || r.stdout != "node n2 draining: 0 rooms held, 1 release pending\n" ||
-		!strings.Contains(r.stderr, "node n2 is not drained after 1s: 0 rooms held, 1 release pending") {
+	if r.code != 1 || r.stdout != "node n2 draining: 0 rooms held, 0 records parked, 1 release pending\n" ||
+		!strings.Contains(r.stderr, "node n2 is not drained after 1s: 0 rooms held, 0 records parked, 1 release pending") {
 		t.Fatalf("cluster drain --wait of a node that does not drain: %v", r)
 	}
 	if got := m2.asked(); !slices.Equal(got, []string{"drain"}) {

@@ -77,6 +77,9 @@ type ClusterNode struct {
 	// Drained: draining, and nothing left that names the node.
 	Drained bool          `json:"drained"`
 	Holds   []ClusterRoom `json:"holds"`
+	// Parked are the records kept for rooms that hibernated with sockets
+	// open on the node: their events are routed to it.
+	Parked  []ClusterRoom `json:"parked"`
 	Pending []ClusterRoom `json:"pending_releases"`
 	Peers   []ClusterPeer `json:"peers"`
 	Error   string        `json:"error,omitempty"` // a peer that could not be asked

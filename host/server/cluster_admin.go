@@ -443,6 +443,9 @@ func tidyNode(n ClusterNode) ClusterNode {
 	if n.Pending == nil {
 		n.Pending = []ClusterRoom{}
 	}
+	if n.Parked == nil {
+		n.Parked = []ClusterRoom{}
+	}
 	if n.Peers == nil {
 		n.Peers = []ClusterPeer{}
 	}

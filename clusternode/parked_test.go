@@ -1,0 +1,140 @@
+package clusternode
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/wasmkeep/wasmkeep/abi"
+	"github.com/wasmkeep/wasmkeep/cluster"
+	"github.com/wasmkeep/wasmkeep/host/node"
+	"github.com/wasmkeep/wasmkeep/host/rooms"
+	"github.com/wasmkeep/wasmkeep/internal/wstest"
+)
+
+// idleSoon makes rooms hibernate a moment after their last event, as an
+// idle drop (which parks), not an operator's hibernate (which releases).
+func idleSoon(cfg *node.Config) { cfg.Rooms.IdleTimeout = 300 * time.Millisecond }
+
+// parkedOn waits until m keeps room's record parked, and returns the hold.
+func parkedOn(t *testing.T, m *member, room cluster.Room) cluster.Hold {
+	t.Helper()
+	var h cluster.Hold
+	waitFor(t, 10*time.Second, room.String()+" parked on "+m.name, func() bool {
+		var ok bool
+		h, ok = m.mem().Core().Parked(room)
+		return ok
+	})
+	return h
+}
+
+// TestAParkedRoomWakesWhereItsSocketsAre: a room with a socket on a
+// hibernates idle and keeps its record (no request for it); called
+// through b it wakes on a, at a new generation each time, and its socket
+// gets what the call broadcast; once the socket closes the record names
+// nobody.
+func TestAParkedRoomWakesWhereItsSocketsAre(t *testing.T) {
+	bucket, ms := startClusterWith(t, 2*time.Second, idleSoon, "a", "b")
+	a, b := ms[0], ms[1]
+	putClass(t, a, "echo", "./testdata/guests/echo", true)
+	room := cluster.Room{Class: "echo", Name: "home"}
+	ws := wstest.Dial(t, strings.Replace(a.n.URL(), "http", "ws", 1)+"/actor/echo/home")
+	if got := ws.ReadText(); !strings.HasPrefix(got, "open ") {
+		t.Fatalf("greeting %q", got)
+	}
+	h := parkedOn(t, a, room)
+	gets, puts := a.link.records()
+	if rec := readRecord(t, bucket, "echo", "home"); rec.Free || rec.Node != "a" || rec.Generation != h.Generation {
+		t.Fatalf("the parked room's record: %+v, want a at %d", rec, h.Generation)
+	}
+	for i := 1; i <= 2; i++ {
+		r := do(t, "POST", b.n.URL()+"/actor/echo/home/broadcast", []byte("call "+string(rune('0'+i))))
+		if r.status != 200 || r.body != "1" {
+			t.Fatalf("broadcast %d through b: %d %q", i, r.status, r.body)
+		}
+		if got := ws.ReadText(); got != "call "+string(rune('0'+i)) {
+			t.Fatalf("the socket on a got %q", got)
+		}
+		rec := readRecord(t, bucket, "echo", "home")
+		if rec.Node != "a" || rec.Generation != h.Generation+uint64(i) {
+			t.Fatalf("after call %d the record is %+v, want a at generation %d", i, rec, h.Generation+uint64(i))
+		}
+		parkedOn(t, a, room)
+	}
+	// Each wake: one GET and one conditional PUT of the record on a; the
+	// parks between them: none.
+	if g, p := a.link.records(); g-gets != 2 || p-puts != 2 {
+		t.Errorf("two wakes and three parks cost a %d record GETs and %d PUTs, want 2 and 2", g-gets, p-puts)
+	}
+	if b.n.Rooms.Counts().Resident != 0 {
+		t.Error("the room ran on b")
+	}
+	ws.Close(abi.CloseNormal)
+	waitFor(t, 5*time.Second, "the record released at the last socket", func() bool {
+		return readRecord(t, bucket, "echo", "home").Free
+	})
+	if _, ok := a.mem().Core().Parked(room); ok {
+		t.Error("a still keeps the record parked")
+	}
+	if c := a.mem().Core().Counts(); c.ParkedWakes != 2 {
+		t.Errorf("parked wakes %d, want 2", c.ParkedWakes)
+	}
+	if got := a.mem().met.parkedReleases["last_socket"].Get(); got != 1 {
+		t.Errorf("wasmkeep_parked_releases_total{reason=last_socket} = %d", got)
+	}
+	if got := a.mem().met.ownerClosed["sweep"].Get(); got != 0 {
+		t.Errorf("the owner sweep closed sockets %d times", got)
+	}
+}
+
+// TestADrainReleasesParkedRecords: a drain releases the parked record,
+// closes the room's socket with 1012, and is drained only then.
+func TestADrainReleasesParkedRecords(t *testing.T) {
+	bucket, ms := startClusterWith(t, 2*time.Second, idleSoon, "a", "b")
+	a := ms[0]
+	putClass(t, a, "echo", "./testdata/guests/echo", true)
+	ws := wstest.Dial(t, strings.Replace(a.n.URL(), "http", "ws", 1)+"/actor/echo/d")
+	ws.ReadText()
+	parkedOn(t, a, cluster.Room{Class: "echo", Name: "d"})
+	if a.mem().Status().Drained {
+		t.Fatal("drained before the drain")
+	}
+	if err := a.mem().Drain(true); err != nil {
+		t.Fatal(err)
+	}
+	ws.ExpectClose(abi.CloseServiceRestart)
+	waitFor(t, 10*time.Second, "a drained", func() bool { return a.mem().Status().Drained })
+	if rec := readRecord(t, bucket, "echo", "d"); !rec.Free {
+		t.Errorf("the parked record after the drain: %+v", rec)
+	}
+	if got := a.mem().met.parkedReleases["drain"].Get(); got != 1 {
+		t.Errorf("wasmkeep_parked_releases_total{reason=drain} = %d", got)
+	}
+}
+
+// TestAParkedRoomMoves: a move of a parked room releases its record, has
+// the target take it, and closes the socket with 1012 after.
+func TestAParkedRoomMoves(t *testing.T) {
+	bucket, ms := startClusterWith(t, 2*time.Second, idleSoon, "a", "b")
+	a, b := ms[0], ms[1]
+	putClass(t, a, "echo", "./testdata/guests/echo", true)
+	ws := wstest.Dial(t, strings.Replace(a.n.URL(), "http", "ws", 1)+"/actor/echo/m")
+	ws.ReadText()
+	room := cluster.Room{Class: "echo", Name: "m"}
+	parkedOn(t, a, room)
+	if err := a.mem().Move(t.Context(), keyOf(room), "b"); err != nil {
+		t.Fatal(err)
+	}
+	ws.ExpectClose(abi.CloseServiceRestart)
+	if rec := readRecord(t, bucket, "echo", "m"); rec.Node != "b" {
+		t.Errorf("after the move the record is %+v, want b's", rec)
+	}
+	if !holds(b, "echo", "m") {
+		t.Error("b does not hold the moved room")
+	}
+	if got := a.mem().met.parkedReleases["move"].Get(); got != 1 {
+		t.Errorf("wasmkeep_parked_releases_total{reason=move} = %d", got)
+	}
+}
+
+func keyOf(r cluster.Room) rooms.Key { return rooms.Key{Class: r.Class, Name: r.Name} }

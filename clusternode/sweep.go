@@ -1,0 +1,148 @@
+package clusternode
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"time"
+
+	"github.com/wasmkeep/wasmkeep/cluster"
+	"github.com/wasmkeep/wasmkeep/host/rooms"
+)
+
+// The owner sweep (seed 000 §5) runs once a minute over the rooms with
+// sockets open on this node:
+//
+//   - a room parked here is passed over: its record is this node's own,
+//     and reading it would cost a GET a minute for every room parked for
+//     days; a parked room with no open socket left is released;
+//   - a room with sockets here that is neither held nor parked here (a
+//     wake found another holder, a move, an unknown outcome) is routed: if
+//     another live node holds it, its sockets close with 1012, so that
+//     their clients reconnect to it;
+//   - one pass in ten re-reads the parked records, at most
+//     sweepRereadMax a pass, going on where the last stopped: one that no
+//     longer names this process at the parked generation is dropped, and
+//     its room treated as above.
+//
+// A record that cannot be decoded proves nothing: it is kept, counted,
+// logged once, and passed over. Only a bucket that does not answer cuts a
+// pass short.
+const (
+	// DefaultSweepInterval is how often the owner sweep runs.
+	DefaultSweepInterval = time.Minute
+	// sweepRereadEvery: one pass in this many re-reads parked records.
+	sweepRereadEvery = 10
+	// sweepRereadMax bounds the parked records one pass re-reads.
+	sweepRereadMax = 5000
+)
+
+// sweepLoop runs the owner sweep every interval until the member stops.
+func (m *Member) sweepLoop(s cluster.Sleeper, interval time.Duration) {
+	for s.Sleep(m.ctx, interval) == nil && !m.core.Ended() {
+		if m.core.LeaseValid() {
+			m.Sweep(m.ctx)
+		}
+	}
+}
+
+// Sweep runs one pass of the owner sweep (tests call it directly).
+func (m *Member) Sweep(ctx context.Context) {
+	mgr := m.mgr.Load()
+	if mgr == nil {
+		return
+	}
+	m.sweeps++
+	keys := mgr.RoomsWithSockets()
+	open := make(map[cluster.Room]bool, len(keys))
+	for _, key := range keys {
+		room := roomOf(key)
+		open[room] = true
+		if _, parked := m.core.Parked(room); parked || m.core.Acting(room) || m.isMoving(key) {
+			continue
+		}
+		if !m.closeIfElsewhere(ctx, key) {
+			return // the bucket did not answer
+		}
+	}
+	for _, h := range m.core.ParkedRooms() {
+		if !open[h.Room] {
+			if parked, _ := m.core.ReleaseParked(ctx, h.Room); parked {
+				m.met.parkedRelease("last_socket")
+			}
+		}
+	}
+	if m.sweeps%sweepRereadEvery == 0 {
+		m.rereadParked(ctx)
+	}
+}
+
+// closeIfElsewhere routes a room with sockets here that this node neither
+// holds nor parks, and closes its sockets with 1012 if another live node
+// holds it. It reports false if the bucket did not answer.
+func (m *Member) closeIfElsewhere(ctx context.Context, key rooms.Key) bool {
+	w, err := m.core.Route(ctx, roomOf(key))
+	switch {
+	case errors.Is(err, cluster.ErrBadObject):
+		m.unreadable(key, err)
+		return true
+	case err != nil:
+		return false
+	case w.Kind == cluster.Elsewhere:
+		m.closeSockets(ctx, []rooms.Key{key}, "the room runs on another node")
+		m.met.ownerCloses("sweep", 1)
+	}
+	return true
+}
+
+// rereadParked reads the records of up to sweepRereadMax parked rooms,
+// from where the last re-read stopped, and drops the entries the record
+// no longer backs.
+func (m *Member) rereadParked(ctx context.Context) {
+	parked := m.core.ParkedRooms()
+	start := 0
+	for start < len(parked) && compareRoom(parked[start].Room, m.rereadFrom) < 0 {
+		start++
+	}
+	if start == len(parked) {
+		start = 0 // wrapped
+	}
+	for i := 0; i < len(parked) && i < sweepRereadMax; i++ {
+		h := parked[(start+i)%len(parked)]
+		seen, err := m.core.Look(ctx, h.Room)
+		key := rooms.Key{Class: h.Room.Class, Name: h.Room.Name}
+		switch {
+		case errors.Is(err, cluster.ErrBadObject):
+			m.unreadable(key, err)
+			continue
+		case err != nil:
+			m.rereadFrom = h.Room // start there next time
+			return
+		}
+		rec := seen.Record
+		if !seen.Exists || rec.Free || rec.Node != m.cfg.Node || rec.Instance != m.core.Instance() || rec.Generation != h.Generation {
+			m.log.Warn("cluster: a parked record no longer names this node; dropping it", "room", key.String(), "generation", h.Generation)
+			m.core.ForgetParked(h.Room, h)
+			m.closeIfElsewhere(ctx, key)
+		}
+		if i+1 < len(parked) {
+			m.rereadFrom = parked[(start+i+1)%len(parked)].Room
+		}
+	}
+}
+
+func compareRoom(a, b cluster.Room) int {
+	return cmp.Or(cmp.Compare(a.Class, b.Class), cmp.Compare(a.Name, b.Name))
+}
+
+// unreadable counts a record that cannot be decoded, and logs it once.
+func (m *Member) unreadable(key rooms.Key, err error) {
+	m.met.sweepUnreadable.Inc()
+	m.mu.Lock()
+	first := !m.reportedUnreadable[key]
+	m.reportedUnreadable[key] = true
+	m.mu.Unlock()
+	if first {
+		m.log.Error("cluster: a room's ownership record cannot be decoded; passing it over", "room", key.String(), "err", err)
+	}
+}
