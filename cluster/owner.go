@@ -226,8 +226,9 @@ func (n *Node) Release(ctx context.Context, h Hold) {
 	n.attemptRelease(ctx, p)
 }
 
-// attemptRelease writes p's record free once.
-func (n *Node) attemptRelease(ctx context.Context, p *pendingRelease) {
+// attemptRelease writes p's record free once, and reports whether that
+// write landed now (not if it found the record moved on, nor failed).
+func (n *Node) attemptRelease(ctx context.Context, p *pendingRelease) (landed bool) {
 	n.mu.Lock()
 	body := EncodeRecord(Record{Free: true, Generation: p.hold.Generation, Nonce: n.nonceLocked()})
 	n.mu.Unlock()
@@ -242,12 +243,13 @@ func (n *Node) attemptRelease(ctx context.Context, p *pendingRelease) {
 	p.inflight = false
 	k := pendingKey{p.hold.Room, p.hold.Version}
 	if n.pending[k] != p {
-		return // the node ended meanwhile
+		return err == nil // the node ended meanwhile
 	}
 	switch {
 	case err == nil:
 		delete(n.pending, k)
 		n.counts.Released++
+		return true
 	case errors.Is(err, store.ErrPrecondition):
 		// The record moved on from this version (this release landed
 		// earlier unanswered, or another hold took it): nothing of it
@@ -259,4 +261,5 @@ func (n *Node) attemptRelease(ctx context.Context, p *pendingRelease) {
 		p.at = n.clock.Now() + n.jitterLocked(n.retry(p.tries))
 		n.counts.ReleaseRetries++
 	}
+	return false
 }

@@ -59,8 +59,9 @@ func (n *Node) ParkedRooms() []Hold {
 // ReleaseParked releases room's parked record, if it is parked here (its
 // last socket went, a drain, a move): If-Match on the parked hold's
 // version, a pending release if that write fails or is unanswered. It
-// reports whether the release landed now (a move goes on only then); a
-// room not parked here is false.
+// reports whether the release's write landed now (a move goes on only
+// then: one that found the record moved on may have met a wake of this
+// node's that landed unanswered); a room not parked here is false.
 func (n *Node) ReleaseParked(ctx context.Context, room Room) (parked, landed bool) {
 	n.mu.Lock()
 	h, ok := n.parked[room]
@@ -73,11 +74,7 @@ func (n *Node) ReleaseParked(ctx context.Context, room Room) (parked, landed boo
 	p.inflight = true
 	n.counts.ParkedReleases++
 	n.mu.Unlock()
-	n.attemptRelease(ctx, p)
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	_, pending := n.pending[pendingKey{h.Room, h.Version}]
-	return true, !pending
+	return true, n.attemptRelease(ctx, p)
 }
 
 // ForgetParked drops room's parked entry without writing: a re-read found
@@ -104,4 +101,13 @@ func (n *Node) dropParkedLocked(room Room) {
 func (n *Node) parkedAtLocked(room Room, gen uint64) bool {
 	h, ok := n.parked[room]
 	return ok && (h.Generation == gen || n.cfg.Broken.ResolverParkedAnyGeneration)
+}
+
+// dropParkedBehindLocked drops room's parked entry if it is at version,
+// which the record has moved on from: a release of it could only find the
+// record changed.
+func (n *Node) dropParkedBehindLocked(room Room, version string) {
+	if h, ok := n.parked[room]; ok && version != "" && h.Version == version {
+		delete(n.parked, room)
+	}
 }

@@ -163,3 +163,29 @@ func TestAWakeThatFindsAnotherHolderEndsTheParkedEntry(t *testing.T) {
 		t.Error("the parked entry outlived a wake that found another holder")
 	}
 }
+
+// TestAResolvedWakeEndsTheParkedEntryBehindIt: a wake whose answer was
+// lost landed; the resolver releases it, and the parked entry of the
+// version it replaced, which no release could free any more, goes too.
+func TestAResolvedWakeEndsTheParkedEntryBehindIt(t *testing.T) {
+	room := Room{"chat", "lobby"}
+	b := store.WithFaults(store.NewMem(), nil)
+	a, clk := joined(t, b, "a", 1)
+	h, _ := a.Acquire(ctx, room)
+	a.Park(h)
+	b.SetFaults(faultOn(store.OpPut, RecordKey(room), store.LoseAnswer()))
+	if _, err := a.Acquire(ctx, room); !errors.Is(err, ErrUnknown) {
+		t.Fatalf("a wake with a lost answer: %v", err)
+	}
+	for range 20 {
+		clk.Advance(ttl / 20)
+		a.RenewLease(ctx)
+		a.Settle(ctx)
+	}
+	if rec, _ := readRecord(t, b, room); !rec.Free || rec.Generation != h.Generation+1 {
+		t.Fatalf("the landed wake was not released: %+v", rec)
+	}
+	if _, ok := a.Parked(room); ok || !a.Drained() {
+		t.Errorf("the parked entry outlived the resolved wake (drained %v)", a.Drained())
+	}
+}

@@ -122,8 +122,10 @@ func (n *Node) resolveOne(ctx context.Context, u *unresolvedAcquire) {
 		n.counts.ResolvedLanded++
 	case exists && rec.Nonce == u.nonce:
 		// It landed and nothing moved it since: not a hold (its
-		// acquirer was told it failed), so release it.
+		// acquirer was told it failed), so release it. A parked entry
+		// of the version it replaced can never be released any more.
 		delete(n.unresolved, u.nonce)
+		n.dropParkedBehindLocked(u.room, u.from)
 		n.addPendingLocked(Hold{Room: u.room, Generation: u.gen, Version: etag}, now)
 		n.counts.ResolvedLanded++
 	case exists == (u.from != "") && (!exists || etag == u.from):
@@ -137,8 +139,10 @@ func (n *Node) resolveOne(ctx context.Context, u *unresolvedAcquire) {
 		u.at = now + n.jitterLocked(n.retry(u.tries))
 	default:
 		// The record moved on from the version the write was
-		// conditioned on, so the write can no longer land.
+		// conditioned on, so the write can no longer land (nor a
+		// release of a parked entry at that version).
 		delete(n.unresolved, u.nonce)
+		n.dropParkedBehindLocked(u.room, u.from)
 		n.counts.ResolvedMoved++
 	}
 }
