@@ -553,6 +553,18 @@ func (m *Manager) CloseSockets(ctx context.Context, key Key, code abi.CloseCode,
 	return r.await(ctx, &event{kind: evCloseSockets, code: code, reason: reason})
 }
 
+// SocketCount is how many sockets of key are open on this node (closing
+// ones included).
+func (m *Manager) SocketCount(key Key) int {
+	m.mu.Lock()
+	r := m.rooms[key]
+	m.mu.Unlock()
+	if r == nil {
+		return 0
+	}
+	return int(r.socketCount.Load())
+}
+
 // RoomsWithSockets lists the rooms with sockets open on this node,
 // resident or not, sorted.
 func (m *Manager) RoomsWithSockets() []Key {

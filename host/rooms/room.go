@@ -612,7 +612,11 @@ func (r *Room) handleClose(ev *event) {
 	if s.id == 0 || r.sockets[s.id] != s {
 		return // its open never ran
 	}
-	r.forgetSocket(s)
+	// The placement hears of the last socket going once its close was
+	// delivered or could not be: told first, it would release a parked
+	// record that the wake delivering the close then takes back.
+	r.dropFromRoom(s)
+	defer r.noteIfLast()
 	if r.inst != nil && !r.known[s.id] {
 		return // the guest never saw it open (its open crashed)
 	}
@@ -658,8 +662,18 @@ func (r *Room) dropSocket(s *Socket, code abi.CloseCode, reason string) {
 // forgetSocket takes a socket out of the room; the placement hears when
 // the last one goes.
 func (r *Room) forgetSocket(s *Socket) {
+	r.dropFromRoom(s)
+	r.noteIfLast()
+}
+
+// dropFromRoom takes a socket out of the room.
+func (r *Room) dropFromRoom(s *Socket) {
 	delete(r.sockets, s.id)
 	r.socketCount.Add(-1)
+}
+
+// noteIfLast tells the placement when no socket of the room is left here.
+func (r *Room) noteIfLast() {
 	if len(r.sockets) == 0 {
 		r.m.place.SocketsGone(r.key)
 	}
