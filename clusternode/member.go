@@ -313,6 +313,11 @@ func (m *Member) Acquire(ctx context.Context, key rooms.Key) (rooms.Hold, error)
 	} else {
 		h, err = m.core.Acquire(ctx, roomOf(key))
 	}
+	if err == nil && m.isMoving(key) {
+		// A move began while this took the record: give it back.
+		m.core.Release(ctx, h)
+		err = fmt.Errorf("%w: the room is moving to another node", cluster.ErrDraining)
+	}
 	m.met.acquisition(err)
 	switch {
 	case err == nil:
@@ -428,6 +433,7 @@ func (m *Member) Drain(on bool) error {
 // drain hands rooms over until the node is drained or undrained.
 func (m *Member) drain() {
 	mgr := m.mgr.Load()
+	closed := map[rooms.Key]bool{} // rooms whose sockets this drain closed, counted once
 	sleeper := cluster.ClockSleeper(m.cfg.Clock)
 	for m.draining.Load() && !m.core.Ended() {
 		// Every socket goes: without parking (the next step), a socket
@@ -437,8 +443,14 @@ func (m *Member) drain() {
 		// park that checked "not draining" just before the drain began
 		// may land after the first pass.
 		m.releaseParked(m.ctx, "drain")
-		m.closeSockets(m.ctx, mgr.RoomsWithSockets(), "the node is draining")
-		m.met.ownerCloses("drain", len(mgr.RoomsWithSockets()))
+		withSockets := mgr.RoomsWithSockets()
+		m.closeSockets(m.ctx, withSockets, "the node is draining")
+		for _, k := range withSockets {
+			if !closed[k] {
+				closed[k] = true
+				m.met.ownerCloses("drain", 1)
+			}
+		}
 		for _, h := range m.core.Status().Holds {
 			key := rooms.Key{Class: h.Room.Class, Name: h.Room.Name}
 			if err := mgr.HandOver(m.ctx, key, life.EndDrain); err != nil && !errors.Is(err, rooms.ErrUnknownRoom) {
@@ -501,12 +513,10 @@ func (m *Member) Move(ctx context.Context, key rooms.Key, to string) error {
 	if addr == "" {
 		return fmt.Errorf("clusternode: node %s is not a live, undrained peer of this node", to)
 	}
-	_, parked := m.core.Parked(roomOf(key))
-	if !parked && !m.core.Acting(roomOf(key)) {
-		return fmt.Errorf("%w: %s", ErrNotHeldHere, key)
-	}
 	// While it moves, the room takes no hold here: a socket's message
-	// meanwhile is refused (1012) rather than waking it back here.
+	// meanwhile is refused (1012) rather than waking it back here. Marked
+	// before the room's state is looked at, so that neither a park nor a
+	// wake can come in between.
 	m.mu.Lock()
 	if m.moving[key] {
 		m.mu.Unlock()
@@ -519,12 +529,19 @@ func (m *Member) Move(ctx context.Context, key rooms.Key, to string) error {
 		delete(m.moving, key)
 		m.mu.Unlock()
 	}()
+	_, parked := m.core.Parked(roomOf(key))
+	if !parked && !m.core.Acting(roomOf(key)) {
+		return fmt.Errorf("%w: %s", ErrNotHeldHere, key)
+	}
 	if parked {
 		// The owner acts on a parked room too; only a release that
 		// landed lets the move go on (the target would find the record
 		// naming this live node).
 		if _, landed := m.core.ReleaseParked(ctx, roomOf(key)); !landed {
-			return fmt.Errorf("clusternode: %s: its parked record's release is pending; the move can go on once it lands", key)
+			// Pending, or the record had moved on (a wake of this node's
+			// may have landed unanswered): the target would find it held
+			// by a live node. The sockets stay.
+			return fmt.Errorf("clusternode: %s: its parked record's release did not land (pending, or the record changed); try the move again", key)
 		}
 		m.met.parkedRelease("move")
 	} else if err := mgr.HandOver(ctx, key, life.EndMove); err != nil {
@@ -532,12 +549,16 @@ func (m *Member) Move(ctx context.Context, key rooms.Key, to string) error {
 	}
 	m.met.moves.Inc()
 	m.log.Info("cluster: moving a room", "room", key.String(), "to", to, "parked", parked)
-	err := m.peers.AskTake(ctx, to, addr, key)
-	// The sockets go once the target holds the room (or refused it):
-	// reconnecting, they reach it wherever it runs.
-	m.closeSockets(ctx, []rooms.Key{key}, "the room moved to another node")
-	m.met.ownerCloses("move", 1)
-	return err
+	if err := m.peers.AskTake(ctx, to, addr, key); err != nil {
+		return err // the room is free: its next event takes it, here or elsewhere
+	}
+	// The sockets go once the target holds the room: reconnecting, they
+	// reach it there.
+	if mgr.SocketCount(key) > 0 {
+		m.closeSockets(ctx, []rooms.Key{key}, "the room moved to another node")
+		m.met.ownerCloses("move", 1)
+	}
+	return nil
 }
 
 // Take implements server.ClusterMember: the room wakes here.

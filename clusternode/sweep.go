@@ -53,11 +53,8 @@ func (m *Member) Sweep(ctx context.Context) {
 		return
 	}
 	m.sweeps++
-	keys := mgr.RoomsWithSockets()
-	open := make(map[cluster.Room]bool, len(keys))
-	for _, key := range keys {
+	for _, key := range mgr.RoomsWithSockets() {
 		room := roomOf(key)
-		open[room] = true
 		if _, parked := m.core.Parked(room); parked || m.core.Acting(room) || m.isMoving(key) {
 			continue
 		}
@@ -65,15 +62,30 @@ func (m *Member) Sweep(ctx context.Context) {
 			return // the bucket did not answer
 		}
 	}
-	for _, h := range m.core.ParkedRooms() {
+	m.releaseWithoutSockets(ctx)
+	if m.sweeps%sweepRereadEvery == 0 {
+		m.rereadParked(ctx)
+	}
+}
+
+// releaseWithoutSockets releases the parked records of rooms with no
+// socket left here. The parked set is listed before the sockets: a room
+// parked by then had open sockets when it parked, so missing from the
+// later list it has none any more; listed the other way round, a room
+// whose first socket opened, and which parked, in between would be
+// released with its socket open.
+func (m *Member) releaseWithoutSockets(ctx context.Context) {
+	parked := m.core.ParkedRooms()
+	open := map[cluster.Room]bool{}
+	for _, key := range m.mgr.Load().RoomsWithSockets() {
+		open[roomOf(key)] = true
+	}
+	for _, h := range parked {
 		if !open[h.Room] {
-			if parked, _ := m.core.ReleaseParked(ctx, h.Room); parked {
+			if released, _ := m.core.ReleaseParked(ctx, h.Room); released {
 				m.met.parkedRelease("last_socket")
 			}
 		}
-	}
-	if m.sweeps%sweepRereadEvery == 0 {
-		m.rereadParked(ctx)
 	}
 }
 
