@@ -53,10 +53,11 @@ func TestMain(m *testing.M) {
 
 // link is one node's way to the shared bucket: it counts the node's
 // requests for ownership records and can refuse every request (the node
-// cut off the bucket).
+// cut off the bucket), or only the writes of chosen keys.
 type link struct {
 	*store.Faulty
 	cut        atomic.Bool
+	refused    sync.Map // key → *atomic.Int64: its PUTs are refused, and counted
 	recordGets atomic.Int64
 	recordPuts atomic.Int64
 	// unconditional counts record writes without If-Match or
@@ -64,7 +65,10 @@ type link struct {
 	unconditional atomic.Int64
 }
 
-var errCut = errors.New("injected: the node is cut off the bucket")
+var (
+	errCut     = errors.New("injected: the node is cut off the bucket")
+	errRefused = errors.New("injected: the bucket refuses writes of this key")
+)
 
 func newLink(b store.Bucket) *link {
 	l := &link{}
@@ -83,10 +87,26 @@ func newLink(b store.Bucket) *link {
 				}
 			}
 		}
+		if op.Kind == store.OpPut {
+			if n, ok := l.refused.Load(op.Key); ok {
+				n.(*atomic.Int64).Add(1)
+				return store.FailBefore(errRefused)
+			}
+		}
 		return store.Fault{}
 	})
 	return l
 }
+
+// refusePuts makes the link refuse every PUT of key (before it reaches
+// the bucket) until acceptPuts; the counter returned counts the refusals.
+func (l *link) refusePuts(key string) *atomic.Int64 {
+	n, _ := l.refused.LoadOrStore(key, new(atomic.Int64))
+	return n.(*atomic.Int64)
+}
+
+// acceptPuts ends refusePuts of key.
+func (l *link) acceptPuts(key string) { l.refused.Delete(key) }
 
 // records returns the record requests counted so far.
 func (l *link) records() (gets, puts int64) { return l.recordGets.Load(), l.recordPuts.Load() }
