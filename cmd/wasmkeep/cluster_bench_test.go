@@ -64,6 +64,15 @@ type keyCounts struct {
 	bucket string // the store's bucket
 	prefix string // and the prefix of its keys, "wk/"
 	counts map[string]int
+	keys   map[string]int // by method and key: "GET rooms/echo/R/owner"
+}
+
+// key is how many requests of method for key (without the store's
+// prefix) the node sent so far.
+func (k *keyCounts) key(method, key string) int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.keys[method+" "+key]
 }
 
 // snapshot copies the counts.
@@ -124,13 +133,15 @@ func startKeyProxy(tb testing.TB, target, bucket, prefix, node string) (*httptes
 	if err != nil {
 		tb.Fatal(err)
 	}
-	k := &keyCounts{node: node, bucket: bucket, prefix: prefix + "/", counts: map[string]int{}}
+	k := &keyCounts{node: node, bucket: bucket, prefix: prefix + "/", counts: map[string]int{}, keys: map[string]int{}}
 	p := &httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) {
 		r.SetURL(u)
 		r.Out.Host = r.In.Host
 		kind := k.kind(r.In)
+		key := strings.TrimPrefix(r.In.URL.Path, "/"+k.bucket+"/"+k.prefix)
 		k.mu.Lock()
 		k.counts[kind]++
+		k.keys[r.In.Method+" "+key]++
 		k.mu.Unlock()
 	}}
 	srv := httptest.NewServer(p)
