@@ -214,6 +214,17 @@ func (n *Node) Lost() bool {
 	return n.phase == lost
 }
 
+// CheckLapse ends every hold and parked record now if the lease has run
+// out (they become pending releases), rather than at the next call that
+// looks: a watcher that closes the node's sockets on a lapse calls it
+// first, so that no parked record is released as if its last socket had
+// merely closed.
+func (n *Node) CheckLapse() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.lapseLocked(n.clock.Now())
+}
+
 // LeaseValid reports whether the node may act now: its lease is valid by
 // its own clock.
 func (n *Node) LeaseValid() bool {

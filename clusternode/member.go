@@ -69,8 +69,10 @@ type Member struct {
 	mu     sync.Mutex
 	seen   map[rooms.Key]seenAt
 	moving map[rooms.Key]bool // rooms this node is moving away: no hold is taken meanwhile
-	// The owner sweep's (sweep.go): its passes, where the last re-read of
-	// parked records stopped, and the undecodable records logged.
+	// The owner sweep's (sweep.go), under sweepMu: its passes, where the
+	// last re-read of parked records stopped, and the undecodable records
+	// logged (under mu).
+	sweepMu            sync.Mutex
 	sweeps             int
 	rereadFrom         cluster.Room
 	reportedUnreadable map[rooms.Key]bool
@@ -194,6 +196,7 @@ func (m *Member) watch(s cluster.Sleeper) {
 			joined = true
 			m.log.Info("cluster: joined", "instance", m.core.Instance(), "address", m.cfg.Address)
 		case wasValid && !valid && !m.core.Ended():
+			m.core.CheckLapse() // parked records become pending releases before the sockets close
 			m.met.lapses.Inc()
 			m.log.Error("cluster: this node's lease is not valid any more; closing its sockets and dropping its rooms")
 			m.dropEverything("lapse")

@@ -52,6 +52,8 @@ func (m *Member) Sweep(ctx context.Context) {
 	if mgr == nil {
 		return
 	}
+	m.sweepMu.Lock() // one pass at a time: the loop's, or a test's
+	defer m.sweepMu.Unlock()
 	m.sweeps++
 	for _, key := range mgr.RoomsWithSockets() {
 		room := roomOf(key)
