@@ -31,6 +31,12 @@ func nodeGoroutines() []string {
 			continue
 		}
 		creator := g[i+len("\ncreated by "):]
+		// A goroutine whose function has returned and that is only
+		// leaving (its first frame runtime.goexit1: a server's Serve
+		// goroutine right after it handed Stop its result) runs nothing.
+		if _, top, _ := strings.Cut(g, "\n"); strings.HasPrefix(top, "runtime.goexit1(") {
+			continue
+		}
 		if strings.HasPrefix(creator, "github.com/wasmkeep/wasmkeep/host/") && !strings.Contains(creator, ".Test") {
 			out = append(out, g)
 		}
