@@ -185,7 +185,7 @@ func (c *testCluster) putClass(n *clusterProc, class, pkg string, durable bool) 
 	// node's compilation cache is in its data directory, which a
 	// restart keeps.
 	for _, n := range c.nodes {
-		if status, body, _ := untilServed(c.t, "GET", n.url+"/actor/"+class+"/warm-"+n.name, commandDeadline); status/100 == 5 {
+		if status, body, _ := untilServedBy(c.t, warmClient, "GET", n.url+"/actor/"+class+"/warm-"+n.name, commandDeadline); status/100 == 5 {
 			c.t.Fatalf("warming %s on %s: %d %s", class, n.name, status, body)
 		}
 	}
@@ -262,8 +262,17 @@ func (c *testCluster) lease(name string) cluster.Lease {
 // waits for a room's failover, answers within seconds.
 var e2eClient = &http.Client{Timeout: 30 * time.Second}
 
+// warmClient waits for a node's first request for a class, which compiles
+// it: more than 30 s under -race on a loaded machine (seen in CI).
+var warmClient = &http.Client{Timeout: 3 * time.Minute}
+
 // ask sends one request; err is a transport failure.
 func ask(method, url string) (int, string, http.Header, error) {
+	return askBy(e2eClient, method, url)
+}
+
+// askBy is ask with client.
+func askBy(client *http.Client, method, url string) (int, string, http.Header, error) {
 	req, err := http.NewRequest(method, url, nil)
 	if err != nil {
 		return 0, "", nil, err
@@ -271,7 +280,7 @@ func ask(method, url string) (int, string, http.Header, error) {
 	if strings.Contains(url, "/admin/") {
 		req.Header.Set(server.AdminHeader, "1")
 	}
-	resp, err := e2eClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return 0, "", nil, err
 	}
@@ -290,10 +299,16 @@ const retryPause = 50 * time.Millisecond
 // many 503s came first.
 func untilServed(t testing.TB, method, url string, within time.Duration) (int, string, int) {
 	t.Helper()
+	return untilServedBy(t, e2eClient, method, url, within)
+}
+
+// untilServedBy is untilServed with client.
+func untilServedBy(t testing.TB, client *http.Client, method, url string, within time.Duration) (int, string, int) {
+	t.Helper()
 	deadline := time.Now().Add(within)
 	retries := 0
 	for {
-		status, body, header, err := ask(method, url)
+		status, body, header, err := askBy(client, method, url)
 		if err != nil {
 			t.Fatalf("%s %s: %v", method, url, err)
 		}
