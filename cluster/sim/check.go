@@ -18,6 +18,14 @@ import (
 //     flight or unresolved that wrote it (a leak);
 //   - never one generation for two holds of a room (checked as each hold
 //     is granted, in serveHere);
+//   - never a room taken (a write naming a node landing on its record)
+//     while another running process keeps it parked with a valid lease,
+//     nor while another running process with a valid lease, not draining
+//     and not moving the room, holds open sockets of it; unless that
+//     process's own wake of the room had an unknown outcome or found
+//     another holder (it keeps its parked entry or sockets then, and is
+//     exposed: counted apart). Checked as each such write lands
+//     (checkTaken);
 //   - never a process that an operator fenced by hand running again (it
 //     was dead, or hung for good);
 //
@@ -128,5 +136,40 @@ func (w *World) checkRecord(i int) {
 	}
 	if !p.node.Accounts(room, r.etag, r.rec.Nonce) {
 		w.fail("room %s: its record (generation %d, version %s) names %s, which has nothing that will release it", room, r.rec.Generation, r.etag, p.name)
+	}
+}
+
+// checkTaken checks, as a write naming node rec.Node lands on room i's
+// record, that no other node's running process keeps the room parked with
+// a valid lease, or holds sockets of it with a valid lease while neither
+// draining nor moving the room, unless that process's own wake of the
+// room had an unknown outcome or found another holder (exposed: counted).
+func (w *World) checkTaken(i int, rec cluster.Record) {
+	room := w.rooms[i]
+	exposed := false
+	for _, m := range w.machines {
+		q := m.proc
+		if q == nil || q.hung || m.name == rec.Node || !q.node.LeaseValid() {
+			continue
+		}
+		h, parked := q.node.Parked(room)
+		sockets := w.openSockets(q, room)
+		if !parked && (sockets == 0 || q.draining || q.moving[room]) {
+			continue
+		}
+		if q.exposed[room] {
+			exposed = true
+			continue
+		}
+		if parked {
+			w.fail("room %s taken by %s (generation %d) while %s keeps it parked (generation %d) with a valid lease", room, rec.Node, rec.Generation, q.name, h.Generation)
+		} else {
+			w.fail("room %s taken by %s (generation %d) while %s, valid and not draining, holds %d sockets of it", room, rec.Node, rec.Generation, q.name, sockets)
+		}
+		return
+	}
+	if exposed {
+		w.stats.Exposed++
+		w.s.Note("room %s taken by %s (generation %d) while exposed", room, rec.Node, rec.Generation)
 	}
 }

@@ -16,7 +16,11 @@
 // over which events are relayed. Processes crash (losing their memory) and
 // restart as new instances, pause for longer than the lease ttl, stop
 // cleanly, die or hang for good (then an operator fences them by hand);
-// operators drain nodes and move rooms (ops.go).
+// operators drain nodes and move rooms (ops.go). Clients open WebSockets
+// to rooms on the node that runs them, and close them after a while; a
+// room that goes idle with sockets open parks its hold there, wakes there
+// at its next event wherever it lands, and is released when its last
+// socket goes, by a drain, a move, a lapse or a clean stop (socket.go).
 //
 // Every task is a goroutine, but only one runs at a time: each bucket
 // call, each call to another machine and each sleep blocks it and hands
@@ -31,7 +35,11 @@
 // with nothing there to release it (a leak); no process fenced by hand
 // runs again; every event answered or refused within a bound, none relayed
 // twice; no room taken by a draining node; every drain drained within a
-// bound; a move leaves the room with its target. Each of cluster.Variants
+// bound; a move leaves the room with its target; no room taken while
+// another node keeps it parked, or holds its sockets while valid, not
+// draining and not moving it (unless that node's own wake had an unknown
+// outcome or found another holder: exposed, counted). Each of
+// cluster.Variants
 // breaks one rule of the protocol, and each of HostVariants one of the
 // host's, and the tests show that some seed catches each.
 package sim

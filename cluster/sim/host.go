@@ -16,11 +16,16 @@ import (
 // lands on a random machine, which routes it:
 //
 //   - Here: the room is held here, or Take writes over the routing read
-//     (ErrContended: Acquire once more). The event runs on the hold, and
-//     the room stays resident for a while, then is released.
-//   - Elsewhere: the event is relayed to that node. A relay that cannot
-//     connect tells the core (Unreachable) and routes once more; a second
-//     Elsewhere to the same node, or after a second dial, is refused.
+//     (ErrContended: Acquire once more; a room parked here wakes so, at a
+//     new generation). The event runs on the hold, and the room stays
+//     resident for a while, then goes idle: parked if it has sockets
+//     here, else released (socket.go). A take that finds another holder
+//     closes the room's sockets here.
+//   - Elsewhere: the room's sockets here, if any, close (it runs
+//     elsewhere), and the event is relayed to that node. A relay that
+//     cannot connect tells the core (Unreachable) and routes once more; a
+//     second Elsewhere to the same node, or after a second dial, is
+//     refused.
 //     The node an event was relayed to routes it once and refuses it
 //     unless it is here: an event is relayed at most once (the hop rule).
 //   - Wait: the host polls the route (50 ms doubling to 500 ms) for up to
@@ -67,10 +72,14 @@ type HostVariants struct {
 	// FencePaused has the operator fence by hand a process that is only
 	// paused, taking it for hung: it resumes.
 	FencePaused bool
+	// ReleaseOnHibernation releases the hold of a room that goes idle
+	// with sockets open here, instead of parking it: the room's next
+	// event may wake it on another node, away from its sockets.
+	ReleaseOnHibernation bool
 }
 
 // HostVariantNames are the names of HostVariants' fields.
-var HostVariantNames = []string{"Bounce", "DrainUntold", "ForwardWithoutTimeout", "FencePaused"}
+var HostVariantNames = []string{"Bounce", "DrainUntold", "ForwardWithoutTimeout", "FencePaused", "ReleaseOnHibernation"}
 
 // HostVariant returns the HostVariants with the one of that name switched
 // on, and whether there is one of that name.
@@ -85,6 +94,8 @@ func HostVariant(name string) (HostVariants, bool) {
 		v.ForwardWithoutTimeout = true
 	case "FencePaused":
 		v.FencePaused = true
+	case "ReleaseOnHibernation":
+		v.ReleaseOnHibernation = true
 	default:
 		return v, false
 	}
@@ -104,6 +115,8 @@ type request struct {
 	callFrom int64
 	inCall   bool
 	done     bool
+	// r is its outcome, once done.
+	r reply
 }
 
 // eventBound is the longest an event may take, on its origin's clock,
@@ -122,7 +135,11 @@ func (w *World) event() {
 		w.s.At(w.after(150*time.Millisecond), "event", w.event)
 	}
 	m := w.machines[w.rng.IntN(len(w.machines))]
-	room := w.rooms[w.rng.IntN(len(w.rooms))]
+	w.land(m, w.rooms[w.rng.IntN(len(w.rooms))])
+}
+
+// land lands an event for room on machine m.
+func (w *World) land(m *machine, room cluster.Room) *request {
 	w.events++
 	ev := &request{id: w.events, room: room, landed: w.s.Now()}
 	w.stats.Landed++
@@ -130,7 +147,7 @@ func (w *World) event() {
 	p := m.proc
 	if p == nil || p.hung {
 		w.close(ev, refuse(refusedDown))
-		return
+		return ev
 	}
 	ev.origin = p
 	ev.excused = w.pausedFor(p) // it waits for its process to resume
@@ -139,6 +156,7 @@ func (w *World) event() {
 	w.s.Spawn(p.group, fmt.Sprintf("event %d %s", ev.id, room.Name), func(ctx context.Context) {
 		w.close(ev, w.route(ctx, p, ev, false))
 	})
+	return ev
 }
 
 // close gives ev its outcome, once.
@@ -146,7 +164,7 @@ func (w *World) close(ev *request, r reply) {
 	if ev.done {
 		return
 	}
-	ev.done = true
+	ev.done, ev.r = true, r
 	w.open--
 	w.stats.LongestEvent = max(w.stats.LongestEvent, time.Duration(w.s.Now()-ev.landed-ev.excused))
 	if p := ev.origin; p != nil {
@@ -228,6 +246,10 @@ func (w *World) route(ctx context.Context, p *process, ev *request, relayed bool
 			waited = true
 			where, err = w.awaitRoute(ctx, p, ev)
 		case cluster.Elsewhere:
+			// The room runs elsewhere (or, from a draining node, is
+			// taken elsewhere): its sockets here are not its own any
+			// more.
+			w.closeRoomSockets(p, ev.room, "the room runs on "+where.Node)
 			if relayed && !w.cfg.Host.Bounce {
 				return refuse(refusedMoved)
 			}
@@ -311,6 +333,10 @@ func (w *World) serveHere(ctx context.Context, p *process, ev *request, room clu
 	}
 	var h cluster.Hold
 	var err error
+	// A wake of the room parked here (an acquisition at generation + 1)
+	// whose outcome is unknown or that finds another holder exposes the
+	// sockets it keeps here (checkTaken).
+	_, wake := node.Parked(room)
 	// Draining at the start of the take and not undrained by its end: the
 	// core must have refused it (it decides after any read of a lease the
 	// take makes first, during which a drain may end).
@@ -325,6 +351,10 @@ func (w *World) serveHere(ctx context.Context, p *process, ev *request, room clu
 	switch {
 	case err == nil:
 	case errors.As(err, &held):
+		if wake {
+			p.exposed[room] = true
+		}
+		w.closeRoomSockets(p, room, "the room is held by "+held.Node)
 		return refuse(refusedHeld)
 	case errors.Is(err, cluster.ErrNotActive):
 		return refuse(refusedInactive)
@@ -335,6 +365,9 @@ func (w *World) serveHere(ctx context.Context, p *process, ev *request, room clu
 	case errors.Is(err, cluster.ErrContended):
 		return refuse(refusedContended)
 	case errors.Is(err, cluster.ErrUnknown):
+		if wake {
+			p.exposed[room] = true
+		}
 		return refuse(refusedUnknown)
 	default:
 		return refuse(refusedBucket)
@@ -353,13 +386,16 @@ func (w *World) serveHere(ctx context.Context, p *process, ev *request, room clu
 	}
 	gens[h.Generation] = p.name
 	p.holds[room] = h
+	delete(p.exposed, room)
+	delete(p.moving, room)
 	w.s.Spawn(p.group, "resident "+room.Name, func(ctx context.Context) { w.resident(ctx, p, h) })
 	return reply{answered: true, gen: h.Generation}
 }
 
-// resident keeps a room taken here for a while, then releases it. Most
-// rooms stay for a few events; some stay for long (a busy room),
-// outliving lease renewals, cut links and fences.
+// resident keeps a room taken here for a while, then it goes idle
+// (hibernate: parked if it has sockets here, else released). Most rooms
+// stay for a few events; some stay for long (a busy room), outliving
+// lease renewals, cut links and fences.
 func (w *World) resident(ctx context.Context, p *process, h cluster.Hold) {
 	node, sl := p.node, sleeper{p}
 	uses := 1 + w.rng.IntN(6)
@@ -375,7 +411,6 @@ func (w *World) resident(ctx context.Context, p *process, h cluster.Hold) {
 	}
 	if p.holds[h.Room] == h {
 		delete(p.holds, h.Room)
-		node.Release(ctx, h)
-		w.stats.Releases++
+		w.hibernate(ctx, p, h)
 	}
 }

@@ -58,10 +58,12 @@ func (w *World) pause(p *process, until int64) {
 // pausedFor is how long p stays paused from now (0 if it is not).
 func (w *World) pausedFor(p *process) int64 { return max(0, p.group.pausedUntil-w.s.Now()) }
 
-// stop stops p cleanly, then it exits.
+// stop stops p cleanly, then it exits. Its sockets close first (1012);
+// the core then releases its holds and parked records, then its lease.
 func (w *World) stop(p *process) {
 	w.stats.Stops++
 	p.stopping = true
+	w.closeAllSockets(p, "the node is stopping")
 	w.s.Spawn(p.group, "stop", func(ctx context.Context) {
 		p.node.Stop(ctx, sleeper{p})
 		w.exit(p, "stopped")
@@ -248,8 +250,10 @@ func (w *World) endDrain(p *process) {
 }
 
 // startDrain has an operator drain a running process: it takes no room,
-// hands each it holds over, and reports drained once nothing names it;
-// then it stops cleanly, or takes rooms again a little later.
+// and at each pass closes every socket (1012), releases every parked
+// record, then hands each room it holds over; it reports drained once
+// nothing names it (no hold, no parked record, no pending release); then
+// it stops cleanly, or takes rooms again a little later.
 func (w *World) startDrain() {
 	if w.s.Now() < int64(w.cfg.Duration) {
 		w.s.At(w.after(25*time.Second), "drain", w.startDrain)
@@ -276,8 +280,19 @@ func (w *World) startDrain() {
 	w.s.Spawn(p.group, "drain", func(ctx context.Context) {
 		node, sl := p.node, sleeper{p}
 		for !node.Ended() {
+			w.closeAllSockets(p, "the node is draining")
+			// Every pass, not only the first: a park that saw the node
+			// not draining just before the drain began lands after it.
+			for _, h := range node.ParkedRooms() {
+				if parked, _ := node.ReleaseParked(ctx, h.Room); parked {
+					w.stats.ParkedDrains++
+				}
+			}
 			for _, room := range w.rooms {
 				if h, ok := p.holds[room]; ok {
+					// A hand-over closes the room's sockets, those
+					// opened since the pass began too.
+					w.closeRoomSockets(p, room, "the room is handed over")
 					delete(p.holds, room)
 					node.Release(ctx, h)
 					w.stats.Releases++
@@ -325,9 +340,13 @@ func (w *World) drainDeadline(p *process, d *drainState) {
 		p.name, time.Duration(d.start), time.Duration(w.s.Now()-d.start), len(s.Holds), len(s.Pending), len(s.Unresolved))
 }
 
-// move has an operator move a room from the process that holds it to
-// another node (clusternode's Member.Move): the holder hands it over
-// (releases it) and asks the target to take it.
+// move has an operator move a room from the process that holds it, or
+// keeps it parked, to another node (clusternode's Member.Move): the holder
+// closes the room's sockets (1012), hands it over (releases it) and asks
+// the target to take it. A parked room's record is released first, and
+// the move goes on only if that release landed: one left pending, or
+// that finds the record moved on, keeps the sockets (the target would
+// find the record naming a live node).
 func (w *World) move() {
 	if w.s.Now() < int64(w.cfg.Duration) {
 		w.s.At(w.after(6*time.Second), "move", w.move)
@@ -340,7 +359,8 @@ func (w *World) move() {
 	for _, m := range w.machines {
 		if p := m.proc; p != nil && !p.hung && !p.stopping && !p.draining {
 			for _, room := range w.rooms {
-				if _, ok := p.holds[room]; ok {
+				_, parked := p.node.Parked(room)
+				if _, ok := p.holds[room]; ok || parked {
 					hs = append(hs, held{p, room})
 				}
 			}
@@ -361,13 +381,32 @@ func (w *World) move() {
 			}
 		}
 		h, held := p.holds[room]
-		if !ok || !held || !node.Acting(room) {
+		_, parked := node.Parked(room)
+		switch {
+		case !ok, !held && !parked, held && !node.Acting(room):
 			w.stats.MovesRefused++
 			return
+		case held:
+			w.closeRoomSockets(p, room, "the room is moving to "+to.name)
+			delete(p.holds, room)
+			node.Release(ctx, h)
+			w.stats.Releases++
+		default:
+			p.moving[room] = true
+			parked, landed := node.ReleaseParked(ctx, room)
+			if !parked {
+				delete(p.moving, room)
+				w.stats.MovesRefused++ // woken or released meanwhile
+				return
+			}
+			w.stats.ParkedMoves++
+			if !landed {
+				w.stats.ParkedMovesPending++
+				return
+			}
+			w.closeRoomSockets(p, room, "the room is moving to "+to.name)
+			delete(p.moving, room)
 		}
-		delete(p.holds, room)
-		node.Release(ctx, h)
-		w.stats.Releases++
 		w.stats.Moves++
 		r, err := w.call(ctx, p, to, "take "+room.Name, func(ctx context.Context, q *process) reply {
 			where, err := q.node.Route(ctx, room)

@@ -73,9 +73,11 @@ func replay(seed uint64, variant string) string {
 	return env + " go test -run TestSimSeed -v ./cluster/sim/   (add WASMKEEP_SIM_TRACE=FILE for every event)"
 }
 
-// variants are the names of every broken variant: the core's, then the
-// host's.
-func variants() []string { return append(slices.Clone(cluster.VariantNames), HostVariantNames...) }
+// variants are the names of every broken variant: the core's (its
+// parked records' among them), then the host's.
+func variants() []string {
+	return slices.Concat(cluster.VariantNames, cluster.ParkVariantNames, HostVariantNames)
+}
 
 // variantConfig is the Config with the variant of that name switched on
 // ("" for none).
@@ -119,6 +121,9 @@ func TestSim(t *testing.T) {
 		"relays": total.Relays, "relays answered": total.AnsweredRelayed, "dials in vain": total.Dials,
 		"failover waits": total.FailoverWaits, "events moved": total.Reasons[refusedMoved],
 		"drains": total.Drained, "moves": total.MovesDone, "fences by hand": total.HandFences, "hangs": total.Hangs,
+		"sockets": total.SocketsOpened, "parks": c.Parks, "wakes at home": c.ParkedWakes,
+		"releases at the last socket": total.LastSocketReleases, "drains of a parked room": total.ParkedDrains,
+		"moves of a parked room": total.ParkedMoves,
 	} {
 		if count == 0 {
 			t.Errorf("the runs never exercised %s: %+v", what, total)
@@ -149,14 +154,20 @@ func TestSim(t *testing.T) {
 		"%d drains (%d drained, %d ended first; the longest %v, bound %v), %d moves (%d taken, %d refused); "+
 		"%d faults injected, %d crashes, %d pauses, %d clean stops, %d deaths, %d hangs, %d degraded links, %d cut links between machines; "+
 		"%d fences (%d processes found themselves fenced), %d by hand (%d failed), %d lapses; "+
-		"resolver: %d landed, %d moved, %d expired; %d violations; variants caught: %s",
+		"resolver: %d landed, %d moved, %d expired; "+
+		"%d sockets opened (%d closed by their client, %d by their node), %d parks, %d wakes at home, "+
+		"%d parked records released (%d at the last socket, %d by a drain), %d moves of a parked room (%d whose release did not land), "+
+		"%d exposed takeovers; %d violations; variants caught: %s",
 		n, total.Steps, total.Acquisitions, total.Releases, c.ReleaseRetries, c.ReleaseMoot, total.Uses,
 		total.Landed, total.Answered, total.AnsweredRelayed, total.Refused, strings.Join(reasons, ", "),
 		total.Relays, total.Dials, total.Late, total.FailoverWaits, total.LongestEvent, eventBound+eventSlack,
 		total.Drains, total.Drained, total.DrainsEnded, total.LongestDrain, newWorld(Config{}).drainBound(), total.Moves, total.MovesDone, total.MovesRefused,
 		total.Faults, total.Crashes, total.Pauses, total.Stops, total.Deaths, total.Hangs, total.Cuts, total.PeerCuts,
 		c.Fences, total.Fenced, total.HandFences, total.HandFencesFailed, c.Lapses,
-		c.ResolvedLanded, c.ResolvedMoved, c.ResolvedExpired, violations, strings.Join(caught, ", "))
+		c.ResolvedLanded, c.ResolvedMoved, c.ResolvedExpired,
+		total.SocketsOpened, total.SocketsClosedByClient, total.SocketsClosedByNode, c.Parks, c.ParkedWakes,
+		c.ParkedReleases, total.LastSocketReleases, total.ParkedDrains, total.ParkedMoves, total.ParkedMovesPending,
+		total.Exposed, violations, strings.Join(caught, ", "))
 }
 
 // TestSimSeed replays one seed (WASMKEEP_SIM_SEED, 1 by default) with the

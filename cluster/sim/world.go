@@ -77,7 +77,23 @@ type Stats struct {
 	// answered or refused, and a drain to report drained, besides what
 	// their bounds excuse (bucket calls, pauses, outages).
 	LongestEvent, LongestDrain time.Duration
-	Node                       cluster.Counters
+	// Sockets (socket.go): opened on the node that ran their room, and
+	// closed by their client or by their node (a lapse, a stop, a drain,
+	// a move, the room found taken elsewhere); a process that dies takes
+	// its own with it. Parks and wakes at home are Node.Parks and
+	// Node.ParkedWakes.
+	SocketsOpened, SocketsClosedByClient, SocketsClosedByNode uint64
+	// LastSocketReleases are the parked records released because their
+	// room's last socket here went; ParkedDrains those a drain pass
+	// released; ParkedMoves the moves of a parked room, and
+	// ParkedMovesPending those whose release did not land (the move then
+	// goes no further, and the sockets stay).
+	LastSocketReleases, ParkedDrains, ParkedMoves, ParkedMovesPending uint64
+	// Exposed are the takes of a room by another node while a node kept
+	// it parked, or held its sockets, after that node's own wake had an
+	// unknown outcome or found another holder: allowed, and counted.
+	Exposed uint64
+	Node    cluster.Counters
 }
 
 // Add adds o to s.
@@ -114,6 +130,14 @@ func (s *Stats) Add(o Stats) {
 	s.Moves += o.Moves
 	s.MovesDone += o.MovesDone
 	s.MovesRefused += o.MovesRefused
+	s.SocketsOpened += o.SocketsOpened
+	s.SocketsClosedByClient += o.SocketsClosedByClient
+	s.SocketsClosedByNode += o.SocketsClosedByNode
+	s.LastSocketReleases += o.LastSocketReleases
+	s.ParkedDrains += o.ParkedDrains
+	s.ParkedMoves += o.ParkedMoves
+	s.ParkedMovesPending += o.ParkedMovesPending
+	s.Exposed += o.Exposed
 	s.LongestEvent = max(s.LongestEvent, o.LongestEvent)
 	s.LongestDrain = max(s.LongestDrain, o.LongestDrain)
 	addCounters(&s.Node, o.Node)
@@ -123,6 +147,9 @@ func addCounters(a *cluster.Counters, b cluster.Counters) {
 	a.Renewals += b.Renewals
 	a.RenewalsFailed += b.RenewalsFailed
 	a.Lapses += b.Lapses
+	a.Parks += b.Parks
+	a.ParkedWakes += b.ParkedWakes
+	a.ParkedReleases += b.ParkedReleases
 	a.Fences += b.Fences
 	a.Acquired += b.Acquired
 	a.AcquireContended += b.AcquireContended
@@ -168,9 +195,10 @@ type World struct {
 	leases       map[string]cluster.Lease // the nodes' leases, as the bucket has them
 	granted      map[cluster.Room]map[uint64]string
 	// events counts the events landed; open are those not yet answered
-	// or refused.
-	events int
-	open   int
+	// or refused; sockets counts the sockets opened.
+	events  int
+	open    int
+	sockets int
 	// handFenced are the instances an operator fenced by hand: none of
 	// them may run again.
 	handFenced map[string]bool
@@ -227,6 +255,18 @@ type process struct {
 	// the relays and takes it is handling for other machines.
 	events  []*request
 	serving []*call
+	// sockets are the WebSockets open here, in the order they opened
+	// (socket.go); lapses is the core's count of lapses when they were
+	// last looked at (a lapse closes them all).
+	sockets []*socket
+	lapses  uint64
+	// moving are the rooms whose parked record a move released, or tried
+	// to, while their sockets stay open here until the move closes them
+	// or they close; exposed are the rooms whose wake here had an
+	// unknown outcome or found another holder, until the room is taken
+	// or parked here again (checkTaken).
+	moving  map[cluster.Room]bool
+	exposed map[cluster.Room]bool
 }
 
 // nodeClock is a process's monotonic clock: its own origin, its
@@ -270,22 +310,16 @@ func Run(cfg Config) Result {
 	w.s.At(w.after(20*time.Second), "partition", w.partition)
 	w.s.At(w.after(25*time.Second), "drain", w.startDrain)
 	w.s.At(w.after(6*time.Second), "move", w.move)
-	for w.failure == "" {
-		g, ok := w.s.Step(end)
-		if !ok {
-			break
-		}
-		w.check(w.procs[g])
+	w.s.At(w.after(socketEvery), "socket", w.connect)
+	for w.failure == "" && w.step(end) {
 	}
 	// Nothing arrives any more; what is under way ends, answered,
 	// refused or caught by its deadline (each of which is bounded).
 	for w.failure == "" && w.busy() {
-		g, ok := w.s.Step(end + int64(tailMax))
-		if !ok {
+		if !w.step(end + int64(tailMax)) {
 			w.fail("%d events still open and drains still under way %v after the end", w.open, tailMax)
 			break
 		}
-		w.check(w.procs[g])
 	}
 	if w.failure == "" && w.stats.Landed != w.stats.Answered+w.stats.Refused {
 		w.fail("%d events landed, %d answered and %d refused", w.stats.Landed, w.stats.Answered, w.stats.Refused)
@@ -301,6 +335,20 @@ func Run(cfg Config) Result {
 		}
 	}
 	return Result{Seed: cfg.Seed, Hash: w.s.Hash(), Stats: w.stats, Violation: w.failure}
+}
+
+// step runs the next event at or before end, then what the world does
+// after each step (a process whose lease lapsed in it loses its sockets)
+// and the checks; it reports whether there was an event.
+func (w *World) step(end int64) bool {
+	g, ok := w.s.Step(end)
+	if !ok {
+		return false
+	}
+	p := w.procs[g]
+	w.closeOnLapse(p)
+	w.check(p)
+	return true
 }
 
 // tailMax bounds the run after Duration: every event and drain has a
@@ -396,6 +444,9 @@ func (w *World) noteWrite(key string, body []byte, etag string) {
 			return
 		}
 		w.records[key] = storedRecord{rec: rec, etag: etag}
+		if !rec.Free {
+			w.checkTaken(w.roomOf[key], rec)
+		}
 	case strings.HasPrefix(key, "nodes/"):
 		l, err := cluster.DecodeLease(body)
 		if err != nil {
@@ -410,7 +461,8 @@ func (w *World) noteWrite(key string, body []byte, etag string) {
 // start runs a new process on m: a new instance with a new clock.
 func (w *World) start(m *machine) {
 	m.starts++
-	p := &process{machine: m, name: fmt.Sprintf("%s.%d", m.name, m.starts), holds: map[cluster.Room]cluster.Hold{}}
+	p := &process{machine: m, name: fmt.Sprintf("%s.%d", m.name, m.starts), holds: map[cluster.Room]cluster.Hold{},
+		moving: map[cluster.Room]bool{}, exposed: map[cluster.Room]bool{}}
 	p.clock = &nodeClock{s: w.s, origin: w.rng.Int64N(1 << 50), boot: w.s.Now(), ppm: m.ppm}
 	p.group = &Group{Name: p.name}
 	w.procs[p.group] = p
@@ -463,6 +515,7 @@ func (w *World) kill(p *process, why string) bool {
 	m.proc = nil
 	w.s.Note("%s exits: %s", p.name, why)
 	w.dropEvents(p)
+	w.forgetSockets(p)
 	for _, c := range p.serving {
 		w.answer(c, reply{}, errReset)
 	}
