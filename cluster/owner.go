@@ -94,6 +94,7 @@ func (n *Node) Acquire(ctx context.Context, room Room) (Hold, error) {
 func (n *Node) Take(ctx context.Context, seen Seen) (Hold, error) {
 	room := seen.Room
 	n.mu.Lock()
+	seen = n.parkedSeenLocked(seen)
 	if h, ok := n.parked[room]; ok && n.cfg.Broken.WakeReadopts && n.phase == active && n.validLocked(n.clock.Now()) {
 		delete(n.parked, room)
 		n.holds[room] = h

@@ -95,6 +95,23 @@ func (n *Node) dropParkedLocked(room Room) {
 	delete(n.parked, room)
 }
 
+// parkedSeenLocked is seen, or, if seen is older than the hold of its
+// room parked here, that hold's record. A read answered late can have
+// been sent before this node took the room and parked it: it shows the
+// record as it was then (free, or naming the room's previous holder).
+// Routing on it would send the room's events, and close its sockets,
+// away from the node that keeps them; taking on it would drop the parked
+// entry as if another node held the room. Generations only grow, and no
+// other hold shares the parked one's, so a record below it is older.
+func (n *Node) parkedSeenLocked(seen Seen) Seen {
+	h, ok := n.parked[seen.Room]
+	if !ok || seen.Exists && seen.Record.Generation >= h.Generation {
+		return seen
+	}
+	return Seen{Room: seen.Room, Exists: true, Version: h.Version,
+		Record: Record{Node: n.cfg.Node, Instance: n.cfg.Instance, Generation: h.Generation}}
+}
+
 // parkedAtLocked reports whether a hold of room at generation gen is
 // parked here: the resolver counts a parked record as this node's only at
 // its own generation.

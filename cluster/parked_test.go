@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"context"
 	"errors"
 	"testing"
 
@@ -187,5 +188,101 @@ func TestAResolvedWakeEndsTheParkedEntryBehindIt(t *testing.T) {
 	}
 	if _, ok := a.Parked(room); ok || !a.Drained() {
 		t.Errorf("the parked entry outlived the resolved wake (drained %v)", a.Drained())
+	}
+}
+
+// staleBucket answers the next Get of key with body and etag, as a read
+// sent earlier and answered late would.
+type staleBucket struct {
+	store.Bucket
+	key, etag string
+	body      []byte
+}
+
+func (b *staleBucket) Get(ctx context.Context, key string) ([]byte, string, error) {
+	if key == b.key {
+		b.key = ""
+		return b.body, b.etag, nil
+	}
+	return b.Bucket.Get(ctx, key)
+}
+
+// TestALateReadDoesNotSendAParkedRoomAway: a read of the record sent
+// before this node took the room and parked it, answered after, names the
+// room's previous holder. Routing on it must still say Here (not send the
+// room's events, and close its sockets, away from the node that keeps
+// them), and a take over it must wake the room, not drop the parked entry
+// as if another node held it. (The simulation found it: a routing read
+// answered 5 s late, after the room was taken, used and parked.)
+func TestALateReadDoesNotSendAParkedRoomAway(t *testing.T) {
+	room := Room{"chat", "lobby"}
+	b := store.NewMem()
+	late := &staleBucket{Bucket: b}
+	a, _ := joined(t, late, "a", 1)
+	c, _ := joined(t, b, "c", 2)
+	a.WatchPeers(ctx)
+	hc, err := c.Acquire(ctx, room)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, etag, err := b.Get(ctx, RecordKey(room)) // sent now, answered below
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale, err := DecodeRecord(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Release(ctx, hc)
+	h, err := a.Acquire(ctx, room)
+	if err != nil || !a.Park(h) {
+		t.Fatalf("acquire and park: %+v, %v", h, err)
+	}
+	if w, err := c.Route(ctx, room); err != nil || w.Kind != Elsewhere || w.Node != "a" {
+		t.Fatalf("c routes the parked room to %+v, %v", w, err)
+	}
+
+	late.key, late.body, late.etag = RecordKey(room), body, etag
+	w, err := a.Route(ctx, room)
+	if err != nil || w.Kind != Here {
+		t.Fatalf("a routes its parked room on a late read naming c to %+v, %v", w, err)
+	}
+	if _, ok := a.Parked(room); !ok {
+		t.Fatal("routing on a late read dropped the parked entry")
+	}
+	if w, err := a.Route(ctx, room); err != nil || w.Kind != Here {
+		t.Fatalf("the next route (no late read) is %+v, %v", w, err)
+	}
+
+	woken, err := a.Take(ctx, Seen{Room: room, Exists: true, Record: stale, Version: etag})
+	if err != nil || woken.Generation != h.Generation+1 {
+		t.Fatalf("a take over the late read: %+v, %v; want a wake at generation %d", woken, err, h.Generation+1)
+	}
+	if c := a.Counts(); c.ParkedWakes != 1 || c.AcquireRefused != 0 {
+		t.Errorf("counts %+v", c)
+	}
+}
+
+// TestARouteCachedBeforeAParkIsNotUsed: a decision that sent the room to
+// another node, cached just before this node took the room (by an
+// acquisition of its own) and parked it, is older than the parked record:
+// Route reads again.
+func TestARouteCachedBeforeAParkIsNotUsed(t *testing.T) {
+	room := Room{"chat", "lobby"}
+	b := store.NewMem()
+	a, _ := joined(t, b, "a", 1)
+	c, _ := joined(t, b, "c", 2)
+	a.WatchPeers(ctx)
+	hc, _ := c.Acquire(ctx, room)
+	if w, err := a.Route(ctx, room); err != nil || w.Kind != Elsewhere {
+		t.Fatalf("a routes c's room to %+v, %v", w, err)
+	}
+	c.Release(ctx, hc)
+	h, err := a.Acquire(ctx, room)
+	if err != nil || !a.Park(h) {
+		t.Fatalf("acquire and park: %+v, %v", h, err)
+	}
+	if w, err := a.Route(ctx, room); err != nil || w.Kind != Here {
+		t.Fatalf("a routes its parked room to %+v, %v", w, err)
 	}
 }

@@ -81,7 +81,9 @@ type cachedRoute struct {
 }
 
 // cachedRoute returns room's cached decision if it is fresh and its node
-// still reachable and live in the view.
+// still reachable and live in the view, and the room is not parked here
+// (a decision made before this node took the room is older than its
+// parked record).
 func (n *Node) cachedRoute(room Room) (Where, bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -90,7 +92,8 @@ func (n *Node) cachedRoute(room Room) (Where, bool) {
 		return Where{}, false
 	}
 	p := n.peers[c.where.Node]
-	if n.clock.Now() >= c.until || n.unreachableLocked(c.where.Node) || p == nil || p.lease.State != LeaseLive {
+	_, parked := n.parked[room]
+	if parked || n.clock.Now() >= c.until || n.unreachableLocked(c.where.Node) || p == nil || p.lease.State != LeaseLive {
 		delete(n.routes, room)
 		return Where{}, false
 	}
@@ -105,6 +108,7 @@ func (n *Node) holdOf(room Room) Hold {
 
 // whereLocked decides on seen by the rules Take applies.
 func (n *Node) whereLocked(seen Seen) (Where, error) {
+	seen = n.parkedSeenLocked(seen)
 	_, _, err := n.claimLocked(seen)
 	var held *HeldError
 	switch {
