@@ -44,6 +44,11 @@ import (
 //     target took (or free after it), or at a later hold; and the node it
 //     moved from no longer acts on it (checkMove).
 //
+//   - a room parked here, whose record names this process at the parked
+//     hold's generation, is never routed to another node, unless this
+//     node drains (checkNotAway): its events would go, and its sockets
+//     close, away from the node that keeps them.
+//
 // A hung process runs no more: whatever its clock says, it acts on
 // nothing, so the first two skip it.
 //
@@ -171,5 +176,18 @@ func (w *World) checkTaken(i int, rec cluster.Record) {
 	if exposed {
 		w.stats.Exposed++
 		w.s.Note("room %s taken by %s (generation %d) while exposed", room, rec.Node, rec.Generation)
+	}
+}
+
+// checkNotAway checks, as p routes room to node to, that room is not
+// parked at p with its record naming p at the parked generation (a
+// draining node sends every room away).
+func (w *World) checkNotAway(p *process, room cluster.Room, to string) {
+	h, parked := p.node.Parked(room)
+	if !parked || p.draining {
+		return
+	}
+	if r := w.records[cluster.RecordKey(room)].rec; !r.Free && r.Instance == p.node.Instance() && r.Generation == h.Generation {
+		w.fail("%s routes room %s to %s, though it keeps the room parked (generation %d) and the record names it", p.name, room, to, h.Generation)
 	}
 }

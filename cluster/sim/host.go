@@ -249,6 +249,7 @@ func (w *World) route(ctx context.Context, p *process, ev *request, relayed bool
 			// The room runs elsewhere (or, from a draining node, is
 			// taken elsewhere): its sockets here are not its own any
 			// more.
+			w.checkNotAway(p, ev.room, where.Node)
 			w.closeRoomSockets(p, ev.room, "the room runs on "+where.Node)
 			if relayed && !w.cfg.Host.Bounce {
 				return refuse(refusedMoved)
