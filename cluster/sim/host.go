@@ -335,8 +335,9 @@ func (w *World) serveHere(ctx context.Context, p *process, ev *request, room clu
 	var h cluster.Hold
 	var err error
 	// A wake of the room parked here (an acquisition at generation + 1)
-	// whose outcome is unknown or that finds another holder exposes the
-	// sockets it keeps here (checkTaken).
+	// that finds another holder, or whose outcome is unknown (the core
+	// then keeps the parked entry), exposes what it keeps here
+	// (checkTaken).
 	_, wake := node.Parked(room)
 	// Draining at the start of the take and not undrained by its end: the
 	// core must have refused it (it decides after any read of a lease the
@@ -345,6 +346,8 @@ func (w *World) serveHere(ctx context.Context, p *process, ev *request, room clu
 	w.timed(ev, p, func() { h, err = node.Take(ctx, where.Seen) })
 	if errors.Is(err, cluster.ErrContended) {
 		draining, flips = p.draining, p.drainFlips
+		_, parked := node.Parked(room)
+		wake = wake || parked
 		w.timed(ev, p, func() { h, err = node.Acquire(ctx, room) })
 	}
 	draining = draining && p.drainFlips == flips
@@ -366,7 +369,10 @@ func (w *World) serveHere(ctx context.Context, p *process, ev *request, room clu
 	case errors.Is(err, cluster.ErrContended):
 		return refuse(refusedContended)
 	case errors.Is(err, cluster.ErrUnknown):
-		if wake {
+		// Parked now, so at the write too (nothing parks a room while
+		// an acquisition of it is in flight here): a wake, even if
+		// the room parked only while its read was on the way.
+		if _, kept := node.Parked(room); kept || wake {
 			p.exposed[room] = true
 		}
 		return refuse(refusedUnknown)

@@ -392,15 +392,11 @@ func (w *World) move() {
 			node.Release(ctx, h)
 			w.stats.Releases++
 		default:
+			// Its sockets stay until the release has landed: while they
+			// do, the room may be taken elsewhere (checkTaken allows it).
 			p.moving[room] = true
-			parked, landed := node.ReleaseParked(ctx, room)
-			if !parked {
-				delete(p.moving, room)
-				w.stats.MovesRefused++ // woken or released meanwhile
-				return
-			}
 			w.stats.ParkedMoves++
-			if !landed {
+			if _, landed := node.ReleaseParked(ctx, room); !landed {
 				w.stats.ParkedMovesPending++
 				return
 			}
