@@ -197,13 +197,19 @@ func (w *World) forgetSockets(p *process) {
 
 // hibernate ends a resident room's hold h as the room goes idle: with a
 // socket open here its hold is parked (the record keeps naming this node,
-// so the room wakes here), unless the core refuses; otherwise it is
-// released.
+// so the room wakes here); otherwise it is released. A room the core
+// will not park (the node drains, or its lease lapsed, or it stops) is
+// released, and its sockets close (1012): the room is not this node's
+// any more, and nothing else would close them (a drain whose passes
+// found it resident could report drained with them open).
 func (w *World) hibernate(ctx context.Context, p *process, h cluster.Hold) {
-	if w.openSockets(p, h.Room) > 0 && !w.cfg.Host.ReleaseOnHibernation && p.node.Park(h) {
-		delete(p.exposed, h.Room)
-		w.s.Note("%s parks %s at generation %d", p.name, h.Room.Name, h.Generation)
-		return
+	if w.openSockets(p, h.Room) > 0 && !w.cfg.Host.ReleaseOnHibernation {
+		if p.node.Park(h) {
+			delete(p.exposed, h.Room)
+			w.s.Note("%s parks %s at generation %d", p.name, h.Room.Name, h.Generation)
+			return
+		}
+		w.closeRoomSockets(p, h.Room, "the room is released, not parked")
 	}
 	p.node.Release(ctx, h)
 	w.stats.Releases++
