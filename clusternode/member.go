@@ -343,11 +343,27 @@ func (m *Member) Valid(h rooms.Hold) bool { return m.core.Valid(holdOf(h)) }
 // does a park the core refuses (the lease not valid, draining) or one
 // while this node moves the room or stops.
 func (m *Member) End(ctx context.Context, h rooms.Hold, why life.EndReason, open int) {
-	if why.Parks(open) && !m.draining.Load() && !m.isMoving(h.Key) && !m.stopping.Load() && m.core.Park(holdOf(h)) {
+	parks := why.Parks(open)
+	moving, stopping := m.isMoving(h.Key), m.stopping.Load()
+	if parks && !m.draining.Load() && !moving && !stopping && m.core.Park(holdOf(h)) {
 		return
 	}
 	m.met.release(why)
 	m.core.Release(ctx, holdOf(h))
+	if parks && !moving && !stopping {
+		// A park refused (draining, the lease not valid) leaves open
+		// sockets on a room this node no longer holds: a drain pass
+		// that ran before the room went idle would not close them,
+		// and another node may take the room while they stay. They
+		// close (1012) now, off the room's worker, which the close
+		// waits on. A move and a stop close them themselves.
+		m.loops.Add(1)
+		go func() {
+			defer m.loops.Done()
+			m.closeSockets(m.baseCtx(), []rooms.Key{h.Key}, "the room's node may not keep it")
+			m.met.ownerCloses("drain", 1)
+		}()
+	}
 }
 
 // SocketsGone implements rooms.Placement: the room's last open socket

@@ -137,3 +137,31 @@ func TestAParkedRoomMoves(t *testing.T) {
 }
 
 func keyOf(r cluster.Room) rooms.Key { return rooms.Key{Class: r.Class, Name: r.Name} }
+
+// TestARefusedParkClosesTheSockets: a room that goes idle with a socket
+// open while its node may not park it (here the core is draining) is
+// released, and its socket closes with 1012 rather than staying on a
+// room the node no longer holds.
+func TestARefusedParkClosesTheSockets(t *testing.T) {
+	idle := func(cfg *node.Config) { cfg.Rooms.IdleTimeout = 3 * time.Second } // time to set the drain first
+	bucket, ms := startClusterWith(t, 2*time.Second, idle, "a", "b")
+	a := ms[0]
+	putClass(t, a, "echo", "./testdata/guests/echo", true)
+	ws := wstest.Dial(t, strings.Replace(a.n.URL(), "http", "ws", 1)+"/actor/echo/late")
+	if got := ws.ReadText(); !strings.HasPrefix(got, "open ") {
+		t.Fatalf("greeting %q", got)
+	}
+	// Before the room goes idle: the core refuses parks, and no drain
+	// pass runs to close the socket.
+	a.mem().Core().SetDraining(true)
+	if !holds(a, "echo", "late") {
+		t.Fatal("the room went idle before the test could begin")
+	}
+	ws.ExpectClose(abi.CloseServiceRestart)
+	if rec := readRecord(t, bucket, "echo", "late"); !rec.Free {
+		t.Errorf("the record after a refused park: %+v", rec)
+	}
+	if _, ok := a.mem().Core().Parked(cluster.Room{Class: "echo", Name: "late"}); ok {
+		t.Error("the room was parked on a draining node")
+	}
+}
