@@ -74,6 +74,7 @@ type Member struct {
 	// logged (under mu).
 	sweepMu            sync.Mutex
 	sweeps             int
+	rereadDue          bool // a re-read of the parked records is due (and was cut short, if it ran)
 	rereadFrom         cluster.Room
 	reportedUnreadable map[rooms.Key]bool
 
@@ -486,13 +487,26 @@ func (m *Member) drain() {
 	}
 }
 
+// parallelReleases bounds the parked records a drain pass releases at
+// once: 50,000 of them one after the other would hold the hand-overs of
+// the resident rooms for minutes on a slow bucket.
+const parallelReleases = 16
+
 // releaseParked releases every parked record here, for why.
 func (m *Member) releaseParked(ctx context.Context, why string) {
+	slots := make(chan struct{}, parallelReleases)
+	var wg sync.WaitGroup
 	for _, h := range m.core.ParkedRooms() {
-		if parked, _ := m.core.ReleaseParked(ctx, h.Room); parked {
-			m.met.parkedRelease(why)
-		}
+		slots <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-slots; wg.Done() }()
+			if parked, _ := m.core.ReleaseParked(ctx, h.Room); parked {
+				m.met.parkedRelease(why)
+			}
+		}()
 	}
+	wg.Wait()
 }
 
 // SecretsUnavailable is the hook of a node that cannot open the app's

@@ -55,18 +55,23 @@ func (m *Member) Sweep(ctx context.Context) {
 	m.sweepMu.Lock() // one pass at a time: the loop's, or a test's
 	defer m.sweepMu.Unlock()
 	m.sweeps++
+	// What needs no read first: a bucket that does not answer cuts the
+	// routing below short, not these releases.
+	m.releaseWithoutSockets(ctx)
+	if m.sweeps%sweepRereadEvery == 0 {
+		m.rereadDue = true
+	}
 	for _, key := range mgr.RoomsWithSockets() {
 		room := roomOf(key)
 		if _, parked := m.core.Parked(room); parked || m.core.Acting(room) || m.isMoving(key) {
 			continue
 		}
 		if !m.closeIfElsewhere(ctx, key) {
-			return // the bucket did not answer
+			return // the bucket did not answer; a re-read due stays due
 		}
 	}
-	m.releaseWithoutSockets(ctx)
-	if m.sweeps%sweepRereadEvery == 0 {
-		m.rereadParked(ctx)
+	if m.rereadDue && m.rereadParked(ctx) {
+		m.rereadDue = false
 	}
 }
 
@@ -111,8 +116,8 @@ func (m *Member) closeIfElsewhere(ctx context.Context, key rooms.Key) bool {
 
 // rereadParked reads the records of up to sweepRereadMax parked rooms,
 // from where the last re-read stopped, and drops the entries the record
-// no longer backs.
-func (m *Member) rereadParked(ctx context.Context) {
+// no longer backs. It reports false if the bucket cut it short.
+func (m *Member) rereadParked(ctx context.Context) bool {
 	parked := m.core.ParkedRooms()
 	start := 0
 	for start < len(parked) && compareRoom(parked[start].Room, m.rereadFrom) < 0 {
@@ -128,10 +133,11 @@ func (m *Member) rereadParked(ctx context.Context) {
 		switch {
 		case errors.Is(err, cluster.ErrBadObject):
 			m.unreadable(key, err)
+			m.rereadFrom = parked[(start+i+1)%len(parked)].Room
 			continue
 		case err != nil:
 			m.rereadFrom = h.Room // start there next time
-			return
+			return false
 		}
 		rec := seen.Record
 		if !seen.Exists || rec.Free || rec.Node != m.cfg.Node || rec.Instance != m.core.Instance() || rec.Generation != h.Generation {
@@ -143,6 +149,7 @@ func (m *Member) rereadParked(ctx context.Context) {
 			m.rereadFrom = parked[(start+i+1)%len(parked)].Room
 		}
 	}
+	return true
 }
 
 func compareRoom(a, b cluster.Room) int {
