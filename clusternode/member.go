@@ -279,6 +279,14 @@ func holdOf(h rooms.Hold) cluster.Hold {
 // Route implements rooms.Placement. A Here decided on a read keeps that
 // read for the acquisition that follows.
 func (m *Member) Route(ctx context.Context, key rooms.Key) (rooms.Route, error) {
+	if m.draining.Load() {
+		// An event for a room parked on a draining node: its record is
+		// released before the event goes to a peer, which would find it
+		// naming this live node (seed 000 §3).
+		if parked, _ := m.core.ReleaseParked(ctx, roomOf(key)); parked {
+			m.met.parkedRelease("drain")
+		}
+	}
 	w, err := m.core.Route(ctx, roomOf(key))
 	if err != nil {
 		return rooms.Route{}, err

@@ -165,3 +165,31 @@ func TestARefusedParkClosesTheSockets(t *testing.T) {
 		t.Error("the room was parked on a draining node")
 	}
 }
+
+// TestAnEventForAParkedRoomOfADrainingNodeReleasesItFirst: before a drain
+// pass releases it, an event reaching the draining node for a room parked
+// there releases the record, and goes to the peer, which takes the room.
+func TestAnEventForAParkedRoomOfADrainingNodeReleasesItFirst(t *testing.T) {
+	bucket, ms := startClusterWith(t, 2*time.Second, idleSoon, "a", "b")
+	a, b := ms[0], ms[1]
+	putClass(t, a, "echo", "./testdata/guests/echo", true)
+	ws := wstest.Dial(t, strings.Replace(a.n.URL(), "http", "ws", 1)+"/actor/echo/ev")
+	ws.ReadText()
+	parkedOn(t, a, cluster.Room{Class: "echo", Name: "ev"})
+	// Draining as far as the member and its core know, with no drain
+	// pass running yet.
+	a.mem().draining.Store(true)
+	a.mem().Core().SetDraining(true)
+	if r := do(t, "GET", a.n.URL()+"/actor/echo/ev/room", nil); r.status != 200 || r.body != "echo/ev" {
+		t.Fatalf("GET through the draining node: %d %q", r.status, r.body)
+	}
+	if !holds(b, "echo", "ev") {
+		t.Error("the peer did not take the room")
+	}
+	if rec := readRecord(t, bucket, "echo", "ev"); rec.Node != "b" {
+		t.Errorf("the record after the event: %+v, want b's", rec)
+	}
+	if got := a.mem().met.parkedReleases["drain"].Get(); got != 1 {
+		t.Errorf("wasmkeep_parked_releases_total{reason=drain} = %d", got)
+	}
+}
