@@ -73,7 +73,7 @@ func (n *Node) resolve(ctx context.Context) time.Duration {
 	}
 	n.mu.Unlock()
 	slices.SortFunc(due, func(a, b *unresolvedAcquire) int {
-		return cmp.Or(compareRooms(a.room, b.room), cmp.Compare(a.nonce, b.nonce))
+		return cmp.Or(CompareRooms(a.room, b.room), cmp.Compare(a.nonce, b.nonce))
 	})
 	for _, u := range due {
 		n.resolveOne(ctx, u)

@@ -133,10 +133,11 @@ func (n *Node) Status() Status {
 	return s
 }
 
-func compareRooms(a, b Room) int {
+// CompareRooms orders rooms by class, then name.
+func CompareRooms(a, b Room) int {
 	return cmp.Or(cmp.Compare(a.Class, b.Class), cmp.Compare(a.Name, b.Name))
 }
 
 func compareHolds(a, b Hold) int {
-	return cmp.Or(compareRooms(a.Room, b.Room), cmp.Compare(a.Version, b.Version))
+	return cmp.Or(CompareRooms(a.Room, b.Room), cmp.Compare(a.Version, b.Version))
 }

@@ -1,7 +1,6 @@
 package clusternode
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"time"
@@ -120,7 +119,7 @@ func (m *Member) closeIfElsewhere(ctx context.Context, key rooms.Key) bool {
 func (m *Member) rereadParked(ctx context.Context) bool {
 	parked := m.core.ParkedRooms()
 	start := 0
-	for start < len(parked) && compareRoom(parked[start].Room, m.rereadFrom) < 0 {
+	for start < len(parked) && cluster.CompareRooms(parked[start].Room, m.rereadFrom) < 0 {
 		start++
 	}
 	if start == len(parked) {
@@ -150,10 +149,6 @@ func (m *Member) rereadParked(ctx context.Context) bool {
 		}
 	}
 	return true
-}
-
-func compareRoom(a, b cluster.Room) int {
-	return cmp.Or(cmp.Compare(a.Class, b.Class), cmp.Compare(a.Name, b.Name))
 }
 
 // unreadable counts a record that cannot be decoded, and logs it once.

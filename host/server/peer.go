@@ -79,9 +79,3 @@ func verifyPeer(r *http.Request, secret []byte, now time.Time) (node, why string
 	}
 	return node, ""
 }
-
-// SignPeer signs r as a node-to-node request from node, sent now, for a
-// cluster member's own calls to its peers.
-func SignPeer(r *http.Request, secret []byte, node string, now time.Time) {
-	signPeer(r, secret, node, now)
-}
