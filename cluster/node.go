@@ -131,6 +131,7 @@ type Node struct {
 	unresolved map[string]*unresolvedAcquire // by nonce
 	peers      map[string]*peer
 	routes     map[Room]cachedRoute // recent Elsewhere decisions
+	moves      map[Room]Move        // rooms moving away (moves.go)
 
 	counts Counters
 }
@@ -171,6 +172,7 @@ func New(cfg Config) (*Node, error) {
 		unresolved: map[string]*unresolvedAcquire{},
 		peers:      map[string]*peer{},
 		routes:     map[Room]cachedRoute{},
+		moves:      map[Room]Move{},
 	}
 	if n.cfg.Instance == "" {
 		n.cfg.Instance = n.nonceLocked()

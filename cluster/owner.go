@@ -141,6 +141,13 @@ func (n *Node) Take(ctx context.Context, seen Seen) (Hold, error) {
 			n.addPendingLocked(h, now) // granted too late to act on
 			return Hold{}, ErrNotActive
 		}
+		if _, moving := n.moves[room]; moving {
+			// A move began while this wrote: the room goes to the
+			// target, so the hold is given back at once.
+			n.addPendingLocked(h, now)
+			n.dropParkedLocked(room)
+			return Hold{}, ErrMoving
+		}
 		n.holds[room] = h
 		n.counts.Acquired++
 		if _, ok := n.parked[room]; ok {
@@ -182,7 +189,11 @@ func (n *Node) claimLocked(seen Seen) (uint64, store.Cond, error) {
 	if _, busy := n.acquiring[seen.Room]; busy {
 		return 0, store.Cond{}, ErrBusy
 	}
+	_, moving := n.moves[seen.Room]
 	if !seen.Exists {
+		if moving {
+			return 0, store.Cond{}, ErrMoving
+		}
 		return n.cfg.FirstGeneration + 1, store.IfNoneMatch(), nil
 	}
 	rec := seen.Record
@@ -192,6 +203,9 @@ func (n *Node) claimLocked(seen Seen) (uint64, store.Cond, error) {
 			return 0, store.Cond{}, &HeldError{Room: seen.Room, Node: rec.Node, Instance: rec.Instance, Address: l.Address, Live: true}
 		}
 		return 0, store.Cond{}, errUnknownOwner
+	}
+	if moving {
+		return 0, store.Cond{}, ErrMoving
 	}
 	return rec.Generation + 1, store.IfMatch(seen.Version), nil
 }

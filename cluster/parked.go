@@ -19,7 +19,8 @@ import (
 // release, as it does every hold; a lost lease drops it with the rest.
 
 // Park moves h from the live holds to the parked ones, in one step, if
-// this node may still act on it and is not draining or stopping; it
+// this node may still act on it and is not draining, stopping or moving
+// the room; it
 // reports whether it did. Otherwise the caller releases h. Nothing is
 // written.
 func (n *Node) Park(h Hold) bool {
@@ -27,7 +28,8 @@ func (n *Node) Park(h Hold) bool {
 	defer n.mu.Unlock()
 	now := n.clock.Now()
 	n.lapseLocked(now)
-	if cur, ok := n.holds[h.Room]; !ok || cur != h || n.phase != active || !n.validLocked(now) || n.draining {
+	_, moving := n.moves[h.Room]
+	if cur, ok := n.holds[h.Room]; !ok || cur != h || n.phase != active || !n.validLocked(now) || n.draining || moving {
 		return false
 	}
 	delete(n.holds, h.Room)

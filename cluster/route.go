@@ -47,14 +47,20 @@ func (n *Node) Route(ctx context.Context, room Room) (Where, error) {
 	if n.Valid(n.holdOf(room)) {
 		return Where{Kind: Here}, nil
 	}
-	if w, ok := n.cachedRoute(room); ok {
-		return w, nil
+	if _, moving := n.Moving(room); !moving {
+		if w, ok := n.cachedRoute(room); ok {
+			return w, nil
+		}
 	}
 	seen, err := n.Look(ctx, room)
 	if err != nil {
 		return Where{}, err
 	}
 	n.mu.Lock()
+	if w, ok := n.whereMovingLocked(seen); ok {
+		n.mu.Unlock()
+		return w, nil
+	}
 	w, err := n.whereLocked(seen)
 	n.mu.Unlock()
 	if errors.Is(err, errUnknownOwner) {

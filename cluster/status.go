@@ -57,6 +57,7 @@ type Counters struct {
 	ParkedLapsed             uint64 // parked records made pending releases by a lapse
 	ParkedStopped            uint64 // parked records released by a clean stop
 	Fences                   uint64 // peers this node fenced
+	Moves                    uint64 // moves begun
 	Acquired                 uint64
 	AcquireContended         uint64 // the record moved between the read and the write
 	AcquireUnknown           uint64 // handed to the resolver
@@ -89,6 +90,7 @@ type Status struct {
 	Parked     []Hold // records kept for rooms that hibernated with sockets open here
 	Pending    []Hold // releases not yet landed
 	Unresolved []Hold // acquisitions whose answer was lost (Version is the one they replaced)
+	Moving     []Move // rooms moving away
 	Peers      []Peer
 }
 
@@ -123,6 +125,7 @@ func (n *Node) Status() Status {
 	for _, u := range n.unresolved {
 		s.Unresolved = append(s.Unresolved, Hold{Room: u.room, Generation: u.gen, Version: u.from})
 	}
+	s.Moving = n.movesLocked()
 	for name, p := range n.peers {
 		s.Peers = append(s.Peers, Peer{Node: name, Instance: p.lease.Instance, Address: p.lease.Address, State: p.lease.State, Draining: p.lease.Draining, Silent: time.Duration(now - p.since)})
 	}

@@ -1,0 +1,224 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/wasmkeep/wasmkeep/host/store"
+	"github.com/wasmkeep/wasmkeep/internal/clock"
+)
+
+// movePair is node a holding room parked, and node c, its live peer.
+func movePair(t *testing.T, b store.Bucket) (a, c *Node, clk *clock.Manual) {
+	t.Helper()
+	a, clk = joined(t, b, "a", 1)
+	c, _ = joined(t, b, "c", 2, func(cfg *Config) { cfg.Clock = clk }) // one time for both
+	a.WatchPeers(ctx)
+	h, err := a.Acquire(ctx, moveRoom)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !a.Park(h) {
+		t.Fatal("not parked")
+	}
+	return a, c, clk
+}
+
+var moveRoom = Room{"chat", "lobby"}
+
+// TestBeginMoveRefusals: a room neither held nor parked here, a target
+// that is not a live peer, a room moving already.
+func TestBeginMoveRefusals(t *testing.T) {
+	b := store.NewMem()
+	a, _, _ := movePair(t, b)
+	if _, err := a.BeginMove(Room{"chat", "other"}, "c"); !errors.Is(err, ErrNotHeld) {
+		t.Errorf("a room not held here: %v", err)
+	}
+	for _, to := range []string{"a", "nobody"} {
+		if _, err := a.BeginMove(moveRoom, to); err == nil {
+			t.Errorf("a move to %s began", to)
+		}
+	}
+	if _, err := a.BeginMove(moveRoom, "c"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.BeginMove(moveRoom, "c"); !errors.Is(err, ErrMoveBusy) {
+		t.Errorf("a second move: %v", err)
+	}
+}
+
+// TestAMovedParkedRoomGoesToItsTarget: while it moves the room takes no
+// hold here and its events go to the target once the record is free;
+// the look asks the target, then sees it holding the room and ends.
+func TestAMovedParkedRoomGoesToItsTarget(t *testing.T) {
+	b := store.NewMem()
+	a, c, _ := movePair(t, b)
+	if _, err := a.BeginMove(moveRoom, "c"); err != nil {
+		t.Fatal(err)
+	}
+	if _, landed := a.ReleaseParked(ctx, moveRoom); !landed {
+		t.Fatal("the release did not land")
+	}
+	if _, err := a.Acquire(ctx, moveRoom); !errors.Is(err, ErrMoving) {
+		t.Errorf("a moving room was taken here: %v", err)
+	}
+	if w, err := a.Route(ctx, moveRoom); err != nil || w.Kind != Elsewhere || w.Node != "c" {
+		t.Errorf("a moving room's events go to %+v, %v; want c", w, err)
+	}
+	if s, ok := a.LookMove(ctx, moveRoom); !ok || s.Kind != MoveAsk {
+		t.Fatalf("look with the record free: %+v %v", s, ok)
+	}
+	taken, err := c.Acquire(ctx, moveRoom)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, ok := a.LookMove(ctx, moveRoom)
+	if !ok || s.Kind != MoveTaken || s.Node != "c" {
+		t.Fatalf("look with the target holding the room: %+v %v", s, ok)
+	}
+	if _, ok := a.Moving(moveRoom); ok {
+		t.Error("the move outlived the target's take")
+	}
+	if w, err := a.Route(ctx, moveRoom); err != nil || w.Kind != Elsewhere || w.Node != "c" {
+		t.Errorf("after the move the room routes to %+v, %v", w, err)
+	}
+	if rec, _ := readRecord(t, b, moveRoom); rec.Node != "c" || rec.Generation != taken.Generation {
+		t.Errorf("record after the move: %+v", rec)
+	}
+}
+
+// TestAMoveWaitsForAPendingRelease: a release that did not land leaves
+// the record naming this live node; the move waits (events wait too)
+// until the pending release lands, then asks the target.
+func TestAMoveWaitsForAPendingRelease(t *testing.T) {
+	b := store.WithFaults(store.NewMem(), nil)
+	a, _, clk := movePair(t, b)
+	if _, err := a.BeginMove(moveRoom, "c"); err != nil {
+		t.Fatal(err)
+	}
+	b.SetFaults(faultOn(store.OpPut, RecordKey(moveRoom), store.FailBefore(store.ErrUnknownOutcome)))
+	if _, landed := a.ReleaseParked(ctx, moveRoom); landed {
+		t.Fatal("a failed release landed")
+	}
+	if s, _ := a.LookMove(ctx, moveRoom); s.Kind != MoveWait {
+		t.Errorf("look with the release pending: %+v", s)
+	}
+	if w, err := a.Route(ctx, moveRoom); err != nil || w.Kind != Wait {
+		t.Errorf("events of a room whose release is pending go to %+v, %v; want Wait", w, err)
+	}
+	for range 10 {
+		if len(a.Status().Pending) == 0 {
+			break
+		}
+		clk.Advance(a.Settle(ctx))
+	}
+	if s, _ := a.LookMove(ctx, moveRoom); s.Kind != MoveAsk {
+		t.Errorf("look once the release landed: %+v (status %+v)", s, a.Status())
+	}
+}
+
+// TestAWakeLandingDuringAMoveIsGivenBack: a wake of the parked room whose
+// write lands after the move began takes no hold: it is released.
+func TestAWakeLandingDuringAMoveIsGivenBack(t *testing.T) {
+	b := &hookBucket{Bucket: store.NewMem()}
+	a, _, _ := movePair(t, b)
+	seen, err := a.Look(ctx, moveRoom)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.beforePut = func() {
+		if _, err := a.BeginMove(moveRoom, "c"); err != nil {
+			t.Error(err)
+		}
+	}
+	if _, err := a.Take(ctx, seen); !errors.Is(err, ErrMoving) {
+		t.Fatalf("a wake that landed during a move: %v", err)
+	}
+	b.beforePut = nil
+	if a.Acting(moveRoom) {
+		t.Error("the wake's hold acts during the move")
+	}
+	if _, ok := a.Parked(moveRoom); ok {
+		t.Error("the parked entry outlived a wake that moved the record")
+	}
+	a.Settle(ctx)
+	if rec, _ := readRecord(t, b, moveRoom); !rec.Free {
+		t.Errorf("the given-back wake left %+v", rec)
+	}
+	if s, _ := a.LookMove(ctx, moveRoom); s.Kind != MoveAsk {
+		t.Errorf("look after the wake was given back: %+v", s)
+	}
+}
+
+// TestAMoveGivesUp after MoveLookFor, and when its target drains.
+func TestAMoveGivesUp(t *testing.T) {
+	b := store.WithFaults(store.NewMem(), nil)
+	a, c, clk := movePair(t, b)
+	if _, err := a.BeginMove(moveRoom, "c"); err != nil {
+		t.Fatal(err)
+	}
+	// The record stays pending (every write of it fails): the look
+	// waits, until its time is up.
+	b.SetFaults(func(op store.Op) store.Fault {
+		if op.Key == RecordKey(moveRoom) && op.Kind == store.OpPut {
+			return store.FailBefore(store.ErrUnknownOutcome)
+		}
+		return store.Fault{}
+	})
+	a.ReleaseParked(ctx, moveRoom)
+	for waited := time.Duration(0); waited < MoveLookFor; waited += ttl / 4 {
+		if s, _ := a.LookMove(ctx, moveRoom); s.Kind != MoveWait {
+			t.Fatalf("look at %v: %+v", waited, s)
+		}
+		clk.Advance(ttl / 4)
+		a.RenewLease(ctx)
+		c.RenewLease(ctx)
+		a.WatchPeers(ctx)
+	}
+	if s, ok := a.LookMove(ctx, moveRoom); !ok || s.Kind != MoveGiveUp {
+		t.Errorf("a move past its look: %+v %v", s, ok)
+	}
+	b.SetFaults(nil)
+	a.Settle(ctx)
+	a.Park(mustAcquire(t, a))
+	if _, err := a.BeginMove(moveRoom, "c"); err != nil {
+		t.Fatal(err)
+	}
+	c.SetDraining(true)
+	c.RenewLease(ctx)
+	a.readPeer(ctx, "c")
+	if s, ok := a.LookMove(ctx, moveRoom); !ok || s.Kind != MoveGiveUp {
+		t.Errorf("a move to a draining node: %+v %v", s, ok)
+	}
+	if _, ok := a.Moving(moveRoom); ok {
+		t.Error("a move given up is still recorded")
+	}
+}
+
+func mustAcquire(t *testing.T, n *Node) Hold {
+	t.Helper()
+	for range 20 {
+		h, err := n.Acquire(ctx, moveRoom)
+		if err == nil {
+			return h
+		}
+		n.Settle(ctx)
+	}
+	t.Fatalf("%s could not acquire %s: %+v", n.Name(), moveRoom, n.Status())
+	return Hold{}
+}
+
+// hookBucket runs beforePut before each Put.
+type hookBucket struct {
+	store.Bucket
+	beforePut func()
+}
+
+func (b *hookBucket) Put(ctx context.Context, key string, body []byte, cond store.Cond) (string, error) {
+	if b.beforePut != nil {
+		b.beforePut()
+	}
+	return b.Bucket.Put(ctx, key, body, cond)
+}
