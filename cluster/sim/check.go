@@ -61,6 +61,10 @@ import (
 // check looks for a broken invariant after a step in which ran (nil for
 // the scheduler's own events) ran and the writes to w.touched applied.
 func (w *World) check(ran *process) {
+	if ran != nil && ran.machine.proc == ran && w.handFenced[ran.node.Instance()] {
+		w.fail("%s, fenced by hand, ran again", ran.name)
+		return
+	}
 	if w.cfg.CheckEverything {
 		for _, m := range w.machines {
 			if m.proc != nil {
@@ -74,10 +78,6 @@ func (w *World) check(ran *process) {
 		return
 	}
 	if ran != nil && ran.machine.proc == ran {
-		if w.handFenced[ran.node.Instance()] {
-			w.fail("%s, fenced by hand, ran again", ran.name)
-			return
-		}
 		w.checkProcess(ran)
 	}
 	for _, key := range w.touched {
@@ -159,7 +159,8 @@ func (w *World) checkTaken(i int, rec cluster.Record) {
 		}
 		h, parked := q.node.Parked(room)
 		sockets := w.openSockets(q, room)
-		if !parked && (sockets == 0 || q.draining || q.moving[room]) {
+		_, moving := q.node.Moving(room)
+		if !parked && (sockets == 0 || q.draining || moving) {
 			continue
 		}
 		if q.exposed[room] {

@@ -49,12 +49,13 @@ const (
 	refusedUnknown                   // the take's answer was lost (the resolver settles it)
 	refusedDraining                  // the take came after this node started draining
 	refusedBucket                    // a bucket error while routing or taking
+	refusedMoving                    // the take came while this node moves the room away
 	nReasons
 )
 
 // ReasonNames name the reasons of Stats.Reasons, in order.
 var ReasonNames = [nReasons]string{"down", "dropped", "inactive", "wait", "moved", "unreachable", "relay",
-	"held", "busy", "contended", "unknown", "draining", "bucket"}
+	"held", "busy", "contended", "unknown", "draining", "bucket", "moving"}
 
 // HostVariants break the simulated host's rules on purpose, one at a
 // time, as cluster.Variants do the core's, to show that the checks catch
@@ -249,8 +250,12 @@ func (w *World) route(ctx context.Context, p *process, ev *request, relayed bool
 			// The room runs elsewhere (or, from a draining node, is
 			// taken elsewhere): its sockets here are not its own any
 			// more.
+			// A room this node moves away keeps its sockets until
+			// another node holds it (the move closes them then).
 			w.checkNotAway(p, ev.room, where.Node)
-			w.closeRoomSockets(p, ev.room, "the room runs on "+where.Node)
+			if _, moving := p.node.Moving(ev.room); !moving {
+				w.closeRoomSockets(p, ev.room, "the room runs on "+where.Node)
+			}
 			if relayed && !w.cfg.Host.Bounce {
 				return refuse(refusedMoved)
 			}
@@ -364,6 +369,8 @@ func (w *World) serveHere(ctx context.Context, p *process, ev *request, room clu
 		return refuse(refusedInactive)
 	case errors.Is(err, cluster.ErrDraining):
 		return refuse(refusedDraining)
+	case errors.Is(err, cluster.ErrMoving):
+		return refuse(refusedMoving)
 	case errors.Is(err, cluster.ErrBusy):
 		return refuse(refusedBusy)
 	case errors.Is(err, cluster.ErrContended):
@@ -394,7 +401,6 @@ func (w *World) serveHere(ctx context.Context, p *process, ev *request, room clu
 	gens[h.Generation] = p.name
 	p.holds[room] = h
 	delete(p.exposed, room)
-	delete(p.moving, room)
 	w.s.Spawn(p.group, "resident "+room.Name, func(ctx context.Context) { w.resident(ctx, p, h) })
 	return reply{answered: true, gen: h.Generation}
 }

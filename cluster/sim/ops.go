@@ -341,12 +341,14 @@ func (w *World) drainDeadline(p *process, d *drainState) {
 }
 
 // move has an operator move a room from the process that holds it, or
-// keeps it parked, to another node (clusternode's Member.Move): the holder
-// closes the room's sockets (1012), hands it over (releases it) and asks
-// the target to take it. A parked room's record is released first, and
-// the move goes on only if that release landed: one left pending, or
-// that finds the record moved on, keeps the sockets (the target would
-// find the record naming a live node).
+// keeps it parked, to another node, as clusternode's Member.Move does:
+// the move is recorded (BeginMove: the room takes no hold here any
+// more), the hold released (handed over) or the parked record released,
+// and then the move is looked after as the member's move loop does: the
+// target is asked to take the room once its record is free, and the
+// room's sockets here close once another node holds it (or the move gives
+// up). A release that did not land (pending, or a wake of this node's
+// that landed unanswered) keeps the move waiting, with the sockets open.
 func (w *World) move() {
 	if w.s.Now() < int64(w.cfg.Duration) {
 		w.s.At(w.after(6*time.Second), "move", w.move)
@@ -374,36 +376,46 @@ func (w *World) move() {
 	to := w.machines[(p.machine.idx+1+w.rng.IntN(len(w.machines)-1))%len(w.machines)]
 	w.s.Spawn(p.group, "move "+room.Name+" to "+to.name, func(ctx context.Context) {
 		node := p.node
-		ok := false
-		for _, peer := range node.Status().Peers {
-			if peer.Node == to.name && peer.State == cluster.LeaseLive && !peer.Draining {
-				ok = true
-			}
-		}
-		h, held := p.holds[room]
-		_, parked := node.Parked(room)
-		switch {
-		case !ok, !held && !parked, held && !node.Acting(room):
+		if _, err := node.BeginMove(room, to.name); err != nil {
 			w.stats.MovesRefused++
 			return
-		case held:
-			w.closeRoomSockets(p, room, "the room is moving to "+to.name)
+		}
+		if h, held := p.holds[room]; held {
 			delete(p.holds, room)
 			node.Release(ctx, h)
 			w.stats.Releases++
-		default:
-			// Its sockets stay until the release has landed: while they
-			// do, the room may be taken elsewhere (checkTaken allows it).
-			p.moving[room] = true
+		} else if parked, landed := node.ReleaseParked(ctx, room); parked {
 			w.stats.ParkedMoves++
-			if _, landed := node.ReleaseParked(ctx, room); !landed {
+			if !landed {
 				w.stats.ParkedMovesPending++
-				return
 			}
-			w.closeRoomSockets(p, room, "the room is moving to "+to.name)
-			delete(p.moving, room)
 		}
 		w.stats.Moves++
+		for w.moveStep(ctx, p, to, room) && (sleeper{p}).Sleep(ctx, w.cfg.TTL/10) == nil {
+		}
+	})
+}
+
+// moveStep takes p's move of room to machine to one step, as the
+// member's advanceMove does; it reports whether the move goes on.
+func (w *World) moveStep(ctx context.Context, p *process, to *machine, room cluster.Room) bool {
+	node := p.node
+	step, ok := node.LookMove(ctx, room)
+	if !ok {
+		return false
+	}
+	switch step.Kind {
+	case cluster.MoveWait:
+		return true
+	case cluster.MoveGiveUp:
+		w.stats.MovesGivenUp++
+		if _, parked := node.Parked(room); !parked && !node.Acting(room) {
+			w.closeRoomSockets(p, room, "the move of the room ended unfinished")
+		}
+		return false
+	case cluster.MoveTaken:
+		w.stats.MovesFoundTaken++
+	case cluster.MoveAsk:
 		r, err := w.call(ctx, p, to, "take "+room.Name, func(ctx context.Context, q *process) reply {
 			where, err := q.node.Route(ctx, room)
 			if err != nil || where.Kind != cluster.Here {
@@ -412,11 +424,14 @@ func (w *World) move() {
 			return w.serveHere(ctx, q, nil, room, where)
 		})
 		if err != nil || !r.answered {
-			return
+			return true // the next look reads the record again
 		}
+		node.EndMove(room)
 		w.stats.MovesDone++
 		w.checkMove(p, to, room, r.gen)
-	})
+	}
+	w.closeRoomSockets(p, room, "the room moved to "+to.name)
+	return false
 }
 
 // checkMove checks a move of room from p to machine to, which answered

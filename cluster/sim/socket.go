@@ -26,8 +26,9 @@ import (
 //     is not resident here, its parked record is released (ReleaseParked);
 //   - every drain pass closes every socket (1012) and releases every
 //     parked record before it hands resident rooms over;
-//   - a move of a parked room releases its record first and goes on (its
-//     sockets closed, the target asked) only if that release landed;
+//   - a move of a parked room releases its record first; the target is
+//     asked once the record is free, and the sockets close once another
+//     node holds the room (or the move gives up);
 //   - a room found taken elsewhere (a route to another node, a take that
 //     finds another holder) loses its sockets here;
 //   - a lapse closes every socket (1012), as does a clean stop, before the
@@ -116,7 +117,6 @@ func (w *World) closeSocket(s *socket, byClient bool) {
 		w.stats.SocketsClosedByNode++
 	}
 	if w.openSockets(p, s.room) == 0 {
-		delete(p.moving, s.room)
 		w.lastSocketGone(p, s.room)
 	}
 }

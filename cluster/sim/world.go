@@ -73,6 +73,11 @@ type Stats struct {
 	// that the target took; MovesRefused were not started (the target
 	// not a live, undrained peer, or the room not acted on).
 	Moves, MovesDone, MovesRefused uint64
+	// MovesFoundTaken ended when the look found another node holding the
+	// room (the target's answer lost, or an event's node took it first);
+	// MovesGivenUp ended unfinished (the look ran out, the target drained
+	// or died, the owner stopped).
+	MovesFoundTaken, MovesGivenUp uint64
 	// LongestEvent and LongestDrain are the longest an event took to be
 	// answered or refused, and a drain to report drained, besides what
 	// their bounds excuse (bucket calls, pauses, outages).
@@ -130,6 +135,8 @@ func (s *Stats) Add(o Stats) {
 	s.Moves += o.Moves
 	s.MovesDone += o.MovesDone
 	s.MovesRefused += o.MovesRefused
+	s.MovesFoundTaken += o.MovesFoundTaken
+	s.MovesGivenUp += o.MovesGivenUp
 	s.SocketsOpened += o.SocketsOpened
 	s.SocketsClosedByClient += o.SocketsClosedByClient
 	s.SocketsClosedByNode += o.SocketsClosedByNode
@@ -260,12 +267,9 @@ type process struct {
 	// last looked at (a lapse closes them all).
 	sockets []*socket
 	lapses  uint64
-	// moving are the rooms whose parked record a move released, or tried
-	// to, while their sockets stay open here until the move closes them
-	// or they close; exposed are the rooms whose wake here had an
-	// unknown outcome or found another holder, until the room is taken
-	// or parked here again (checkTaken).
-	moving  map[cluster.Room]bool
+	// exposed are the rooms whose wake here had an unknown outcome or
+	// found another holder, until the room is taken or parked here again
+	// (checkTaken).
 	exposed map[cluster.Room]bool
 }
 
@@ -462,7 +466,7 @@ func (w *World) noteWrite(key string, body []byte, etag string) {
 func (w *World) start(m *machine) {
 	m.starts++
 	p := &process{machine: m, name: fmt.Sprintf("%s.%d", m.name, m.starts), holds: map[cluster.Room]cluster.Hold{},
-		moving: map[cluster.Room]bool{}, exposed: map[cluster.Room]bool{}}
+		exposed: map[cluster.Room]bool{}}
 	p.clock = &nodeClock{s: w.s, origin: w.rng.Int64N(1 << 50), boot: w.s.Now(), ppm: m.ppm}
 	p.group = &Group{Name: p.name}
 	w.procs[p.group] = p
