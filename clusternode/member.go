@@ -66,9 +66,8 @@ type Member struct {
 
 	mgr atomic.Pointer[rooms.Manager]
 
-	mu     sync.Mutex
-	seen   map[rooms.Key]seenAt
-	moving map[rooms.Key]bool // rooms this node is moving away: no hold is taken meanwhile
+	mu   sync.Mutex
+	seen map[rooms.Key]seenAt
 	// The owner sweep's (sweep.go), under sweepMu: its passes, where the
 	// last re-read of parked records stopped, and the undecodable records
 	// logged (under mu).
@@ -130,7 +129,7 @@ func New(ctx context.Context, cfg Config) (*Member, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &Member{cfg: cfg, core: core, log: cfg.Logger.With("node", cfg.Node), seen: map[rooms.Key]seenAt{}, moving: map[rooms.Key]bool{}, reportedUnreadable: map[rooms.Key]bool{},
+	m := &Member{cfg: cfg, core: core, log: cfg.Logger.With("node", cfg.Node), seen: map[rooms.Key]seenAt{}, reportedUnreadable: map[rooms.Key]bool{},
 		lost: make(chan struct{}), peers: &server.Cluster{Node: cfg.Node, Secret: cfg.Secret}}
 	m.met = newMemberMetrics(cfg.Metrics, m)
 	return m, nil
@@ -165,7 +164,7 @@ func (m *Member) Join(mgr *rooms.Manager) {
 			_ = m.core.Run(m.ctx, sleeper, duty)
 		}()
 	}
-	m.loops.Add(2)
+	m.loops.Add(3)
 	go func() {
 		defer m.loops.Done()
 		m.watch(sleeper)
@@ -173,6 +172,10 @@ func (m *Member) Join(mgr *rooms.Manager) {
 	go func() {
 		defer m.loops.Done()
 		m.sweepLoop(sleeper, m.sweepInterval())
+	}()
+	go func() {
+		defer m.loops.Done()
+		m.moveLoop(sleeper)
 	}()
 }
 
@@ -308,9 +311,6 @@ func (m *Member) Route(ctx context.Context, key rooms.Key) (rooms.Route, error) 
 // Acquire implements rooms.Placement: Take over the routing read when it
 // is fresh, else read and take.
 func (m *Member) Acquire(ctx context.Context, key rooms.Key) (rooms.Hold, error) {
-	if m.isMoving(key) {
-		return rooms.Hold{}, fmt.Errorf("%w: the room is moving to another node", rooms.ErrElsewhere)
-	}
 	m.mu.Lock()
 	s, ok := m.seen[key]
 	delete(m.seen, key)
@@ -325,16 +325,11 @@ func (m *Member) Acquire(ctx context.Context, key rooms.Key) (rooms.Hold, error)
 	} else {
 		h, err = m.core.Acquire(ctx, roomOf(key))
 	}
-	if err == nil && m.isMoving(key) {
-		// A move began while this took the record: give it back.
-		m.core.Release(ctx, h)
-		err = fmt.Errorf("%w: the room is moving to another node", cluster.ErrDraining)
-	}
 	m.met.acquisition(err)
 	switch {
 	case err == nil:
 	case errors.Is(err, cluster.ErrHeld), errors.Is(err, cluster.ErrDraining), errors.Is(err, cluster.ErrNotActive),
-		errors.Is(err, cluster.ErrContended), errors.Is(err, cluster.ErrBusy):
+		errors.Is(err, cluster.ErrContended), errors.Is(err, cluster.ErrBusy), errors.Is(err, cluster.ErrMoving):
 		return rooms.Hold{}, fmt.Errorf("%w: %w", rooms.ErrElsewhere, err)
 	default:
 		return rooms.Hold{}, err
@@ -349,12 +344,12 @@ func (m *Member) Valid(h rooms.Hold) bool { return m.core.Valid(holdOf(h)) }
 // evicted, with sockets open here parks its hold (seed 000 §1): the record
 // keeps naming this node, so the room's next event, wherever it lands,
 // wakes it here where its sockets are. Every other end releases it, as
-// does a park the core refuses (the lease not valid, draining) or one
-// while this node moves the room or stops.
+// does a park the core refuses (the lease not valid, draining, the room
+// moving) or one while this node stops.
 func (m *Member) End(ctx context.Context, h rooms.Hold, why life.EndReason, open int) {
 	parks := why.Parks(open)
 	moving, stopping := m.isMoving(h.Key), m.stopping.Load()
-	if parks && !m.draining.Load() && !moving && !stopping && m.core.Park(holdOf(h)) {
+	if parks && !m.draining.Load() && !stopping && m.core.Park(holdOf(h)) {
 		return
 	}
 	m.met.release(why)
@@ -418,6 +413,10 @@ func (m *Member) Status() server.ClusterNode {
 	out := server.ClusterNode{Node: s.Node, Instance: s.Instance, Address: m.cfg.Address, Phase: s.Phase,
 		LeaseValid: s.LeaseValid, ValidForMS: s.ValidFor.Milliseconds(), Draining: s.Draining,
 		Holds: clusterRooms(s.Holds), Parked: clusterRooms(s.Parked), Pending: clusterRooms(s.Pending), Peers: []server.ClusterPeer{}}
+	for _, mv := range s.Moving {
+		out.Moving = append(out.Moving, server.ClusterMoving{Class: mv.Room.Class, Name: mv.Room.Name, To: mv.To,
+			ForMS: time.Duration(m.cfg.Clock.Now() - mv.Since).Milliseconds()})
+	}
 	out.Drained = s.Draining && len(s.Holds) == 0 && len(s.Parked) == 0 && len(s.Pending) == 0 && len(s.Unresolved) == 0
 	for _, p := range s.Peers {
 		out.Peers = append(out.Peers, server.ClusterPeer{Node: p.Node, Instance: p.Instance, Address: p.Address,
@@ -526,17 +525,21 @@ func (m *Member) SecretsUnavailable() error {
 }
 
 func (m *Member) isMoving(key rooms.Key) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.moving[key]
+	_, moving := m.core.Moving(roomOf(key))
+	return moving
 }
 
 // ErrNotHeldHere: a move was asked of a node that does not hold the room.
 var ErrNotHeldHere = errors.New("clusternode: the room is not held on this node")
 
-// Move implements server.ClusterMember: the room's sockets here close with
-// 1012, its state is written and its record released, and node to is
-// asked to take it at once.
+// Move implements server.ClusterMember: the move is recorded (from then on
+// the room takes no hold here, and its events go to the target), the
+// room's state is written and its record released (a parked one's as it
+// stands), and node to is asked to take it; once it has, the room's
+// sockets here close with 1012 and reconnect there. A release that did
+// not land (pending, or the record naming this node at a later
+// generation) leaves the move under way: the move loop finishes it
+// (server.ErrMoveUnderWay).
 func (m *Member) Move(ctx context.Context, key rooms.Key, to string) error {
 	mgr := m.mgr.Load()
 	if mgr == nil {
@@ -545,60 +548,89 @@ func (m *Member) Move(ctx context.Context, key rooms.Key, to string) error {
 	if to == m.cfg.Node {
 		return fmt.Errorf("clusternode: %s already runs on %s", key, to)
 	}
-	addr := ""
-	for _, p := range m.core.Status().Peers {
-		if p.Node == to && p.State == cluster.LeaseLive && !p.Draining {
-			addr = p.Address
+	// Recorded before the room's state is looked at, so that neither a
+	// park nor a wake can come in between (the core refuses both while
+	// the room moves).
+	if _, err := m.core.BeginMove(roomOf(key), to); err != nil {
+		if errors.Is(err, cluster.ErrNotHeld) {
+			return fmt.Errorf("%w: %s", ErrNotHeldHere, key)
 		}
-	}
-	if addr == "" {
-		return fmt.Errorf("clusternode: node %s is not a live, undrained peer of this node", to)
-	}
-	// While it moves, the room takes no hold here: a socket's message
-	// meanwhile is refused (1012) rather than waking it back here. Marked
-	// before the room's state is looked at, so that neither a park nor a
-	// wake can come in between.
-	m.mu.Lock()
-	if m.moving[key] {
-		m.mu.Unlock()
-		return fmt.Errorf("clusternode: %s is being moved already", key)
-	}
-	m.moving[key] = true
-	m.mu.Unlock()
-	defer func() {
-		m.mu.Lock()
-		delete(m.moving, key)
-		m.mu.Unlock()
-	}()
-	_, parked := m.core.Parked(roomOf(key))
-	if !parked && !m.core.Acting(roomOf(key)) {
-		return fmt.Errorf("%w: %s", ErrNotHeldHere, key)
-	}
-	if parked {
-		// The owner acts on a parked room too; only a release that
-		// landed lets the move go on (the target would find the record
-		// naming this live node).
-		if _, landed := m.core.ReleaseParked(ctx, roomOf(key)); !landed {
-			// Pending, or the record had moved on (a wake of this node's
-			// may have landed unanswered): the target would find it held
-			// by a live node. The sockets stay.
-			return fmt.Errorf("clusternode: %s: its parked record's release did not land (pending, or the record changed); try the move again", key)
-		}
-		m.met.parkedRelease("move")
-	} else if err := mgr.HandOver(ctx, key, life.EndMove); err != nil {
-		return fmt.Errorf("clusternode: handing %s over: %w", key, err)
+		return fmt.Errorf("clusternode: moving %s: %w", key, err)
 	}
 	m.met.moves.Inc()
-	m.log.Info("cluster: moving a room", "room", key.String(), "to", to, "parked", parked)
-	if err := m.peers.AskTake(ctx, to, addr, key); err != nil {
-		return err // the room is free: its next event takes it, here or elsewhere
+	if parked, landed := m.core.ReleaseParked(ctx, roomOf(key)); parked {
+		// The owner acts on a parked room too.
+		m.met.parkedRelease("move")
+		m.log.Info("cluster: moving a parked room", "room", key.String(), "to", to, "released", landed)
+	} else if err := mgr.HandOver(ctx, key, life.EndMove); err != nil && !errors.Is(err, rooms.ErrUnknownRoom) {
+		m.core.EndMove(roomOf(key))
+		return fmt.Errorf("clusternode: handing %s over: %w", key, err)
+	} else {
+		m.log.Info("cluster: moving a room", "room", key.String(), "to", to)
 	}
-	// The sockets go once the target holds the room: reconnecting, they
-	// reach it there.
-	if mgr.SocketCount(key) > 0 {
+	return m.advanceMove(ctx, key)
+}
+
+// movePassEvery is how often the move loop looks at the moves under way.
+func (m *Member) movePassEvery() time.Duration { return m.ttl() / 10 }
+
+// moveLoop finishes the moves under way (see cluster/moves.go): once a
+// pending release lands the target is asked again, and once another live
+// node holds the room its sockets here close.
+func (m *Member) moveLoop(s cluster.Sleeper) {
+	for !m.core.Ended() && s.Sleep(m.ctx, m.movePassEvery()) == nil {
+		for _, mv := range m.core.Moves() {
+			key := rooms.Key{Class: mv.Room.Class, Name: mv.Room.Name}
+			ctx, cancel := context.WithTimeout(m.ctx, m.ttl())
+			if err := m.advanceMove(ctx, key); err != nil && !errors.Is(err, server.ErrMoveUnderWay) {
+				m.log.Warn("cluster: a move ended unfinished", "room", key.String(), "to", mv.To, "err", err)
+			}
+			cancel()
+		}
+	}
+}
+
+// advanceMove takes key's move one step: nil once the move is done,
+// server.ErrMoveUnderWay while it waits, another error if it ended
+// unfinished.
+func (m *Member) advanceMove(ctx context.Context, key rooms.Key) error {
+	step, ok := m.core.LookMove(ctx, roomOf(key))
+	if !ok {
+		return nil // finished meanwhile
+	}
+	mv := step.Move
+	switch step.Kind {
+	case cluster.MoveWait:
+		return fmt.Errorf("%w: %s", server.ErrMoveUnderWay, step.Why)
+	case cluster.MoveGiveUp:
+		// The room's sockets here belong to no hold of this node's any
+		// more: they close, and their clients reconnect to wherever the
+		// room runs next.
+		if _, parked := m.core.Parked(roomOf(key)); !parked && !m.core.Acting(roomOf(key)) && m.mgr.Load().SocketCount(key) > 0 {
+			m.closeSockets(ctx, []rooms.Key{key}, "the room's move ended unfinished")
+			m.met.ownerCloses("move", 1)
+		}
+		return fmt.Errorf("clusternode: the move of %s to %s ended unfinished: %s", key, mv.To, step.Why)
+	case cluster.MoveAsk:
+		if err := m.peers.AskTake(ctx, mv.To, mv.Address, key); err != nil {
+			// The next pass reads the record again: the target may have
+			// taken the room with an event meanwhile, or will be asked
+			// again.
+			return fmt.Errorf("%w: node %s did not take the room yet: %w", server.ErrMoveUnderWay, mv.To, err)
+		}
+		m.core.EndMove(roomOf(key))
+	case cluster.MoveTaken:
+		if step.Node != mv.To {
+			m.log.Info("cluster: a moving room was taken by another node first", "room", key.String(), "to", mv.To, "by", step.Node)
+		}
+	}
+	// The sockets go once another node holds the room: reconnecting,
+	// they reach it there.
+	if m.mgr.Load().SocketCount(key) > 0 {
 		m.closeSockets(ctx, []rooms.Key{key}, "the room moved to another node")
 		m.met.ownerCloses("move", 1)
 	}
+	m.log.Info("cluster: moved a room", "room", key.String(), "to", mv.To)
 	return nil
 }
 

@@ -58,6 +58,7 @@ type link struct {
 	*store.Faulty
 	cut        atomic.Bool
 	refused    sync.Map // key → *atomic.Int64: its PUTs are refused, and counted
+	loseAnswer sync.Map // key → true: its next PUT lands, and its answer is lost
 	recordGets atomic.Int64
 	recordPuts atomic.Int64
 	// unconditional counts record writes without If-Match or
@@ -88,6 +89,9 @@ func newLink(b store.Bucket) *link {
 			}
 		}
 		if op.Kind == store.OpPut {
+			if _, ok := l.loseAnswer.LoadAndDelete(op.Key); ok {
+				return store.LoseAnswer()
+			}
 			if n, ok := l.refused.Load(op.Key); ok {
 				n.(*atomic.Int64).Add(1)
 				return store.FailBefore(errRefused)
@@ -104,6 +108,10 @@ func (l *link) refusePuts(key string) *atomic.Int64 {
 	n, _ := l.refused.LoadOrStore(key, new(atomic.Int64))
 	return n.(*atomic.Int64)
 }
+
+// loseAnswerOnce makes the next PUT of key land and answer
+// ErrUnknownOutcome.
+func (l *link) loseAnswerOnce(key string) { l.loseAnswer.Store(key, true) }
 
 // acceptPuts ends refusePuts of key.
 func (l *link) acceptPuts(key string) { l.refused.Delete(key) }

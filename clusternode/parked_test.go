@@ -120,17 +120,13 @@ func TestAParkedRoomMoves(t *testing.T) {
 	ws := wstest.Dial(t, strings.Replace(a.n.URL(), "http", "ws", 1)+"/actor/echo/m")
 	ws.ReadText()
 	room := cluster.Room{Class: "echo", Name: "m"}
-	parkedOn(t, a, room)
+	h := parkedOn(t, a, room)
+	took := b.mem().met.acquire["acquired"].Get()
 	if err := a.mem().Move(t.Context(), keyOf(room), "b"); err != nil {
 		t.Fatal(err)
 	}
 	ws.ExpectClose(abi.CloseServiceRestart)
-	if rec := readRecord(t, bucket, "echo", "m"); rec.Node != "b" {
-		t.Errorf("after the move the record is %+v, want b's", rec)
-	}
-	if !holds(b, "echo", "m") {
-		t.Error("b does not hold the moved room")
-	}
+	checkMovedTo(t, bucket, b, room, h.Generation, took)
 	if got := a.mem().met.parkedReleases["move"].Get(); got != 1 {
 		t.Errorf("wasmkeep_parked_releases_total{reason=move} = %d", got)
 	}

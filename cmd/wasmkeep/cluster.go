@@ -16,6 +16,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/wasmkeep/wasmkeep/cluster"
 	"github.com/wasmkeep/wasmkeep/host/server"
 )
 
@@ -88,7 +89,13 @@ func clusterCommand() *cli.Command {
 					if err := newAdminClient(c).do(http.MethodPost, "/admin/cluster/move", body, &done); err != nil {
 						return err
 					}
-					if !done.Moved {
+					switch {
+					case done.UnderWay:
+						fmt.Fprintf(c.App.Writer, "room %s/%s is moving from node %s to node %s, in the background: %s\n"+
+							"(it is finished or given up within %v; `wasmkeep cluster status` shows it meanwhile)\n",
+							done.Class, done.Name, done.From, done.To, done.Note, cluster.MoveLookFor)
+						return nil
+					case !done.Moved:
 						fmt.Fprintf(c.App.Writer, "room %s/%s is on node %s already\n", done.Class, done.Name, done.To)
 						return nil
 					}
@@ -263,6 +270,9 @@ func writeCluster(w io.Writer, view server.ClusterView) error {
 		}
 		for _, r := range n.Pending {
 			holds = append(holds, hold{n.Node, r, "release-pending"})
+		}
+		for _, m := range n.Moving {
+			holds = append(holds, hold{n.Node, server.ClusterRoom{Class: m.Class, Name: m.Name}, "moving-to-" + m.To})
 		}
 	}
 	if len(holds) == 0 {

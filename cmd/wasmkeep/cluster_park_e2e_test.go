@@ -201,6 +201,37 @@ func parkedRoomScenario(t *testing.T, onS3 bool) {
 	})
 	t.Logf("socket closed, R's record free %v later", time.Since(phase).Round(time.Millisecond))
 
+	// A move of room M, parked on a, to b, asked through c (which holds
+	// nothing of it: it finds a by asking its peers).
+	wsM := wstest.Dial(t, "ws"+strings.TrimPrefix(a.url, "http")+"/actor/echo/M")
+	if got := wsM.ReadText(); !strings.HasPrefix(got, "open ") {
+		t.Fatalf("M's greeting: %q", got)
+	}
+	recM, _ := c.recordVersion("echo", "M")
+	c.waitParked(a, "M", recM.Generation)
+	phase = time.Now()
+	took := sumOf(mustMetrics(t, b), "wasmkeep_cluster_acquisitions_total", `outcome="acquired"`)
+	if r := wk(t, nil, "cluster", "move", "--server", cc.url, "--to", "b", "echo", "M"); r.code != 0 || !strings.Contains(r.stdout, "moved from node a to node b") {
+		t.Fatalf("cluster move --to b echo M: %v", r)
+	}
+	moved := time.Since(phase)
+	wsM.ExpectClose(abi.CloseServiceRestart)
+	// b took M; with no socket there M may have hibernated and its
+	// record been released since.
+	if got := sumOf(mustMetrics(t, b), "wasmkeep_cluster_acquisitions_total", `outcome="acquired"`); got != took+1 {
+		t.Fatalf("b made %v acquisitions during the move, want 1", got-took)
+	}
+	if rec, _ := c.recordVersion("echo", "M"); rec.Generation <= recM.Generation || !rec.Free && rec.Node != "b" {
+		t.Fatalf("after the move M's record is %+v, want b's (or free) above generation %d", rec, recM.Generation)
+	}
+	if got := mustMetrics(t, a)[`wasmkeep_parked_releases_total{reason="move"}`]; got != 1 {
+		t.Fatalf(`a's wasmkeep_parked_releases_total{reason="move"} = %v, want 1`, got)
+	}
+	if v := c.localView(a); len(v.Moving) != 0 || len(v.Parked) != 0 {
+		t.Fatalf("a after the move: moving %v, parked %v", v.Moving, v.Parked)
+	}
+	t.Logf("M parked on a; cluster move through c took it to b in %v, its socket closed with 1012", moved.Round(time.Millisecond))
+
 	// A drain of a with room D parked there.
 	phase = time.Now()
 	wsD := wstest.Dial(t, "ws"+strings.TrimPrefix(a.url, "http")+"/actor/echo/D")

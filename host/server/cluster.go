@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/wasmkeep/wasmkeep/host/rooms"
@@ -39,9 +40,11 @@ type ClusterMember interface {
 	// Drain starts handing this node's rooms over (on) or takes rooms
 	// again (off). It returns at once; Status tells when it is drained.
 	Drain(on bool) error
-	// Move hands a room held here over to node to: its sockets close
-	// with 1012, its state is written and its record released, and to
-	// is asked to take it.
+	// Move hands a room held or parked here over to node to: its state
+	// is written and its record released, to is asked to take it, and
+	// its sockets here close with 1012 once it has. An error wrapping
+	// ErrMoveUnderWay says the move goes on in the background (its
+	// release has not landed yet, or the target has not taken it).
 	Move(ctx context.Context, key rooms.Key, to string) error
 	// Take acquires and wakes a room here: the target's side of a move.
 	Take(ctx context.Context, key rooms.Key) error
@@ -81,8 +84,25 @@ type ClusterNode struct {
 	// open on the node: their events are routed to it.
 	Parked  []ClusterRoom `json:"parked"`
 	Pending []ClusterRoom `json:"pending_releases"`
-	Peers   []ClusterPeer `json:"peers"`
-	Error   string        `json:"error,omitempty"` // a peer that could not be asked
+	// Moving are the rooms being moved away from the node.
+	Moving []ClusterMoving `json:"moving"`
+	Peers  []ClusterPeer   `json:"peers"`
+	Error  string          `json:"error,omitempty"` // a peer that could not be asked
+}
+
+// ErrMoveUnderWay: a move was begun and goes on in the background: its
+// record's release has not landed yet, or its target has not taken it.
+// The node finishes it or gives it up within two minutes (ClusterNode
+// Moving shows it meanwhile).
+var ErrMoveUnderWay = errors.New("server: the move goes on in the background")
+
+// ClusterMoving is a room being moved away from a node.
+type ClusterMoving struct {
+	Class string `json:"class"`
+	Name  string `json:"name"`
+	To    string `json:"to"`
+	// ForMS is how long the move has been under way.
+	ForMS int64 `json:"for_ms"`
 }
 
 // ClusterRoom is a room a node holds or has a release pending for.

@@ -55,13 +55,34 @@ type ClusterView struct {
 }
 
 // ClusterMove is the answer of a move: the room, the node that held it
-// and the target. Moved is false when the target held it already.
+// and the target. Moved is false when the target held it already, or
+// when the move goes on in the background (UnderWay, with what it waits
+// on in Note; the answer is then 202).
 type ClusterMove struct {
-	Class string `json:"class"`
-	Name  string `json:"name"`
-	From  string `json:"from"`
-	To    string `json:"to"`
-	Moved bool   `json:"moved"`
+	Class    string `json:"class"`
+	Name     string `json:"name"`
+	From     string `json:"from"`
+	To       string `json:"to"`
+	Moved    bool   `json:"moved"`
+	UnderWay bool   `json:"under_way,omitempty"`
+	Note     string `json:"note,omitempty"`
+}
+
+// moveDone fills done with the outcome err of a move made here and
+// answers it; false if err is a failure, answered by the caller.
+func moveDone(w http.ResponseWriter, done ClusterMove, err error) bool {
+	switch {
+	case err == nil:
+		done.Moved = true
+		writeJSON(w, http.StatusOK, done)
+	case errors.Is(err, ErrMoveUnderWay):
+		// What it waits on: the error's text after the sentinel's.
+		done.UnderWay, done.Note = true, forClient(strings.TrimPrefix(err.Error(), ErrMoveUnderWay.Error()+": "))
+		writeJSON(w, http.StatusAccepted, done)
+	default:
+		return false
+	}
+	return true
 }
 
 // Request bodies. Unknown fields are refused, so a misspelled one is an
@@ -238,18 +259,19 @@ func (s *Server) clusterMove(w http.ResponseWriter, r *http.Request, c *Cluster)
 	case c.Node:
 		ctx, cancel := context.WithTimeout(r.Context(), peerCallTimeout)
 		defer cancel()
-		if err := c.Member.Move(ctx, key, req.To); err != nil {
+		if err := c.Member.Move(ctx, key, req.To); !moveDone(w, done, err) {
 			s.memberError(w, "moving room "+key.String(), err)
-			return
 		}
-		done.Moved = true
-		writeJSON(w, http.StatusOK, done)
 	default:
 		if err := c.call(r.Context(), holder.Node, holder.Address, http.MethodPost, "/cluster/v1/move", req, &done, peerCallTimeout, maxPeerAnswer); err != nil {
 			peerFailed(w, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, done)
+		status := http.StatusOK
+		if done.UnderWay {
+			status = http.StatusAccepted
+		}
+		writeJSON(w, status, done)
 	}
 }
 
@@ -317,11 +339,10 @@ func (s *Server) peerMove(w http.ResponseWriter, r *http.Request, c *Cluster) {
 	s.log.Info("cluster move, asked by a peer", "peer", r.Header.Get(PeerHeader), "room", key.String(), "to", req.To)
 	ctx, cancel := context.WithTimeout(r.Context(), peerCallTimeout)
 	defer cancel()
-	if err := c.Member.Move(ctx, key, req.To); err != nil {
+	done := ClusterMove{Class: key.Class, Name: key.Name, From: c.Node, To: req.To}
+	if err := c.Member.Move(ctx, key, req.To); !moveDone(w, done, err) {
 		s.memberError(w, "moving room "+key.String(), err)
-		return
 	}
-	writeJSON(w, http.StatusOK, ClusterMove{Class: key.Class, Name: key.Name, From: c.Node, To: req.To, Moved: true})
 }
 
 func (s *Server) peerTake(w http.ResponseWriter, r *http.Request, c *Cluster) {
@@ -430,9 +451,12 @@ func (s *Server) livePeer(ctx context.Context, w http.ResponseWriter, c *Cluster
 	return p, true
 }
 
-// holdsRoom reports whether n holds the room.
+// holdsRoom reports whether n holds the room, keeps it parked, or is
+// moving it away: the node a move is asked of.
 func holdsRoom(n ClusterNode, key rooms.Key) bool {
-	return slices.ContainsFunc(n.Holds, func(h ClusterRoom) bool { return h.Class == key.Class && h.Name == key.Name })
+	is := func(h ClusterRoom) bool { return h.Class == key.Class && h.Name == key.Name }
+	return slices.ContainsFunc(n.Holds, is) || slices.ContainsFunc(n.Parked, is) ||
+		slices.ContainsFunc(n.Moving, func(m ClusterMoving) bool { return m.Class == key.Class && m.Name == key.Name })
 }
 
 // tidyNode gives n's lists as empty rather than null in JSON.
@@ -445,6 +469,9 @@ func tidyNode(n ClusterNode) ClusterNode {
 	}
 	if n.Parked == nil {
 		n.Parked = []ClusterRoom{}
+	}
+	if n.Moving == nil {
+		n.Moving = []ClusterMoving{}
 	}
 	if n.Peers == nil {
 		n.Peers = []ClusterPeer{}
