@@ -76,6 +76,7 @@ type Member struct {
 	rereadDue          bool // a re-read of the parked records is due (and was cut short, if it ran)
 	rereadFrom         cluster.Room
 	reportedUnreadable map[rooms.Key]bool
+	sweepClosed        map[rooms.Key]bool // rooms whose sockets the sweep closed, while they have any
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -129,7 +130,7 @@ func New(ctx context.Context, cfg Config) (*Member, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &Member{cfg: cfg, core: core, log: cfg.Logger.With("node", cfg.Node), seen: map[rooms.Key]seenAt{}, reportedUnreadable: map[rooms.Key]bool{},
+	m := &Member{cfg: cfg, core: core, log: cfg.Logger.With("node", cfg.Node), seen: map[rooms.Key]seenAt{}, reportedUnreadable: map[rooms.Key]bool{}, sweepClosed: map[rooms.Key]bool{},
 		lost: make(chan struct{}), peers: &server.Cluster{Node: cfg.Node, Secret: cfg.Secret}}
 	m.met = newMemberMetrics(cfg.Metrics, m)
 	return m, nil
@@ -397,7 +398,14 @@ func (m *Member) baseCtx() context.Context {
 // can still write a snapshot that counts (every earlier hold ended before
 // the record moved on); a room without a record has had no cluster hold,
 // and the sweep deletes nothing of it.
+//
+// A room parked here costs no read (seed 000 §5): its parked hold's
+// generation bounds every hold that may still write (the ones before it
+// ended before the record named it), and is at most the record's.
 func (m *Member) Fence(ctx context.Context, key rooms.Key) (uint64, error) {
+	if h, parked := m.core.Parked(roomOf(key)); parked {
+		return h.Generation, nil
+	}
 	seen, err := m.core.Look(ctx, roomOf(key))
 	if err != nil || !seen.Exists {
 		return 0, err

@@ -3,6 +3,7 @@ package clusternode
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/wasmkeep/wasmkeep/cluster"
@@ -60,7 +61,13 @@ func (m *Member) Sweep(ctx context.Context) {
 	if m.sweeps%sweepRereadEvery == 0 {
 		m.rereadDue = true
 	}
-	for _, key := range mgr.RoomsWithSockets() {
+	withSockets := mgr.RoomsWithSockets()
+	for key := range m.sweepClosed {
+		if !slices.Contains(withSockets, key) {
+			delete(m.sweepClosed, key) // its sockets are gone
+		}
+	}
+	for _, key := range withSockets {
 		room := roomOf(key)
 		if _, parked := m.core.Parked(room); parked || m.core.Acting(room) || m.isMoving(key) {
 			continue
@@ -108,7 +115,12 @@ func (m *Member) closeIfElsewhere(ctx context.Context, key rooms.Key) bool {
 		return false
 	case w.Kind == cluster.Elsewhere:
 		m.closeSockets(ctx, []rooms.Key{key}, "the room runs on another node")
-		m.met.ownerCloses("sweep", 1)
+		if !m.sweepClosed[key] {
+			// Counted once: sockets whose close is slow to finish are
+			// still listed at the next pass.
+			m.sweepClosed[key] = true
+			m.met.ownerCloses("sweep", 1)
+		}
 	}
 	return true
 }
