@@ -27,6 +27,7 @@ func clusterFlags() []cli.Flag {
 		&cli.StringFlag{Name: "advertise", Usage: "host:port where the other nodes reach this node's --listen (default: the bound listen address, with the host name for an unspecified host)", EnvVars: env("advertise")},
 		&cli.DurationFlag{Name: "lease-ttl", Value: cluster.DefaultTTL, Usage: "the node's lease time: renewed every third of it; a node silent for it (plus a fifth) is fenced and its rooms taken", EnvVars: env("lease-ttl")},
 		&cli.DurationFlag{Name: "failover-wait", Value: server.DefaultFailoverWait, Usage: "time a request for a room of a node that stopped answering waits for the room to be free before HTTP 503", EnvVars: env("failover-wait")},
+		&cli.DurationFlag{Name: "owner-sweep-interval", Value: clusternode.DefaultSweepInterval, Usage: "how often the node checks the rooms whose sockets it keeps: releases parked records with no socket left, closes sockets of rooms another node took (one pass in ten re-reads parked records)", EnvVars: env("owner-sweep-interval")},
 	}
 }
 
@@ -52,13 +53,9 @@ func clusterConfig(c *cli.Context, cfg *node.Config) error {
 	if cfg.Bucket == nil {
 		return errors.New("a cluster node needs a store the nodes share: --store s3://BUCKET[/PREFIX] or --store DIR")
 	}
-	ttl := c.Duration("lease-ttl")
-	if ttl < time.Second {
-		return fmt.Errorf("--lease-ttl must be at least 1s, not %s", ttl)
-	}
-	wait := c.Duration("failover-wait")
-	if wait < 0 {
-		return fmt.Errorf("--failover-wait must be 0 or more, not %s", wait)
+	timing, err := clusterTiming(c)
+	if err != nil {
+		return err
 	}
 	advertise := c.String("advertise")
 	if advertise != "" {
@@ -66,23 +63,41 @@ func clusterConfig(c *cli.Context, cfg *node.Config) error {
 			return fmt.Errorf("--advertise must be host:port, not %q", advertise)
 		}
 	}
-	cfg.Cluster = memberConfig(name, []byte(secret), advertise, ttl, wait)
+	cfg.Cluster = memberConfig(name, []byte(secret), advertise, timing)
 	return nil
+}
+
+// memberTiming is a member's lease time, failover wait and owner sweep
+// interval, from their flags.
+type memberTiming struct{ ttl, wait, sweep time.Duration }
+
+// clusterTiming reads and checks the cluster's timing flags.
+func clusterTiming(c *cli.Context) (memberTiming, error) {
+	t := memberTiming{ttl: c.Duration("lease-ttl"), wait: c.Duration("failover-wait"), sweep: c.Duration("owner-sweep-interval")}
+	switch {
+	case t.ttl < time.Second:
+		return t, fmt.Errorf("--lease-ttl must be at least 1s, not %s", t.ttl)
+	case t.wait < 0:
+		return t, fmt.Errorf("--failover-wait must be 0 or more, not %s", t.wait)
+	case t.sweep < time.Second:
+		return t, fmt.Errorf("--owner-sweep-interval must be at least 1s, not %s", t.sweep)
+	}
+	return t, nil
 }
 
 // memberConfig makes node name a member of a cluster: secret signs its
 // calls to its peers, advertise ("": its bound listen address) is where
-// they reach it, ttl is its lease time and wait the failover wait.
-func memberConfig(name string, secret []byte, advertise string, ttl, wait time.Duration) *node.ClusterConfig {
+// they reach it, and t its timing.
+func memberConfig(name string, secret []byte, advertise string, t memberTiming) *node.ClusterConfig {
 	return &node.ClusterConfig{
 		Secret:       secret,
-		FailoverWait: wait,
+		FailoverWait: t.wait,
 		Member: func(ctx context.Context, env node.MemberEnv) (node.Member, error) {
 			addr := advertise
 			if addr == "" {
 				addr = advertised(env.Addr)
 			}
-			return clusternode.New(ctx, clusternode.Config{Node: name, Address: addr, Secret: secret, TTL: ttl,
+			return clusternode.New(ctx, clusternode.Config{Node: name, Address: addr, Secret: secret, TTL: t.ttl, SweepInterval: t.sweep,
 				Bucket: env.Bucket, Clock: env.Clock, Metrics: env.Metrics, Logger: env.Logger})
 		},
 	}

@@ -142,6 +142,10 @@ func runDemoCluster(ctx context.Context, c *cli.Context, cfg node.Config, n int,
 	} else if len(secret) < minSecretBytes {
 		return cli.Exit(fmt.Sprintf("wasmkeep: --cluster-secret must be at least %d bytes", minSecretBytes), 2)
 	}
+	timing, err := clusterTiming(c)
+	if err != nil {
+		return cli.Exit("wasmkeep: "+err.Error(), 2)
+	}
 	shared, err := store.OpenDir(filepath.Join(cfg.DataDir, "cluster"))
 	if err != nil {
 		return err
@@ -172,7 +176,7 @@ func runDemoCluster(ctx context.Context, c *cli.Context, cfg node.Config, n int,
 		ncfg.Listen = net.JoinHostPort(host, strconv.Itoa(port+i))
 		ncfg.Bucket = shared
 		ncfg.Logger = cfg.Logger.With("demo_node", name)
-		ncfg.Cluster = memberConfig(name, secret, "", c.Duration("lease-ttl"), c.Duration("failover-wait"))
+		ncfg.Cluster = memberConfig(name, secret, "", timing)
 		nd, err := node.Start(ctx, ncfg)
 		if err != nil {
 			return errors.Join(fmt.Errorf("starting node %s: %w", name, dataDirAdvice(err)), stopAll())
