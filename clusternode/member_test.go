@@ -7,7 +7,6 @@ package clusternode
 // and can cut it off the bucket.
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -26,8 +25,8 @@ import (
 	"github.com/wasmkeep/wasmkeep/host/engine"
 	"github.com/wasmkeep/wasmkeep/host/node"
 	"github.com/wasmkeep/wasmkeep/host/rooms"
-	"github.com/wasmkeep/wasmkeep/host/server"
 	"github.com/wasmkeep/wasmkeep/host/store"
+	"github.com/wasmkeep/wasmkeep/internal/testhttp"
 	"github.com/wasmkeep/wasmkeep/internal/testwasm"
 	"github.com/wasmkeep/wasmkeep/internal/wstest"
 )
@@ -227,45 +226,22 @@ func putClass(t *testing.T, m *member, name, pkg string, durable bool) {
 	if durable {
 		url += "?durability=event"
 	}
-	if r := do(t, "PUT", url, testwasm.Build(t, pkg)); r.status != http.StatusCreated {
-		t.Fatalf("PUT %s: %d %s", url, r.status, r.body)
+	if r := do(t, "PUT", url, testwasm.Build(t, pkg)); r.Status != http.StatusCreated {
+		t.Fatalf("PUT %s: %d %s", url, r.Status, r.Body)
 	}
 }
 
-type answer struct {
-	status int
-	body   string
-	header http.Header
-}
-
-func do(t *testing.T, method, url string, body []byte) answer {
+func do(t *testing.T, method, url string, body []byte) testhttp.Result {
 	t.Helper()
-	req, err := http.NewRequest(method, url, bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if strings.Contains(url, "/admin/") {
-		req.Header.Set(server.AdminHeader, "1")
-	}
-	// An upload compiles the module: for many seconds under -race.
-	resp, err := (&http.Client{Timeout: 3 * time.Minute}).Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, url, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return answer{resp.StatusCode, string(b), resp.Header}
+	return testhttp.Do(t, method, url, body)
 }
 
 // count POSTs to the counter room name through m and fails unless it
 // answers want.
 func count(t *testing.T, m *member, name, want string) {
 	t.Helper()
-	if r := do(t, "POST", m.n.URL()+"/actor/counter/"+name, nil); r.status != 200 || r.body != want {
-		t.Fatalf("POST counter/%s through %s: %d %q, want 200 %q", name, m.name, r.status, r.body, want)
+	if r := do(t, "POST", m.n.URL()+"/actor/counter/"+name, nil); r.Status != 200 || r.Body != want {
+		t.Fatalf("POST counter/%s through %s: %d %q, want 200 %q", name, m.name, r.Status, r.Body, want)
 	}
 }
 
@@ -342,10 +318,10 @@ func TestRouteToHolder(t *testing.T) {
 	// next count) or, without forwarding, refused naming the owner.
 	r := do(t, "POST", b.n.URL()+"/actor/counter/r", nil)
 	switch {
-	case r.status == 200 && r.body == "2":
-	case r.status == http.StatusServiceUnavailable && r.header.Get("X-Wasmkeep-Node") == "a":
+	case r.Status == 200 && r.Body == "2":
+	case r.Status == http.StatusServiceUnavailable && r.Header.Get("X-Wasmkeep-Node") == "a":
 	default:
-		t.Fatalf("POST through b: %d %q (X-Wasmkeep-Node %q), want the count 2 or a 503 naming a", r.status, r.body, r.header.Get("X-Wasmkeep-Node"))
+		t.Fatalf("POST through b: %d %q (X-Wasmkeep-Node %q), want the count 2 or a 503 naming a", r.Status, r.Body, r.Header.Get("X-Wasmkeep-Node"))
 	}
 }
 
@@ -456,14 +432,14 @@ func TestLapseDropsRooms(t *testing.T) {
 	// takes the room with every acknowledged count.
 	waitFor(t, 5*ttl, "b serves the room", func() bool {
 		r := do(t, "POST", b.n.URL()+"/actor/counter/l", nil)
-		if r.status == 200 {
-			if r.body != "3" {
-				t.Fatalf("b took the room at count %q, want 3", r.body)
+		if r.Status == 200 {
+			if r.Body != "3" {
+				t.Fatalf("b took the room at count %q, want 3", r.Body)
 			}
 			return true
 		}
-		if r.status != http.StatusServiceUnavailable {
-			t.Fatalf("POST through b while a is cut off: %d %q", r.status, r.body)
+		if r.Status != http.StatusServiceUnavailable {
+			t.Fatalf("POST through b while a is cut off: %d %q", r.Status, r.Body)
 		}
 		return false
 	})

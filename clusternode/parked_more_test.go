@@ -209,8 +209,8 @@ func TestMoveOfAParkedRoomWaitsOutALaterGeneration(t *testing.T) {
 	h := parkedOn(t, a, room)
 
 	a.link.loseAnswerOnce(cluster.RecordKey(room))
-	if r := do(t, "GET", a.n.URL()+"/actor/echo/"+room.Name, nil); r.status == http.StatusOK {
-		t.Fatalf("a wake whose answer was lost served the request: %d %s", r.status, r.body)
+	if r := do(t, "GET", a.n.URL()+"/actor/echo/"+room.Name, nil); r.Status == http.StatusOK {
+		t.Fatalf("a wake whose answer was lost served the request: %d %s", r.Status, r.Body)
 	}
 	if rec := readRecord(t, bucket, room.Class, room.Name); rec.Node != "a" || rec.Generation != h.Generation+1 {
 		t.Fatalf("after the unanswered wake the record is %+v, want a at %d", rec, h.Generation+1)
@@ -485,10 +485,10 @@ func TestLapseWithAParkedRoom(t *testing.T) {
 	}
 	waitFor(t, 5*ttl, "b serves the room", func() bool {
 		r := do(t, "GET", b.n.URL()+"/actor/echo/lapse/sockets", nil)
-		if r.status != http.StatusOK && r.status != http.StatusServiceUnavailable {
-			t.Fatalf("GET through b: %d %q", r.status, r.body)
+		if r.Status != http.StatusOK && r.Status != http.StatusServiceUnavailable {
+			t.Fatalf("GET through b: %d %q", r.Status, r.Body)
 		}
-		return r.status == http.StatusOK
+		return r.Status == http.StatusOK
 	})
 	if rec := readRecord(t, bucket, room.Class, room.Name); rec.Node != "b" || rec.Generation <= h.Generation {
 		t.Fatalf("after b served the room its record is %+v", rec)

@@ -49,8 +49,8 @@ func TestAParkedRoomWakesWhereItsSocketsAre(t *testing.T) {
 	}
 	for i := 1; i <= 2; i++ {
 		r := do(t, "POST", b.n.URL()+"/actor/echo/home/broadcast", []byte("call "+string(rune('0'+i))))
-		if r.status != 200 || r.body != "1" {
-			t.Fatalf("broadcast %d through b: %d %q", i, r.status, r.body)
+		if r.Status != 200 || r.Body != "1" {
+			t.Fatalf("broadcast %d through b: %d %q", i, r.Status, r.Body)
 		}
 		if got := ws.ReadText(); got != "call "+string(rune('0'+i)) {
 			t.Fatalf("the socket on a got %q", got)
@@ -176,8 +176,8 @@ func TestAnEventForAParkedRoomOfADrainingNodeReleasesItFirst(t *testing.T) {
 	// pass running yet.
 	a.mem().draining.Store(true)
 	a.mem().Core().SetDraining(true)
-	if r := do(t, "GET", a.n.URL()+"/actor/echo/ev/room", nil); r.status != 200 || r.body != "echo/ev" {
-		t.Fatalf("GET through the draining node: %d %q", r.status, r.body)
+	if r := do(t, "GET", a.n.URL()+"/actor/echo/ev/room", nil); r.Status != 200 || r.Body != "echo/ev" {
+		t.Fatalf("GET through the draining node: %d %q", r.Status, r.Body)
 	}
 	if !holds(b, "echo", "ev") {
 		t.Error("the peer did not take the room")

@@ -18,6 +18,7 @@ import (
 	"github.com/wasmkeep/wasmkeep/host/store"
 	"github.com/wasmkeep/wasmkeep/host/store/s3"
 	"github.com/wasmkeep/wasmkeep/internal/s3test"
+	"github.com/wasmkeep/wasmkeep/internal/testhttp"
 	"github.com/wasmkeep/wasmkeep/internal/testwasm"
 )
 
@@ -134,39 +135,18 @@ func stop(t *testing.T, n *Node) {
 }
 
 // httpResult is a finished HTTP exchange.
-type httpResult struct {
-	Status int
-	Body   string
-	Header http.Header
-}
+type httpResult = testhttp.Result
 
-// do sends a request as the CLI would: to the admin API, with the header
-// that tells the node no browser was made to send it.
+// do sends a request as the CLI would (testhttp.Do).
 func do(t *testing.T, method, url string, body []byte) httpResult {
 	t.Helper()
-	req, err := http.NewRequest(method, url, bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if strings.Contains(url, "/admin/") {
-		req.Header.Set(server.AdminHeader, "1")
-	}
-	return doRequest(t, req)
+	return testhttp.Do(t, method, url, body)
 }
 
 // doRequest sends req as it is.
 func doRequest(t *testing.T, req *http.Request) httpResult {
 	t.Helper()
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", req.Method, req.URL, err)
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return httpResult{Status: resp.StatusCode, Body: string(data), Header: resp.Header}
+	return testhttp.DoRequest(t, req)
 }
 
 // expect does a request and fails unless the status matches; it returns

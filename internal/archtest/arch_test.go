@@ -78,7 +78,7 @@ func rule(p, imp string) string {
 		return "internal/limits is a leaf every Config imports: standard library only"
 	case within(p, "host/store") && strings.HasPrefix(imp, module+"/") && !within(imp, "host/store"):
 		return "the store is a leaf: it imports no other package of the module"
-	case (within(imp, "internal/testwasm") || within(imp, "internal/wstest") || within(imp, "internal/memtest") || within(imp, "internal/testenv") || within(imp, "internal/s3test")) && !within(p, "internal"):
+	case (within(imp, "internal/testwasm") || within(imp, "internal/wstest") || within(imp, "internal/memtest") || within(imp, "internal/testenv") || within(imp, "internal/s3test") || within(imp, "internal/testhttp")) && !within(p, "internal"):
 		return "test helpers are for tests only"
 	}
 	return ""
