@@ -65,6 +65,41 @@ type keyCounts struct {
 	prefix string // and the prefix of its keys, "wk/"
 	counts map[string]int
 	keys   map[string]int // by method and key: "GET rooms/echo/R/owner"
+	// refused are the keys whose PUTs the proxy answers 503 without
+	// passing them on (refusePuts), with the count of refusals.
+	refused map[string]int
+}
+
+// refusePuts makes the proxy refuse every PUT of key (without the
+// store's prefix) with 503, never sending it on, until acceptPuts.
+func (k *keyCounts) refusePuts(key string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.refused[key] = 0
+}
+
+// acceptPuts ends refusePuts of key and returns how many PUTs it refused.
+func (k *keyCounts) acceptPuts(key string) int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	n := k.refused[key]
+	delete(k.refused, key)
+	return n
+}
+
+// refuse reports whether the proxy refuses r, counting it.
+func (k *keyCounts) refuse(r *http.Request) bool {
+	if r.Method != http.MethodPut {
+		return false
+	}
+	key := strings.TrimPrefix(r.URL.Path, "/"+k.bucket+"/"+k.prefix)
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	n, ok := k.refused[key]
+	if ok {
+		k.refused[key] = n + 1
+	}
+	return ok
 }
 
 // key is how many requests of method for key (without the store's
@@ -125,7 +160,7 @@ func (k *keyCounts) kind(r *http.Request) string {
 }
 
 // startKeyProxy starts a proxy to the S3 endpoint target that counts the
-// requests of node by kind. The client's Host is kept, so that its
+// requests of node by kind, and refuses the PUTs of keys it is told to. The client's Host is kept, so that its
 // signature still checks.
 func startKeyProxy(tb testing.TB, target, bucket, prefix, node string) (*httptest.Server, *keyCounts) {
 	tb.Helper()
@@ -133,7 +168,7 @@ func startKeyProxy(tb testing.TB, target, bucket, prefix, node string) (*httptes
 	if err != nil {
 		tb.Fatal(err)
 	}
-	k := &keyCounts{node: node, bucket: bucket, prefix: prefix + "/", counts: map[string]int{}, keys: map[string]int{}}
+	k := &keyCounts{node: node, bucket: bucket, prefix: prefix + "/", counts: map[string]int{}, keys: map[string]int{}, refused: map[string]int{}}
 	p := &httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) {
 		r.SetURL(u)
 		r.Out.Host = r.In.Host
@@ -144,7 +179,15 @@ func startKeyProxy(tb testing.TB, target, bucket, prefix, node string) (*httptes
 		k.keys[r.In.Method+" "+key]++
 		k.mu.Unlock()
 	}}
-	srv := httptest.NewServer(p)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if k.refuse(r) {
+			w.Header().Set("Content-Type", "application/xml")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			io.WriteString(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>ServiceUnavailable</Code><Message>refused by the test's proxy</Message></Error>`)
+			return
+		}
+		p.ServeHTTP(w, r)
+	}))
 	tb.Cleanup(srv.Close)
 	return srv, k
 }

@@ -232,6 +232,10 @@ func parkedRoomScenario(t *testing.T, onS3 bool) {
 	}
 	t.Logf("M parked on a; cluster move through c took it to b in %v, its socket closed with 1012", moved.Round(time.Millisecond))
 
+	if onS3 {
+		refusedWrites(t, c, proxies["a"])
+	}
+
 	// A drain of a with room D parked there.
 	phase = time.Now()
 	wsD := wstest.Dial(t, "ws"+strings.TrimPrefix(a.url, "http")+"/actor/echo/D")
@@ -261,6 +265,94 @@ func parkedRoomScenario(t *testing.T, onS3 bool) {
 		t.Fatalf(`a's wasmkeep_parked_releases_total{reason="drain"} = %v, want 1`, got)
 	}
 	t.Logf("D parked on a in %v; cluster drain --wait a returned drained in %v, D's socket closed with 1012", parked.Round(time.Millisecond), drained.Round(time.Millisecond))
+}
+
+// refusedWrites runs, on three processes on versitygw, the cases of
+// seed 000's Verification 2 whose bucket refuses a record's writes: a's
+// proxy answers 503 to every PUT of the room's record.
+//
+//   - The last socket of room L, parked on a, closes: its close event's
+//     wake cannot take the record, and the freed slot releases it, pending
+//     while refused; the record is free once the bucket accepts it.
+//   - A move of room P, parked on a, to c (asked through b) goes on in the
+//     background while its release is refused, P's socket open; once the
+//     bucket accepts it, c takes P and the socket closes with 1012 (no
+//     owner sweep runs meanwhile).
+func refusedWrites(t *testing.T, c *testCluster, proxy *keyCounts) {
+	a, b, cc := c.node("a"), c.node("b"), c.node("c")
+	open := func(name string) (*wstest.Client, cluster.Record) {
+		ws := wstest.Dial(t, "ws"+strings.TrimPrefix(a.url, "http")+"/actor/echo/"+name)
+		if got := ws.ReadText(); !strings.HasPrefix(got, "open ") {
+			t.Fatalf("%s's greeting: %q", name, got)
+		}
+		rec, _ := c.recordVersion("echo", name)
+		c.waitParked(a, name, rec.Generation)
+		return ws, rec
+	}
+	pending := func(name string) bool {
+		return slices.ContainsFunc(c.localView(a).Pending, func(r server.ClusterRoom) bool { return r.Class == "echo" && r.Name == name })
+	}
+
+	wsL, recL := open("L")
+	keyL := cluster.RecordKey(cluster.Room{Class: "echo", Name: "L"})
+	proxy.refusePuts(keyL)
+	wsL.Close(abi.CloseNormal)
+	waitUntil(t, 10*time.Second, "L's release pending on a", func() bool { return pending("L") })
+	if rec, _ := c.recordVersion("echo", "L"); rec.Free || rec.Node != "a" || rec.Generation != recL.Generation {
+		t.Fatalf("with its writes refused L's record is %+v, want a's at %d", rec, recL.Generation)
+	}
+	accepted := time.Now()
+	refused := proxy.acceptPuts(keyL)
+	if refused == 0 {
+		t.Fatal("the proxy refused no write of L's record")
+	}
+	waitUntil(t, 10*time.Second, "L's record free once the bucket accepts it", func() bool {
+		rec, _ := c.recordVersion("echo", "L")
+		return rec.Free && rec.Generation == recL.Generation && !pending("L")
+	})
+	t.Logf("L's last socket closed while its record's writes were refused (%d refused): released, pending, free %v after the bucket accepted writes",
+		refused, time.Since(accepted).Round(time.Millisecond))
+
+	wsP, recP := open("P")
+	keyP := cluster.RecordKey(cluster.Room{Class: "echo", Name: "P"})
+	took := sumOf(mustMetrics(t, cc), "wasmkeep_cluster_acquisitions_total", `outcome="acquired"`)
+	const moveCloses = `wasmkeep_websocket_owner_closes_total{reason="move"}`
+	closesBefore := mustMetrics(t, a)[moveCloses]
+	proxy.refusePuts(keyP)
+	r := wk(t, nil, "cluster", "move", "--server", b.url, "--to", "c", "echo", "P")
+	if r.code != 0 || !strings.Contains(r.stdout, "in the background") || !strings.Contains(r.stdout, "pending") {
+		t.Fatalf("cluster move of P with its release refused: %v", r)
+	}
+	if v := c.localView(a); !slices.ContainsFunc(v.Moving, func(m server.ClusterMoving) bool { return m.Name == "P" && m.To == "c" }) {
+		t.Fatalf("a lists moving %+v, want P to c", v.Moving)
+	}
+	if rec, _ := c.recordVersion("echo", "P"); rec.Free || rec.Node != "a" {
+		t.Fatalf("with its release refused P's record is %+v, want a's", rec)
+	}
+	accepted = time.Now()
+	if proxy.acceptPuts(keyP) == 0 {
+		t.Fatal("the proxy refused no write of P's record")
+	}
+	wsP.ExpectClose(abi.CloseServiceRestart)
+	moved := time.Since(accepted)
+	if got := sumOf(mustMetrics(t, cc), "wasmkeep_cluster_acquisitions_total", `outcome="acquired"`); got != took+1 {
+		t.Fatalf("c made %v acquisitions during the move, want 1", got-took)
+	}
+	if rec, _ := c.recordVersion("echo", "P"); rec.Generation <= recP.Generation || !rec.Free && rec.Node != "c" {
+		t.Fatalf("after the move P's record is %+v, want c's (or free) above generation %d", rec, recP.Generation)
+	}
+	m := mustMetrics(t, a)
+	if got := m[moveCloses]; got != closesBefore+1 {
+		t.Fatalf("a's %s went from %v to %v during the move, want one more", moveCloses, closesBefore, got)
+	}
+	if got := m[`wasmkeep_websocket_owner_closes_total{reason="sweep"}`]; got != 0 {
+		t.Fatalf(`a's wasmkeep_websocket_owner_closes_total{reason="sweep"} = %v, want 0`, got)
+	}
+	if v := c.localView(a); len(v.Moving) != 0 {
+		t.Fatalf("a still lists moving %+v", v.Moving)
+	}
+	t.Logf("a move of P with its release refused went on in the background; once the bucket accepted writes c took P and its socket closed with 1012 in %v",
+		moved.Round(time.Millisecond))
 }
 
 // recordVersion reads a room's record and its version from the store;
