@@ -33,6 +33,7 @@ import (
 	"github.com/wasmkeep/wasmkeep/host/store"
 	"github.com/wasmkeep/wasmkeep/host/store/s3"
 	"github.com/wasmkeep/wasmkeep/internal/s3test"
+	"github.com/wasmkeep/wasmkeep/internal/testhttp"
 	"github.com/wasmkeep/wasmkeep/internal/wstest"
 )
 
@@ -258,9 +259,12 @@ func (c *testCluster) lease(name string) cluster.Lease {
 	return l
 }
 
-// e2eClient is the tests' HTTP client: a forwarded request, or one that
-// waits for a room's failover, answers within seconds.
-var e2eClient = &http.Client{Timeout: 30 * time.Second}
+// e2eClient is the tests' HTTP client. A forwarded request, or one that
+// waits for a room's failover, answers within seconds; but the first
+// request to a freshly started process may fetch its room's class from
+// the store and compile it, which took over 30 s under -race on a loaded
+// CI machine (TestServeOnS3). The bound is a hang's, not a figure.
+var e2eClient = &http.Client{Timeout: testhttp.Timeout}
 
 // warmClient waits for a node's first request for a class, which compiles
 // it: more than 30 s under -race on a loaded machine (seen in CI).
