@@ -614,9 +614,8 @@ func (m *Member) advanceMove(ctx context.Context, key rooms.Key) error {
 		// The room's sockets here belong to no hold of this node's any
 		// more: they close, and their clients reconnect to wherever the
 		// room runs next.
-		if _, parked := m.core.Parked(roomOf(key)); !parked && !m.core.Acting(roomOf(key)) && m.mgr.Load().SocketCount(key) > 0 {
-			m.closeSockets(ctx, []rooms.Key{key}, "the room's move ended unfinished")
-			m.met.ownerCloses("move", 1)
+		if _, parked := m.core.Parked(roomOf(key)); !parked && !m.core.Acting(roomOf(key)) {
+			m.closeMovedSockets(ctx, key, "the room's move ended unfinished")
 		}
 		return fmt.Errorf("clusternode: the move of %s to %s ended unfinished: %s", key, mv.To, step.Why)
 	case cluster.MoveAsk:
@@ -634,12 +633,18 @@ func (m *Member) advanceMove(ctx context.Context, key rooms.Key) error {
 	}
 	// The sockets go once another node holds the room: reconnecting,
 	// they reach it there.
-	if m.mgr.Load().SocketCount(key) > 0 {
-		m.closeSockets(ctx, []rooms.Key{key}, "the room moved to another node")
-		m.met.ownerCloses("move", 1)
-	}
+	m.closeMovedSockets(ctx, key, "the room moved to another node")
 	m.log.Info("cluster: moved a room", "room", key.String(), "to", mv.To)
 	return nil
+}
+
+// closeMovedSockets closes key's sockets here, if it has any, with 1012
+// for reason, counted as a move's.
+func (m *Member) closeMovedSockets(ctx context.Context, key rooms.Key, reason string) {
+	if m.mgr.Load().SocketCount(key) > 0 {
+		m.closeSockets(ctx, []rooms.Key{key}, reason)
+		m.met.ownerCloses("move", 1)
+	}
 }
 
 // Take implements server.ClusterMember: the room wakes here.

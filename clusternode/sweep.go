@@ -3,7 +3,6 @@ package clusternode
 import (
 	"context"
 	"errors"
-	"slices"
 	"time"
 
 	"github.com/wasmkeep/wasmkeep/cluster"
@@ -62,8 +61,12 @@ func (m *Member) Sweep(ctx context.Context) {
 		m.rereadDue = true
 	}
 	withSockets := mgr.RoomsWithSockets()
+	open := make(map[rooms.Key]bool, len(withSockets))
+	for _, key := range withSockets {
+		open[key] = true
+	}
 	for key := range m.sweepClosed {
-		if !slices.Contains(withSockets, key) {
+		if !open[key] {
 			delete(m.sweepClosed, key) // its sockets are gone
 		}
 	}
