@@ -25,6 +25,7 @@ import (
 
 	"github.com/wasmkeep/wasmkeep/internal/s3test"
 	"github.com/wasmkeep/wasmkeep/internal/testenv"
+	"github.com/wasmkeep/wasmkeep/internal/testhttp"
 )
 
 const (
@@ -429,7 +430,7 @@ func httpDo(t *testing.T, method, url string) (int, string, http.Header) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+	resp, err := (&http.Client{Timeout: testhttp.Timeout}).Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, url, err)
 	}
