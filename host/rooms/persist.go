@@ -523,6 +523,12 @@ func (r *Room) deleteStored(ctx context.Context) error {
 		return nil
 	}
 	for _, k := range keys {
+		// Only the snapshot's own keys: the prefix also holds keys of
+		// others, such as the cluster's ownership record, whose loss
+		// would let another node take the room while this one holds it.
+		if _, rest, ok := parseRoomKey(k); !ok || !strings.HasPrefix(rest, "seg/") {
+			continue
+		}
 		if err := m.bucket.Delete(ctx, k, ""); err != nil {
 			m.gc.add(k)
 			continue
