@@ -308,6 +308,7 @@ func (n *Node) endLocked(p phase) {
 	clear(n.parked)
 	clear(n.pending)
 	clear(n.unresolved)
+	clear(n.moves) // a move does not outlive its owner's process
 }
 
 // SetDraining marks the node draining (or not): it takes no room while

@@ -26,10 +26,23 @@ import (
 // it keeps here, once another live node holds the room (the target, or a
 // node one of the room's events reached first). The look reads the
 // record, so it does not depend on the target's answer arriving. Past
-// MoveLookFor the move ends; the owner sweep closes sockets left behind.
+// its look (lookFor) the move ends; the owner sweep closes sockets left
+// behind.
 
-// MoveLookFor bounds how long the owner of a move looks after it.
+// MoveLookFor is how long the owner of a move looks after it, at least:
+// a cluster of long leases looks for moveLookLeases lease times, since a
+// record naming a dead node is free only after the failover bound.
 const MoveLookFor = 2 * time.Minute
+
+// moveLookLeases is the look of a move in lease times, where that is
+// longer than MoveLookFor.
+const moveLookLeases = 12
+
+// lookFor is how long the owner of a move looks after it.
+func (n *Node) lookFor() time.Duration { return max(MoveLookFor, moveLookLeases*n.cfg.TTL) }
+
+// LookFor is how long this node looks after a move before it gives up.
+func (n *Node) LookFor() time.Duration { return n.lookFor() }
 
 // Move is a move of a room away from this node, as recorded.
 type Move struct {
@@ -103,12 +116,14 @@ func (n *Node) movesLocked() []Move {
 	return out
 }
 
-// EndMove forgets room's move: the target took the room, or the move
-// failed.
-func (n *Node) EndMove(room Room) {
+// EndMove forgets move m: the target took the room, or the move failed.
+// A later move of the same room is not m, and stays.
+func (n *Node) EndMove(m Move) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	delete(n.moves, room)
+	if cur, ok := n.moves[m.Room]; ok && cur.To == m.To && cur.Since == m.Since {
+		delete(n.moves, m.Room)
+	}
 }
 
 // MoveStepKind is what the owner of a move does next.
@@ -133,6 +148,7 @@ const (
 
 var moveStepNames = [...]string{"wait", "ask", "taken", "give up"}
 
+// String is the step as logs show it.
 func (k MoveStepKind) String() string { return moveStepNames[k] }
 
 // MoveStep is a move pass's decision for one move.
@@ -144,9 +160,10 @@ type MoveStep struct {
 }
 
 // LookMove decides the next step of room's move, reading its record
-// (one GET) unless this node's own state says the record still names it.
-// A move that is over (MoveTaken, MoveGiveUp) is forgotten; ok is false
-// if room is not moving.
+// (one GET, and a read of the holder's lease if this node does not know
+// it) unless this node's own state says the record still names it. A
+// move that is over (MoveTaken, MoveGiveUp) is forgotten; ok is false if
+// room is not moving.
 func (n *Node) LookMove(ctx context.Context, room Room) (step MoveStep, ok bool) {
 	n.mu.Lock()
 	m, ok := n.moves[room]
@@ -160,26 +177,57 @@ func (n *Node) LookMove(ctx context.Context, room Room) (step MoveStep, ok bool)
 		return step, true
 	}
 	seen, err := n.Look(ctx, room)
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if _, still := n.moves[room]; !still {
-		return MoveStep{Kind: MoveGiveUp, Move: m, Why: "the move ended meanwhile"}, true
-	}
-	switch {
-	case err != nil:
+	if err != nil {
 		return MoveStep{Kind: MoveWait, Move: m, Why: "the room's record could not be read: " + err.Error()}, true
-	case !seen.Exists || seen.Record.Free:
-		return MoveStep{Kind: MoveAsk, Move: m}, true
-	case seen.Record.Node == n.cfg.Node && seen.Record.Instance == n.cfg.Instance:
-		// A wake of this node's that landed unanswered: the resolver
-		// releases it.
-		return MoveStep{Kind: MoveWait, Move: m, Why: "the room's record names this node at a later generation (an unanswered acquisition, which the resolver releases)"}, true
 	}
-	if _, live := n.liveLocked(seen.Record.Node, seen.Record.Instance); live {
-		delete(n.moves, room)
-		return MoveStep{Kind: MoveTaken, Move: m, Node: seen.Record.Node}, true
+	n.mu.Lock()
+	step, unknown := n.moveStepSeenLocked(seen)
+	n.mu.Unlock()
+	if unknown {
+		n.learnOwner(ctx, seen.Record.Node, seen.Record.Instance)
+		n.mu.Lock()
+		step, _ = n.moveStepSeenLocked(seen)
+		n.mu.Unlock()
 	}
-	return MoveStep{Kind: MoveWait, Move: m, Why: "the room's record names node " + seen.Record.Node + ", which is not live: it is free after the failover bound"}, true
+	return step, true
+}
+
+// moveStepSeenLocked decides the step of seen's room's move from its
+// record as read; unknown says that the record names a node whose lease
+// this node does not know, which is worth reading before deciding again.
+func (n *Node) moveStepSeenLocked(seen Seen) (step MoveStep, unknown bool) {
+	m, still := n.moves[seen.Room]
+	if !still {
+		return MoveStep{Kind: MoveGiveUp, Move: m, Why: "the move ended meanwhile"}, false
+	}
+	// The state here may have changed while the record was read.
+	if step, read := n.moveStepLocked(m); !read {
+		return step, false
+	}
+	m = n.moves[seen.Room]
+	rec := seen.Record
+	switch {
+	case !seen.Exists || rec.Free || n.deadLocked(rec.Node, rec.Instance):
+		// Free, or held by a node that has ended: the target may take it.
+		return MoveStep{Kind: MoveAsk, Move: m}, false
+	case rec.Node == n.cfg.Node && rec.Instance == n.cfg.Instance:
+		// The record names this process, and nothing here holds,
+		// parks, releases or resolves it (moveStepLocked found
+		// none): a write of this node's that landed after it was
+		// given up. Nothing else can release it, so it is released
+		// here, on the version read.
+		n.addPendingLocked(Hold{Room: seen.Room, Generation: rec.Generation, Version: seen.Version}, n.clock.Now())
+		n.counts.MoveStrayReleases++
+		return MoveStep{Kind: MoveWait, Move: m, Why: "the room's record names this node though nothing here holds it: it is being released"}, false
+	}
+	if _, live := n.liveLocked(rec.Node, rec.Instance); live {
+		delete(n.moves, seen.Room)
+		return MoveStep{Kind: MoveTaken, Move: m, Node: rec.Node}, false
+	}
+	if p := n.peers[rec.Node]; p == nil || !p.known || p.lease.Instance != rec.Instance {
+		return MoveStep{Kind: MoveWait, Move: m, Why: "the room's record names node " + rec.Node + ", whose lease this node has not read"}, true
+	}
+	return MoveStep{Kind: MoveWait, Move: m, Why: "the room's record names node " + rec.Node + ", which is not live: it is free after the failover bound"}, false
 }
 
 // moveStepLocked decides m's step from this node's own state when it can
@@ -192,15 +240,19 @@ func (n *Node) moveStepLocked(m Move) (step MoveStep, read bool) {
 	switch {
 	case n.phase != active:
 		giveUp = "this node is " + n.phase.String()
-	case now-m.Since >= int64(MoveLookFor):
-		giveUp = fmt.Sprintf("the room was not taken within %v", MoveLookFor)
-	case p == nil || p.lease.State != LeaseLive || p.lease.Draining:
+	case now-m.Since >= int64(n.lookFor()):
+		giveUp = fmt.Sprintf("the room was not taken within %v", n.lookFor())
+	case p == nil || p.lease.State != LeaseLive || p.lease.Draining || p.lease.Address == "":
 		giveUp = "node " + m.To + " is no longer a live, undrained peer"
 	}
 	if giveUp != "" {
 		delete(n.moves, m.Room)
 		return MoveStep{Kind: MoveGiveUp, Move: m, Why: giveUp}, false
 	}
+	// The target is asked where its lease says it is now (a restart
+	// may have moved it).
+	m.Address = p.lease.Address
+	n.moves[m.Room] = m
 	if _, held := n.holds[m.Room]; held {
 		return MoveStep{Kind: MoveWait, Move: m, Why: "the room is being handed over"}, false
 	}
@@ -225,8 +277,8 @@ func (n *Node) moveStepLocked(m Move) (step MoveStep, read bool) {
 
 // whereMovingLocked decides where the events of seen's room go if this
 // node is moving it away (ok false if it is not, or if the usual rules
-// decide): to the target while the record is free (it takes the room
-// with the first of them), nowhere yet (Wait) while the record still
+// decide): to the target while the record is free or names an ended
+// node (it takes the room with the first of them), nowhere yet (Wait) while the record still
 // names this process or names one that is not live (the failover frees
 // it), and to another live holder by the usual rules.
 func (n *Node) whereMovingLocked(seen Seen) (w Where, ok bool) {
@@ -237,11 +289,12 @@ func (n *Node) whereMovingLocked(seen Seen) (w Where, ok bool) {
 	seen = n.parkedSeenLocked(seen)
 	rec := seen.Record
 	switch {
-	case !seen.Exists || rec.Free:
-		if n.unreachableLocked(m.To) {
+	case !seen.Exists || rec.Free || n.deadLocked(rec.Node, rec.Instance):
+		p := n.peers[m.To]
+		if n.unreachableLocked(m.To) || p == nil || p.lease.Address == "" {
 			return Where{Kind: Wait, Node: m.To, Seen: seen}, true
 		}
-		return Where{Kind: Elsewhere, Node: m.To, Address: m.Address, Seen: seen}, true
+		return Where{Kind: Elsewhere, Node: m.To, Address: p.lease.Address, Seen: seen}, true
 	case rec.Node == n.cfg.Node && rec.Instance == n.cfg.Instance:
 		return Where{Kind: Wait, Node: m.To, Seen: seen}, true
 	}

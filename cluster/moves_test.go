@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -221,4 +222,126 @@ func (b *hookBucket) Put(ctx context.Context, key string, body []byte, cond stor
 		b.beforePut()
 	}
 	return b.Bucket.Put(ctx, key, body, cond)
+}
+
+// TestMovedRoomsPark: a moving room parks nothing here.
+func TestMovedRoomsPark(t *testing.T) {
+	b := store.NewMem()
+	a, _, _ := movePair(t, b)
+	if _, landed := a.ReleaseParked(ctx, moveRoom); !landed {
+		t.Fatal("the release did not land")
+	}
+	h := mustAcquire(t, a)
+	if _, err := a.BeginMove(moveRoom, "c"); err != nil {
+		t.Fatal(err)
+	}
+	if a.Park(h) {
+		t.Fatal("a moving room was parked")
+	}
+}
+
+// TestEndMoveEndsOnlyItsMove: a move ended by an older step's outcome
+// leaves a later move of the same room alone.
+func TestEndMoveEndsOnlyItsMove(t *testing.T) {
+	b := store.NewMem()
+	a, _, clk := movePair(t, b)
+	first, err := a.BeginMove(moveRoom, "c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.EndMove(first)
+	clk.Advance(time.Millisecond)
+	second, err := a.BeginMove(moveRoom, "c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.EndMove(first)
+	if m, ok := a.Moving(moveRoom); !ok || m != second {
+		t.Fatalf("ending the first move ended the second: %+v %v", m, ok)
+	}
+	a.EndMove(second)
+	if _, ok := a.Moving(moveRoom); ok {
+		t.Fatal("the second move outlived its end")
+	}
+}
+
+// TestAMoveReleasesAStrayRecord: a record naming this process that nothing
+// here holds (a write that landed after it was given up) would keep the
+// move waiting for good; the look releases it on the version it read,
+// then asks the target.
+func TestAMoveReleasesAStrayRecord(t *testing.T) {
+	b := store.NewMem()
+	a, _, _ := movePair(t, b)
+	if _, err := a.BeginMove(moveRoom, "c"); err != nil {
+		t.Fatal(err)
+	}
+	if _, landed := a.ReleaseParked(ctx, moveRoom); !landed {
+		t.Fatal("the release did not land")
+	}
+	rec, etag := readRecord(t, b, moveRoom)
+	stray := Record{Node: "a", Instance: a.Instance(), Generation: rec.Generation + 1, Nonce: "late"}
+	if _, err := b.Put(ctx, RecordKey(moveRoom), EncodeRecord(stray), store.IfMatch(etag)); err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := a.LookMove(ctx, moveRoom); s.Kind != MoveWait || !strings.Contains(s.Why, "nothing here holds it") {
+		t.Fatalf("look at a stray record: %+v", s)
+	}
+	if got := a.Counts().MoveStrayReleases; got != 1 {
+		t.Fatalf("stray releases %d, want 1", got)
+	}
+	a.Settle(ctx)
+	if got, _ := readRecord(t, b, moveRoom); !got.Free || got.Generation != stray.Generation {
+		t.Fatalf("the stray record after the release: %+v", got)
+	}
+	if s, _ := a.LookMove(ctx, moveRoom); s.Kind != MoveAsk {
+		t.Fatalf("look once the stray record was released: %+v", s)
+	}
+}
+
+// TestAMoveTreatsAnEndedHolderAsFree: a record naming an instance that
+// has ended (here an earlier process of the target, whose lease this node
+// reads to learn it) is free to take: the look asks the target, and the
+// room's events go to it.
+func TestAMoveTreatsAnEndedHolderAsFree(t *testing.T) {
+	b := store.NewMem()
+	a, _, _ := movePair(t, b)
+	if _, err := a.BeginMove(moveRoom, "c"); err != nil {
+		t.Fatal(err)
+	}
+	if _, landed := a.ReleaseParked(ctx, moveRoom); !landed {
+		t.Fatal("the release did not land")
+	}
+	rec, etag := readRecord(t, b, moveRoom)
+	old := Record{Node: "c", Instance: "an earlier process of c", Generation: rec.Generation + 1, Nonce: "old"}
+	if _, err := b.Put(ctx, RecordKey(moveRoom), EncodeRecord(old), store.IfMatch(etag)); err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := a.LookMove(ctx, moveRoom); s.Kind != MoveAsk {
+		t.Fatalf("look at a record of an ended instance: %+v", s)
+	}
+	if w, err := a.Route(ctx, moveRoom); err != nil || w.Kind != Elsewhere || w.Node != "c" || w.Address != "c:8080" {
+		t.Fatalf("the room's events go to %+v, %v; want c", w, err)
+	}
+}
+
+// TestAMoveLooksLongerOnLongLeases: the look is MoveLookFor, or twelve
+// lease times where that is longer; and a move does not outlive its
+// node's end.
+func TestAMoveLooksLongerOnLongLeases(t *testing.T) {
+	b := store.NewMem()
+	a, _, _ := movePair(t, b)
+	if got := a.LookFor(); got != MoveLookFor {
+		t.Errorf("look on %v leases: %v, want %v", ttl, got, MoveLookFor)
+	}
+	long, _ := testNode(t, b, "long", 3, func(c *Config) { c.TTL = time.Minute })
+	if got := long.LookFor(); got != 12*time.Minute {
+		t.Errorf("look on one-minute leases: %v, want 12m", got)
+	}
+	if _, err := a.BeginMove(moveRoom, "c"); err != nil {
+		t.Fatal(err)
+	}
+	a.Stop(ctx, manualSleeper{clock.NewManual(time.Unix(0, 0))})
+	if mv := a.Moves(); len(mv) != 0 {
+		t.Fatalf("moves after the node stopped: %+v", mv)
+	}
 }

@@ -58,6 +58,7 @@ type Counters struct {
 	ParkedStopped            uint64 // parked records released by a clean stop
 	Fences                   uint64 // peers this node fenced
 	Moves                    uint64 // moves begun
+	MoveStrayReleases        uint64 // records found naming this node by a move's look, with nothing here holding them
 	Acquired                 uint64
 	AcquireContended         uint64 // the record moved between the read and the write
 	AcquireUnknown           uint64 // handed to the resolver

@@ -559,7 +559,8 @@ func (m *Member) Move(ctx context.Context, key rooms.Key, to string) error {
 	// Recorded before the room's state is looked at, so that neither a
 	// park nor a wake can come in between (the core refuses both while
 	// the room moves).
-	if _, err := m.core.BeginMove(roomOf(key), to); err != nil {
+	mv, err := m.core.BeginMove(roomOf(key), to)
+	if err != nil {
 		if errors.Is(err, cluster.ErrNotHeld) {
 			return fmt.Errorf("%w: %s", ErrNotHeldHere, key)
 		}
@@ -571,7 +572,7 @@ func (m *Member) Move(ctx context.Context, key rooms.Key, to string) error {
 		m.met.parkedRelease("move")
 		m.log.Info("cluster: moving a parked room", "room", key.String(), "to", to, "released", landed)
 	} else if err := mgr.HandOver(ctx, key, life.EndMove); err != nil && !errors.Is(err, rooms.ErrUnknownRoom) {
-		m.core.EndMove(roomOf(key))
+		m.core.EndMove(mv)
 		return fmt.Errorf("clusternode: handing %s over: %w", key, err)
 	} else {
 		m.log.Info("cluster: moving a room", "room", key.String(), "to", to)
@@ -625,7 +626,7 @@ func (m *Member) advanceMove(ctx context.Context, key rooms.Key) error {
 			// again.
 			return fmt.Errorf("%w: node %s did not take the room yet: %w", server.ErrMoveUnderWay, mv.To, err)
 		}
-		m.core.EndMove(roomOf(key))
+		m.core.EndMove(mv)
 	case cluster.MoveTaken:
 		if step.Node != mv.To {
 			m.log.Info("cluster: a moving room was taken by another node first", "room", key.String(), "to", mv.To, "by", step.Node)

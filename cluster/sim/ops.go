@@ -426,7 +426,7 @@ func (w *World) moveStep(ctx context.Context, p *process, to *machine, room clus
 		if err != nil || !r.answered {
 			return true // the next look reads the record again
 		}
-		node.EndMove(room)
+		node.EndMove(step.Move)
 		w.stats.MovesDone++
 		w.checkMove(p, to, room, r.gen)
 	}
