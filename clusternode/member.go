@@ -77,6 +77,9 @@ type Member struct {
 	rereadFrom         cluster.Room
 	reportedUnreadable map[rooms.Key]bool
 	sweepClosed        map[rooms.Key]bool // rooms whose sockets the sweep closed, while they have any
+	// advancing are the moves being taken a step now (under mu): one
+	// caller at a time, so that the one that ends a move reports how.
+	advancing map[rooms.Key]bool
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -130,7 +133,7 @@ func New(ctx context.Context, cfg Config) (*Member, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &Member{cfg: cfg, core: core, log: cfg.Logger.With("node", cfg.Node), seen: map[rooms.Key]seenAt{}, reportedUnreadable: map[rooms.Key]bool{}, sweepClosed: map[rooms.Key]bool{},
+	m := &Member{cfg: cfg, core: core, log: cfg.Logger.With("node", cfg.Node), seen: map[rooms.Key]seenAt{}, advancing: map[rooms.Key]bool{}, reportedUnreadable: map[rooms.Key]bool{}, sweepClosed: map[rooms.Key]bool{},
 		lost: make(chan struct{}), peers: &server.Cluster{Node: cfg.Node, Secret: cfg.Secret}}
 	m.met = newMemberMetrics(cfg.Metrics, m)
 	return m, nil
@@ -349,10 +352,13 @@ func (m *Member) Valid(h rooms.Hold) bool { return m.core.Valid(holdOf(h)) }
 // moving) or one while this node stops.
 func (m *Member) End(ctx context.Context, h rooms.Hold, why life.EndReason, open int) {
 	parks := why.Parks(open)
-	moving, stopping := m.isMoving(h.Key), m.stopping.Load()
+	stopping := m.stopping.Load()
 	if parks && !m.draining.Load() && !stopping && m.core.Park(holdOf(h)) {
 		return
 	}
+	// Read after the park: one refused because a move began meanwhile
+	// leaves the sockets to the move.
+	moving := m.isMoving(h.Key)
 	m.met.release(why)
 	m.core.Release(ctx, holdOf(h))
 	if parks && !moving && !stopping {
@@ -544,27 +550,38 @@ var ErrNotHeldHere = errors.New("clusternode: the room is not held on this node"
 // the room takes no hold here, and its events go to the target), the
 // room's state is written and its record released (a parked one's as it
 // stands), and node to is asked to take it; once it has, the room's
-// sockets here close with 1012 and reconnect there. A release that did
-// not land (pending, or the record naming this node at a later
-// generation) leaves the move under way: the move loop finishes it
-// (server.ErrMoveUnderWay).
-func (m *Member) Move(ctx context.Context, key rooms.Key, to string) error {
+// sockets here close with 1012 and reconnect there. by is the node that
+// holds the room then: to, or one that one of its events reached first.
+// A release that did not land (pending, or the record naming this node at
+// a later generation) leaves the move under way: the move loop finishes
+// it (server.ErrMoveUnderWay). Asked again for the same move, Move takes
+// it one step further.
+func (m *Member) Move(ctx context.Context, key rooms.Key, to string) (by string, err error) {
 	mgr := m.mgr.Load()
 	if mgr == nil {
-		return errors.New("clusternode: not joined")
+		return "", errors.New("clusternode: not joined")
 	}
 	if to == m.cfg.Node {
-		return fmt.Errorf("clusternode: %s already runs on %s", key, to)
+		return "", fmt.Errorf("clusternode: %s already runs on %s", key, to)
 	}
+	if !m.beginAdvance(key) {
+		return "", fmt.Errorf("%w: another request is taking this move a step now", server.ErrMoveUnderWay)
+	}
+	defer m.endAdvance(key)
 	// Recorded before the room's state is looked at, so that neither a
 	// park nor a wake can come in between (the core refuses both while
 	// the room moves).
 	mv, err := m.core.BeginMove(roomOf(key), to)
+	if errors.Is(err, cluster.ErrMoveBusy) {
+		if cur, ok := m.core.Moving(roomOf(key)); ok && cur.To == to {
+			return m.advanceMove(ctx, key) // the same move, asked again
+		}
+	}
 	if err != nil {
 		if errors.Is(err, cluster.ErrNotHeld) {
-			return fmt.Errorf("%w: %s", ErrNotHeldHere, key)
+			return "", fmt.Errorf("%w: %s", ErrNotHeldHere, key)
 		}
-		return fmt.Errorf("clusternode: moving %s: %w", key, err)
+		return "", fmt.Errorf("clusternode: moving %s: %w", key, err)
 	}
 	m.met.moves.Inc()
 	if parked, landed := m.core.ReleaseParked(ctx, roomOf(key)); parked {
@@ -572,12 +589,35 @@ func (m *Member) Move(ctx context.Context, key rooms.Key, to string) error {
 		m.met.parkedRelease("move")
 		m.log.Info("cluster: moving a parked room", "room", key.String(), "to", to, "released", landed)
 	} else if err := mgr.HandOver(ctx, key, life.EndMove); err != nil && !errors.Is(err, rooms.ErrUnknownRoom) {
+		if ctx.Err() != nil {
+			// The hand-over is queued on the room's worker and goes
+			// on; so does the move, which waits for its release.
+			return "", fmt.Errorf("%w: the room is being handed over (%v)", server.ErrMoveUnderWay, err)
+		}
 		m.core.EndMove(mv)
-		return fmt.Errorf("clusternode: handing %s over: %w", key, err)
+		return "", fmt.Errorf("clusternode: handing %s over: %w", key, err)
 	} else {
 		m.log.Info("cluster: moving a room", "room", key.String(), "to", to)
 	}
 	return m.advanceMove(ctx, key)
+}
+
+// beginAdvance marks key's move as being taken a step by its caller,
+// unless another caller is at it (false).
+func (m *Member) beginAdvance(key rooms.Key) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.advancing[key] {
+		return false
+	}
+	m.advancing[key] = true
+	return true
+}
+
+func (m *Member) endAdvance(key rooms.Key) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.advancing, key)
 }
 
 // movePassEvery is how often the move loop looks at the moves under way.
@@ -585,32 +625,40 @@ func (m *Member) movePassEvery() time.Duration { return m.ttl() / 10 }
 
 // moveLoop finishes the moves under way (see cluster/moves.go): once a
 // pending release lands the target is asked again, and once another live
-// node holds the room its sockets here close.
+// node holds the room its sockets here close. A move that a request is
+// taking a step now is left to it.
 func (m *Member) moveLoop(s cluster.Sleeper) {
 	for !m.core.Ended() && s.Sleep(m.ctx, m.movePassEvery()) == nil {
 		for _, mv := range m.core.Moves() {
 			key := rooms.Key{Class: mv.Room.Class, Name: mv.Room.Name}
+			if !m.beginAdvance(key) {
+				continue
+			}
 			ctx, cancel := context.WithTimeout(m.ctx, m.ttl())
-			if err := m.advanceMove(ctx, key); err != nil && !errors.Is(err, server.ErrMoveUnderWay) {
+			if _, err := m.advanceMove(ctx, key); err != nil && !errors.Is(err, server.ErrMoveUnderWay) {
 				m.log.Warn("cluster: a move ended unfinished", "room", key.String(), "to", mv.To, "err", err)
 			}
 			cancel()
+			m.endAdvance(key)
 		}
 	}
 }
 
-// advanceMove takes key's move one step: nil once the move is done,
+// advanceMove takes key's move one step, its caller having marked it
+// (beginAdvance): the node that holds the room once the move is done,
 // server.ErrMoveUnderWay while it waits, another error if it ended
 // unfinished.
-func (m *Member) advanceMove(ctx context.Context, key rooms.Key) error {
+func (m *Member) advanceMove(ctx context.Context, key rooms.Key) (by string, err error) {
 	step, ok := m.core.LookMove(ctx, roomOf(key))
 	if !ok {
-		return nil // finished meanwhile
+		// Only the caller that marked it ends a move, save a stop or a
+		// lost lease, which forget every move.
+		return "", fmt.Errorf("clusternode: the move of %s ended: this node is %s", key, m.core.Status().Phase)
 	}
 	mv := step.Move
 	switch step.Kind {
 	case cluster.MoveWait:
-		return fmt.Errorf("%w: %s", server.ErrMoveUnderWay, step.Why)
+		return "", fmt.Errorf("%w: %s", server.ErrMoveUnderWay, step.Why)
 	case cluster.MoveGiveUp:
 		// The room's sockets here belong to no hold of this node's any
 		// more: they close, and their clients reconnect to wherever the
@@ -618,25 +666,29 @@ func (m *Member) advanceMove(ctx context.Context, key rooms.Key) error {
 		if _, parked := m.core.Parked(roomOf(key)); !parked && !m.core.Acting(roomOf(key)) {
 			m.closeMovedSockets(ctx, key, "the room's move ended unfinished")
 		}
-		return fmt.Errorf("clusternode: the move of %s to %s ended unfinished: %s", key, mv.To, step.Why)
+		return "", fmt.Errorf("clusternode: the move of %s to %s ended unfinished: %s", key, mv.To, step.Why)
 	case cluster.MoveAsk:
 		if err := m.peers.AskTake(ctx, mv.To, mv.Address, key); err != nil {
 			// The next pass reads the record again: the target may have
 			// taken the room with an event meanwhile, or will be asked
 			// again.
-			return fmt.Errorf("%w: node %s did not take the room yet: %w", server.ErrMoveUnderWay, mv.To, err)
+			return "", fmt.Errorf("%w: node %s did not take the room yet: %w", server.ErrMoveUnderWay, mv.To, err)
 		}
 		m.core.EndMove(mv)
+		by = mv.To
 	case cluster.MoveTaken:
-		if step.Node != mv.To {
-			m.log.Info("cluster: a moving room was taken by another node first", "room", key.String(), "to", mv.To, "by", step.Node)
-		}
+		by = step.Node
 	}
 	// The sockets go once another node holds the room: reconnecting,
 	// they reach it there.
-	m.closeMovedSockets(ctx, key, "the room moved to another node")
-	m.log.Info("cluster: moved a room", "room", key.String(), "to", mv.To)
-	return nil
+	if by == mv.To {
+		m.closeMovedSockets(ctx, key, "the room moved to another node")
+		m.log.Info("cluster: moved a room", "room", key.String(), "to", mv.To)
+	} else {
+		m.closeMovedSockets(ctx, key, "the room was taken by another node")
+		m.log.Info("cluster: a moving room was taken by another node first", "room", key.String(), "to", mv.To, "by", by)
+	}
+	return by, nil
 }
 
 // closeMovedSockets closes key's sockets here, if it has any, with 1012

@@ -495,8 +495,8 @@ func TestMoveHandsOver(t *testing.T) {
 	count(t, a, "m", "1")
 	count(t, a, "m", "2")
 	key := rooms.Key{Class: "counter", Name: "m"}
-	if err := a.mem().Move(context.Background(), key, "c"); err != nil {
-		t.Fatal(err)
+	if by, err := a.mem().Move(context.Background(), key, "c"); err != nil || by != "c" {
+		t.Fatalf("move to c: by %q, %v", by, err)
 	}
 	if !holds(c, "counter", "m") {
 		t.Fatalf("after the move c holds %v, want counter/m", c.mem().Status().Holds)
@@ -511,7 +511,7 @@ func TestMoveHandsOver(t *testing.T) {
 		t.Fatalf("after the move the room routes from a to %+v (%v), want c", route, err)
 	}
 	count(t, c, "m", "3")
-	if err := a.mem().Move(context.Background(), key, "b"); !errors.Is(err, ErrNotHeldHere) {
+	if _, err := a.mem().Move(context.Background(), key, "b"); !errors.Is(err, ErrNotHeldHere) {
 		t.Fatalf("moving a room a does not hold: %v, want ErrNotHeldHere", err)
 	}
 }

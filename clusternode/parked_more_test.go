@@ -152,7 +152,7 @@ func TestMoveOfAParkedRoomWaitsForItsRelease(t *testing.T) {
 	setup := time.Since(start)
 
 	refused := a.link.refusePuts(cluster.RecordKey(room))
-	err := a.mem().Move(t.Context(), keyOf(room), "b")
+	_, err := a.mem().Move(t.Context(), keyOf(room), "b")
 	if !errors.Is(err, server.ErrMoveUnderWay) || !strings.Contains(err.Error(), "pending") {
 		t.Fatalf("a move whose release was refused: %v; want it under way, naming the pending release", err)
 	}
@@ -172,8 +172,8 @@ func TestMoveOfAParkedRoomWaitsForItsRelease(t *testing.T) {
 	if mv := a.mem().Status().Moving; len(mv) != 1 || mv[0].Name != room.Name || mv[0].To != "b" {
 		t.Fatalf("a lists moving %+v", mv)
 	}
-	if err := a.mem().Move(t.Context(), keyOf(room), "b"); !errors.Is(err, cluster.ErrMoveBusy) {
-		t.Fatalf("a second move of a room under way: %v", err)
+	if _, err := a.mem().Move(t.Context(), keyOf(room), "b"); !errors.Is(err, server.ErrMoveUnderWay) || !strings.Contains(err.Error(), "pending") {
+		t.Fatalf("the same move asked again: %v; want it under way, naming the pending release", err)
 	}
 
 	took := b.mem().met.acquire["acquired"].Get()
@@ -216,7 +216,7 @@ func TestMoveOfAParkedRoomWaitsOutALaterGeneration(t *testing.T) {
 		t.Fatalf("after the unanswered wake the record is %+v, want a at %d", rec, h.Generation+1)
 	}
 	took := b.mem().met.acquire["acquired"].Get()
-	err := a.mem().Move(t.Context(), keyOf(room), "b")
+	_, err := a.mem().Move(t.Context(), keyOf(room), "b")
 	if !errors.Is(err, server.ErrMoveUnderWay) {
 		t.Fatalf("a move with the record at a later generation: %v; want it under way", err)
 	}
@@ -227,6 +227,60 @@ func TestMoveOfAParkedRoomWaitsOutALaterGeneration(t *testing.T) {
 	checkMovedTo(t, bucket, b, room, h.Generation+1, took)
 	if got := a.mem().met.ownerClosed["sweep"].Get(); got != 0 {
 		t.Fatalf("wasmkeep_websocket_owner_closes_total{reason=sweep} = %d, want 0", got)
+	}
+}
+
+// TestAMovingRoomTakenByAnotherNodeFirst: while a's move of a parked room
+// to b waits for b (whose writes of the record are refused), the same move
+// asked again goes on (under way), a move elsewhere is refused, and a
+// step taken by another caller is not interleaved. Then an event reaching
+// c takes the free room there: the move is over, reported as taken by c
+// (not moved to b), and a's socket closes with 1012.
+func TestAMovingRoomTakenByAnotherNodeFirst(t *testing.T) {
+	bucket, ms := startClusterWith(t, 2*time.Second, idleSoon, "a", "b", "c")
+	a, b, c := ms[0], ms[1], ms[2]
+	putClass(t, a, "echo", "./testdata/guests/echo", true)
+	room := cluster.Room{Class: "echo", Name: "first"}
+	key := keyOf(room)
+	ws := openEcho(t, a, room.Name)
+	h := parkedOn(t, a, room)
+
+	b.link.refusePuts(cluster.RecordKey(room))
+	_, err := a.mem().Move(t.Context(), key, "b")
+	if !errors.Is(err, server.ErrMoveUnderWay) || !strings.Contains(err.Error(), "node b did not take the room yet") {
+		t.Fatalf("a move whose target cannot take the room: %v; want it under way, waiting on b", err)
+	}
+	if _, err := a.mem().Move(t.Context(), key, "b"); !errors.Is(err, server.ErrMoveUnderWay) {
+		t.Fatalf("the same move asked again: %v; want it under way", err)
+	}
+	if _, err := a.mem().Move(t.Context(), key, "c"); !errors.Is(err, cluster.ErrMoveBusy) {
+		t.Fatalf("a move elsewhere of a room under way: %v; want ErrMoveBusy", err)
+	}
+
+	// The test takes the next step itself: the move loop leaves the
+	// move alone meanwhile, and a request for it is told so.
+	if !a.mem().beginAdvance(key) {
+		t.Fatal("the move is being advanced by another caller")
+	}
+	if _, err := a.mem().Move(t.Context(), key, "b"); !errors.Is(err, server.ErrMoveUnderWay) || !strings.Contains(err.Error(), "another request") {
+		t.Fatalf("a move asked while another caller takes it a step: %v", err)
+	}
+	took := c.mem().met.acquire["acquired"].Get()
+	if r := do(t, "GET", c.n.URL()+"/actor/echo/"+room.Name, nil); r.Status != http.StatusOK {
+		t.Fatalf("an event of the free room at c: %d %s", r.Status, r.Body)
+	}
+	by, err := a.mem().advanceMove(t.Context(), key)
+	a.mem().endAdvance(key)
+	if err != nil || by != "c" {
+		t.Fatalf("the move's step once c holds the room: by %q, %v; want taken by c", by, err)
+	}
+	ws.ExpectClose(abi.CloseServiceRestart)
+	checkMovedTo(t, bucket, c, room, h.Generation, took)
+	if a.mem().isMoving(key) {
+		t.Fatal("the move outlived c's take")
+	}
+	if got := a.mem().met.ownerClosed["move"].Get(); got != 1 {
+		t.Fatalf("wasmkeep_websocket_owner_closes_total{reason=move} = %d, want 1", got)
 	}
 }
 

@@ -122,8 +122,8 @@ func TestAParkedRoomMoves(t *testing.T) {
 	room := cluster.Room{Class: "echo", Name: "m"}
 	h := parkedOn(t, a, room)
 	took := b.mem().met.acquire["acquired"].Get()
-	if err := a.mem().Move(t.Context(), keyOf(room), "b"); err != nil {
-		t.Fatal(err)
+	if by, err := a.mem().Move(t.Context(), keyOf(room), "b"); err != nil || by != "b" {
+		t.Fatalf("move to b: by %q, %v", by, err)
 	}
 	ws.ExpectClose(abi.CloseServiceRestart)
 	checkMovedTo(t, bucket, b, room, h.Generation, took)

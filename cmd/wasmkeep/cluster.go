@@ -89,17 +89,7 @@ func clusterCommand() *cli.Command {
 					if err := newAdminClient(c).do(http.MethodPost, "/admin/cluster/move", body, &done); err != nil {
 						return err
 					}
-					switch {
-					case done.UnderWay:
-						fmt.Fprintf(c.App.Writer, "room %s/%s is moving from node %s to node %s, in the background: %s\n"+
-							"(it is finished or given up within %v; `wasmkeep cluster status` shows it meanwhile)\n",
-							done.Class, done.Name, done.From, done.To, done.Note, cluster.MoveLookFor)
-						return nil
-					case !done.Moved:
-						fmt.Fprintf(c.App.Writer, "room %s/%s is on node %s already\n", done.Class, done.Name, done.To)
-						return nil
-					}
-					fmt.Fprintf(c.App.Writer, "room %s/%s moved from node %s to node %s\n", done.Class, done.Name, done.From, done.To)
+					printMove(c.App.Writer, done)
 					return nil
 				},
 			},
@@ -293,4 +283,21 @@ func roomLabel(r server.ClusterRoom) string {
 		return r.Class + "/" + url.PathEscape(r.Name)
 	}
 	return r.Class + "/" + r.Name
+}
+
+// printMove says what a move did.
+func printMove(w io.Writer, done server.ClusterMove) {
+	room := done.Class + "/" + done.Name
+	switch {
+	case done.UnderWay:
+		fmt.Fprintf(w, "room %s is moving from node %s to node %s, in the background: %s\n"+
+			"(it is finished or given up within %v, or twelve lease times if that is longer; `wasmkeep cluster status` shows it meanwhile)\n",
+			room, done.From, done.To, done.Note, cluster.MoveLookFor)
+	case done.TakenBy != "":
+		fmt.Fprintf(w, "room %s left node %s, but node %s took it before node %s did: %s\n", room, done.From, done.TakenBy, done.To, done.Note)
+	case !done.Moved:
+		fmt.Fprintf(w, "room %s is on node %s already\n", room, done.To)
+	default:
+		fmt.Fprintf(w, "room %s moved from node %s to node %s\n", room, done.From, done.To)
+	}
 }

@@ -63,9 +63,9 @@ func (m *drainMember) Drain(on bool) error {
 	return nil
 }
 
-func (m *drainMember) Move(_ context.Context, key rooms.Key, to string) error {
+func (m *drainMember) Move(_ context.Context, key rooms.Key, to string) (string, error) {
 	m.call("move " + key.String() + " " + to)
-	return nil
+	return to, nil
 }
 
 func (m *drainMember) Take(context.Context, rooms.Key) error { return nil }
@@ -234,5 +234,29 @@ func TestClusterCommands(t *testing.T) {
 	lone := clusterNode(t, "", nil)
 	if r := wk(t, nil, "cluster", "status", "--server", lone.URL); r.code != 1 || !strings.Contains(r.stderr, "this node is not a member of a cluster (HTTP 404)") {
 		t.Fatalf("cluster status of a node without a cluster: %v", r)
+	}
+}
+
+// TestPrintMove: what `cluster move` prints for each outcome.
+func TestPrintMove(t *testing.T) {
+	base := server.ClusterMove{Class: "chat", Name: "lobby", From: "a", To: "b"}
+	for _, c := range []struct {
+		edit func(*server.ClusterMove)
+		want string
+	}{
+		{func(m *server.ClusterMove) { m.Moved = true }, "room chat/lobby moved from node a to node b\n"},
+		{func(m *server.ClusterMove) { m.From = "b" }, "room chat/lobby is on node b already\n"},
+		{func(m *server.ClusterMove) { m.TakenBy, m.Note = "c", "node c took the room first" },
+			"room chat/lobby left node a, but node c took it before node b did: node c took the room first\n"},
+		{func(m *server.ClusterMove) { m.UnderWay, m.Note = true, "pending" },
+			"room chat/lobby is moving from node a to node b, in the background: pending\n(it is finished or given up within 2m0s, or twelve lease times if that is longer; `wasmkeep cluster status` shows it meanwhile)\n"},
+	} {
+		m := base
+		c.edit(&m)
+		var out strings.Builder
+		printMove(&out, m)
+		if out.String() != c.want {
+			t.Errorf("%+v printed %q, want %q", m, out.String(), c.want)
+		}
 	}
 }

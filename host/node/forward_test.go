@@ -72,8 +72,8 @@ type member struct {
 
 func (m *member) Status() server.ClusterNode { return server.ClusterNode{} }
 func (m *member) Drain(bool) error           { return errors.New("not in this test") }
-func (m *member) Move(context.Context, rooms.Key, string) error {
-	return errors.New("not in this test")
+func (m *member) Move(context.Context, rooms.Key, string) (string, error) {
+	return "", errors.New("not in this test")
 }
 func (m *member) Take(context.Context, rooms.Key) error   { return errors.New("not in this test") }
 func (m *member) FenceNode(context.Context, string) error { return errors.New("not in this test") }

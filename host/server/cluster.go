@@ -42,10 +42,12 @@ type ClusterMember interface {
 	Drain(on bool) error
 	// Move hands a room held or parked here over to node to: its state
 	// is written and its record released, to is asked to take it, and
-	// its sockets here close with 1012 once it has. An error wrapping
-	// ErrMoveUnderWay says the move goes on in the background (its
-	// release has not landed yet, or the target has not taken it).
-	Move(ctx context.Context, key rooms.Key, to string) error
+	// its sockets here close with 1012 once it has. by is the node that
+	// holds the room then: to, or another that one of the room's events
+	// reached first. An error wrapping ErrMoveUnderWay says the move
+	// goes on in the background (its release has not landed yet, or the
+	// target has not taken it).
+	Move(ctx context.Context, key rooms.Key, to string) (by string, err error)
 	// Take acquires and wakes a room here: the target's side of a move.
 	Take(ctx context.Context, key rooms.Key) error
 	// FenceNode fences node by hand: its lease is written fenced at

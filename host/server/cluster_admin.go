@@ -55,23 +55,30 @@ type ClusterView struct {
 }
 
 // ClusterMove is the answer of a move: the room, the node that held it
-// and the target. Moved is false when the target held it already, or
-// when the move goes on in the background (UnderWay, with what it waits
-// on in Note; the answer is then 202).
+// and the target. Moved is false when the target held it already, when
+// another node took the room first (TakenBy: one of its events reached
+// that node while the record was free; the move is over and the sockets
+// reconnect there), or when the move goes on in the background
+// (UnderWay, with what it waits on in Note; the answer is then 202).
 type ClusterMove struct {
 	Class    string `json:"class"`
 	Name     string `json:"name"`
 	From     string `json:"from"`
 	To       string `json:"to"`
 	Moved    bool   `json:"moved"`
+	TakenBy  string `json:"taken_by,omitempty"`
 	UnderWay bool   `json:"under_way,omitempty"`
 	Note     string `json:"note,omitempty"`
 }
 
-// moveDone fills done with the outcome err of a move made here and
+// moveDone fills done with the outcome (by, err) of a move made here and
 // answers it; false if err is a failure, answered by the caller.
-func moveDone(w http.ResponseWriter, done ClusterMove, err error) bool {
+func moveDone(w http.ResponseWriter, done ClusterMove, by string, err error) bool {
 	switch {
+	case err == nil && by != done.To:
+		done.TakenBy = by
+		done.Note = "node " + by + " took the room first: one of its events reached it while the move went on"
+		writeJSON(w, http.StatusOK, done)
 	case err == nil:
 		done.Moved = true
 		writeJSON(w, http.StatusOK, done)
@@ -230,17 +237,28 @@ func (s *Server) clusterMove(w http.ResponseWriter, r *http.Request, c *Cluster)
 	}
 
 	// Who holds it: this node, or whichever peer says so.
+	// A node that holds it (resident or parked) before one that is
+	// moving it away: after a move both may list it for a moment.
 	holder := ClusterPeer{Node: c.Node}
 	if !holdsRoom(self, key) {
 		holder = ClusterPeer{}
 		var unasked []string
+		var mover ClusterPeer
 		for _, a := range s.peerStatuses(r.Context(), self) {
 			switch {
 			case a.status.Error != "":
 				unasked = append(unasked, a.status.Error)
 			case holdsRoom(a.status, key) && holder.Node == "":
 				holder = a.peer
+			case movesRoom(a.status, key) && mover.Node == "":
+				mover = a.peer
 			}
+		}
+		if holder.Node == "" && movesRoom(self, key) {
+			holder = ClusterPeer{Node: c.Node}
+		}
+		if holder.Node == "" {
+			holder = mover
 		}
 		if holder.Node == "" {
 			msg := "room " + key.String() + " is held by no node: it is not running anywhere, and its next event starts it wherever it arrives"
@@ -259,7 +277,7 @@ func (s *Server) clusterMove(w http.ResponseWriter, r *http.Request, c *Cluster)
 	case c.Node:
 		ctx, cancel := context.WithTimeout(r.Context(), peerCallTimeout)
 		defer cancel()
-		if err := c.Member.Move(ctx, key, req.To); !moveDone(w, done, err) {
+		if by, err := c.Member.Move(ctx, key, req.To); !moveDone(w, done, by, err) {
 			s.memberError(w, "moving room "+key.String(), err)
 		}
 	default:
@@ -340,7 +358,7 @@ func (s *Server) peerMove(w http.ResponseWriter, r *http.Request, c *Cluster) {
 	ctx, cancel := context.WithTimeout(r.Context(), peerCallTimeout)
 	defer cancel()
 	done := ClusterMove{Class: key.Class, Name: key.Name, From: c.Node, To: req.To}
-	if err := c.Member.Move(ctx, key, req.To); !moveDone(w, done, err) {
+	if by, err := c.Member.Move(ctx, key, req.To); !moveDone(w, done, by, err) {
 		s.memberError(w, "moving room "+key.String(), err)
 	}
 }
@@ -451,12 +469,17 @@ func (s *Server) livePeer(ctx context.Context, w http.ResponseWriter, c *Cluster
 	return p, true
 }
 
-// holdsRoom reports whether n holds the room, keeps it parked, or is
-// moving it away: the node a move is asked of.
+// holdsRoom reports whether n holds the room or keeps it parked: the node
+// a move is asked of.
 func holdsRoom(n ClusterNode, key rooms.Key) bool {
 	is := func(h ClusterRoom) bool { return h.Class == key.Class && h.Name == key.Name }
-	return slices.ContainsFunc(n.Holds, is) || slices.ContainsFunc(n.Parked, is) ||
-		slices.ContainsFunc(n.Moving, func(m ClusterMoving) bool { return m.Class == key.Class && m.Name == key.Name })
+	return slices.ContainsFunc(n.Holds, is) || slices.ContainsFunc(n.Parked, is)
+}
+
+// movesRoom reports whether n is moving key's room away: it still holds
+// its sockets, and a move asked of it again goes on.
+func movesRoom(n ClusterNode, key rooms.Key) bool {
+	return slices.ContainsFunc(n.Moving, func(m ClusterMoving) bool { return m.Class == key.Class && m.Name == key.Name })
 }
 
 // tidyNode gives n's lists as empty rather than null in JSON.

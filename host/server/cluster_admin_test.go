@@ -30,10 +30,11 @@ var testSecret = []byte("cluster secret of the tests")
 // fakeMember is a ClusterMember that records what it is asked and
 // answers its status as set.
 type fakeMember struct {
-	mu     sync.Mutex
-	status ClusterNode
-	err    error // what Drain, Move, Take and Fence return
-	calls  []string
+	mu      sync.Mutex
+	status  ClusterNode
+	err     error  // what Drain, Move, Take and Fence return
+	movedBy string // the node a Move says holds the room then, if not its target
+	calls   []string
 	// unseen are leases in the bucket the view has not listed yet
 	// (Peer finds them).
 	unseen map[string]ClusterPeer
@@ -66,8 +67,14 @@ func (m *fakeMember) Drain(on bool) error {
 	return nil
 }
 
-func (m *fakeMember) Move(_ context.Context, key rooms.Key, to string) error {
-	return m.record("move " + key.String() + " " + to)
+func (m *fakeMember) Move(_ context.Context, key rooms.Key, to string) (string, error) {
+	err := m.record("move " + key.String() + " " + to)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.movedBy != "" {
+		return m.movedBy, err
+	}
+	return to, err
 }
 
 func (m *fakeMember) Take(_ context.Context, key rooms.Key) error {
@@ -186,7 +193,7 @@ func send(t *testing.T, req *http.Request, out any) (int, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out != nil && resp.StatusCode == 200 {
+	if out != nil && resp.StatusCode/100 == 2 {
 		if err := json.Unmarshal(data, out); err != nil {
 			t.Fatalf("%s %s: %v in %s", req.Method, req.URL, err, data)
 		}
@@ -428,6 +435,69 @@ func TestClusterMove(t *testing.T) {
 	expectStatus(t, "holder refuses", status, body, 409, "node n3: moving room counter/there one: the room is not held here")
 	if a := n1.member.asked(); len(a) != 1 {
 		t.Fatalf("refused moves reached n1's member: %q", a)
+	}
+}
+
+// TestClusterMoveOutcomes: a move that goes on in the background is
+// answered 202 with what it waits on, through the node asked too; one
+// that another node took first says so, not moved; and a room both held
+// on one node and listed moving on another (the end of a move) is asked
+// of its holder.
+func TestClusterMoveOutcomes(t *testing.T) {
+	n1, n2, n3 := startNode(t, "n1", testSecret), startNode(t, "n2", testSecret), startNode(t, "n3", testSecret)
+	n1.knows(n2, n3)
+	n1.member.set(func(s *ClusterNode) { s.Holds = []ClusterRoom{{Class: "counter", Name: "here", Generation: 1}} })
+	n3.member.set(func(s *ClusterNode) { s.Parked = []ClusterRoom{{Class: "counter", Name: "there", Generation: 2}} })
+
+	n1.member.mu.Lock()
+	n1.member.err = fmt.Errorf("%w: the release of the room's record has not landed yet (pending)", ErrMoveUnderWay)
+	n1.member.mu.Unlock()
+	var got ClusterMove
+	status, body := call(t, n1, "POST", "/admin/cluster/move", `{"class":"counter","name":"here","to":"n2"}`, &got)
+	want := ClusterMove{Class: "counter", Name: "here", From: "n1", To: "n2", UnderWay: true, Note: "the release of the room's record has not landed yet (pending)"}
+	if status != 202 || got != want {
+		t.Fatalf("a move under way here: %d %s", status, body)
+	}
+	n3.member.mu.Lock()
+	n3.member.err = fmt.Errorf("%w: node n2 did not take the room yet", ErrMoveUnderWay)
+	n3.member.mu.Unlock()
+	got = ClusterMove{}
+	status, body = call(t, n1, "POST", "/admin/cluster/move", `{"class":"counter","name":"there","to":"n2"}`, &got)
+	if status != 202 || !got.UnderWay || got.Moved || got.From != "n3" || got.Note != "node n2 did not take the room yet" {
+		t.Fatalf("a move under way on the node asked: %d %s", status, body)
+	}
+
+	n3.member.mu.Lock()
+	n3.member.err, n3.member.movedBy = nil, "n1"
+	n3.member.mu.Unlock()
+	got = ClusterMove{}
+	status, body = call(t, n1, "POST", "/admin/cluster/move", `{"class":"counter","name":"there","to":"n2"}`, &got)
+	if status != 200 || got.Moved || got.TakenBy != "n1" || !strings.Contains(got.Note, "node n1 took the room first") {
+		t.Fatalf("a move that another node took first: %d %s", status, body)
+	}
+
+	// The end of a move of "there" from n2 to n3 (n2 is asked first):
+	// n2 lists it moving, n3 holds it. A move to n1 is asked of n3.
+	n2.member.set(func(s *ClusterNode) { s.Moving = []ClusterMoving{{Class: "counter", Name: "there", To: "n3"}} })
+	n3.member.set(func(s *ClusterNode) {
+		s.Parked, s.Holds = nil, []ClusterRoom{{Class: "counter", Name: "there", Generation: 3}}
+	})
+	n3.member.mu.Lock()
+	n3.member.movedBy = ""
+	n3.member.mu.Unlock()
+	before := len(n2.member.asked())
+	status, body = call(t, n1, "POST", "/admin/cluster/move", `{"class":"counter","name":"there","to":"n1"}`, &got)
+	if status != 200 || got.From != "n3" || !got.Moved {
+		t.Fatalf("a room held on n3 and moving on n2: %d %s", status, body)
+	}
+	if a := n2.member.asked(); len(a) != before {
+		t.Errorf("the node moving the room away was asked %q", a[before:])
+	}
+	// Only listed moving: asked of the mover, to go on.
+	n3.member.set(func(s *ClusterNode) { s.Holds = nil })
+	status, body = call(t, n1, "POST", "/admin/cluster/move", `{"class":"counter","name":"there","to":"n3"}`, &got)
+	if status != 200 || got.From != "n2" {
+		t.Fatalf("a room only listed moving: %d %s", status, body)
 	}
 }
 
