@@ -77,10 +77,14 @@ type HostVariants struct {
 	// with sockets open here, instead of parking it: the room's next
 	// event may wake it on another node, away from its sockets.
 	ReleaseOnHibernation bool
+	// GiveUpKeepsSockets leaves a room's sockets open when its move
+	// ends unfinished: they stay on a node that neither holds nor parks
+	// the room, which another node then takes.
+	GiveUpKeepsSockets bool
 }
 
 // HostVariantNames are the names of HostVariants' fields.
-var HostVariantNames = []string{"Bounce", "DrainUntold", "ForwardWithoutTimeout", "FencePaused", "ReleaseOnHibernation"}
+var HostVariantNames = []string{"Bounce", "DrainUntold", "ForwardWithoutTimeout", "FencePaused", "ReleaseOnHibernation", "GiveUpKeepsSockets"}
 
 // HostVariant returns the HostVariants with the one of that name switched
 // on, and whether there is one of that name.
@@ -97,6 +101,8 @@ func HostVariant(name string) (HostVariants, bool) {
 		v.FencePaused = true
 	case "ReleaseOnHibernation":
 		v.ReleaseOnHibernation = true
+	case "GiveUpKeepsSockets":
+		v.GiveUpKeepsSockets = true
 	default:
 		return v, false
 	}

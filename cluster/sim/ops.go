@@ -46,6 +46,7 @@ func (w *World) fault() {
 // drain do not count the pause.
 func (w *World) pause(p *process, until int64) {
 	added := max(0, until-max(w.s.Now(), p.group.pausedUntil))
+	p.paused += added
 	for _, ev := range p.events {
 		ev.excused += added
 	}
@@ -391,9 +392,29 @@ func (w *World) move() {
 			}
 		}
 		w.stats.Moves++
+		start, paused := w.s.Now(), p.paused
 		for w.moveStep(ctx, p, to, room) && (sleeper{p}).Sleep(ctx, w.cfg.TTL/10) == nil {
 		}
+		if p.machine.proc == p && !p.node.Ended() {
+			w.checkMoveEnded(p, room, time.Duration(w.s.Now()-start-(p.paused-paused)))
+		}
 	})
+}
+
+// checkMoveEnded checks that p's move of room ended within its look, less
+// the time p was paused: past the look the next step gives up, and a
+// step is one move pass, two reads and a take's call at most.
+func (w *World) checkMoveEnded(p *process, room cluster.Room, took time.Duration) {
+	w.stats.LongestMove = max(w.stats.LongestMove, took)
+	if bound := w.moveBound(p); took > bound {
+		w.fail("%s's move of room %s ran %v, past its bound of %v", p.name, room, took, bound)
+	}
+}
+
+// moveBound bounds a move on p, pauses aside (see checkMoveEnded), with
+// a lease time for the drift of p's clock and the scheduler's leg times.
+func (w *World) moveBound(p *process) time.Duration {
+	return p.node.LookFor() + w.cfg.TTL/10 + 2*w.cfg.Faults.Timeout + headerTimeout + w.cfg.TTL
 }
 
 // moveStep takes p's move of room to machine to one step, as the
@@ -409,7 +430,7 @@ func (w *World) moveStep(ctx context.Context, p *process, to *machine, room clus
 		return true
 	case cluster.MoveGiveUp:
 		w.stats.MovesGivenUp++
-		if _, parked := node.Parked(room); !parked && !node.Acting(room) {
+		if _, parked := node.Parked(room); !parked && !node.Acting(room) && !w.cfg.Host.GiveUpKeepsSockets {
 			w.closeRoomSockets(p, room, "the move of the room ended unfinished")
 		}
 		return false

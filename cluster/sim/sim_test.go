@@ -151,7 +151,7 @@ func TestSim(t *testing.T) {
 	t.Logf("%d seeds, %d steps: %d acquisitions, %d releases (%d retried, %d moot), %d uses of resident rooms; "+
 		"%d events landed: %d answered (%d by the node they were relayed to), %d refused (%s); "+
 		"%d relays, %d dials in vain, %d late answers, %d failover waits; the longest event %v (bound %v); "+
-		"%d drains (%d drained, %d ended first; the longest %v, bound %v), %d moves (%d taken, %d found taken by the look, %d given up, %d refused); "+
+		"%d drains (%d drained, %d ended first; the longest %v, bound %v), %d moves (%d taken, %d found taken by the look, %d given up, %d refused; the longest %v, less pauses), %d stray records a move released; "+
 		"%d faults injected, %d crashes, %d pauses, %d clean stops, %d deaths, %d hangs, %d degraded links, %d cut links between machines; "+
 		"%d fences (%d processes found themselves fenced), %d by hand (%d failed), %d lapses; "+
 		"resolver: %d landed, %d moved, %d expired; "+
@@ -161,7 +161,7 @@ func TestSim(t *testing.T) {
 		n, total.Steps, total.Acquisitions, total.Releases, c.ReleaseRetries, c.ReleaseMoot, total.Uses,
 		total.Landed, total.Answered, total.AnsweredRelayed, total.Refused, strings.Join(reasons, ", "),
 		total.Relays, total.Dials, total.Late, total.FailoverWaits, total.LongestEvent, eventBound+eventSlack,
-		total.Drains, total.Drained, total.DrainsEnded, total.LongestDrain, newWorld(Config{}).drainBound(), total.Moves, total.MovesDone, total.MovesFoundTaken, total.MovesGivenUp, total.MovesRefused,
+		total.Drains, total.Drained, total.DrainsEnded, total.LongestDrain, newWorld(Config{}).drainBound(), total.Moves, total.MovesDone, total.MovesFoundTaken, total.MovesGivenUp, total.MovesRefused, total.LongestMove, c.MoveStrayReleases,
 		total.Faults, total.Crashes, total.Pauses, total.Stops, total.Deaths, total.Hangs, total.Cuts, total.PeerCuts,
 		c.Fences, total.Fenced, total.HandFences, total.HandFencesFailed, c.Lapses,
 		c.ResolvedLanded, c.ResolvedMoved, c.ResolvedExpired,

@@ -82,6 +82,8 @@ type Stats struct {
 	// answered or refused, and a drain to report drained, besides what
 	// their bounds excuse (bucket calls, pauses, outages).
 	LongestEvent, LongestDrain time.Duration
+	// LongestMove is the longest a move ran, its process's pauses aside.
+	LongestMove time.Duration
 	// Sockets (socket.go): opened on the node that ran their room, and
 	// closed by their client or by their node (a lapse, a stop, a drain,
 	// a move, the room found taken elsewhere); a process that dies takes
@@ -147,6 +149,7 @@ func (s *Stats) Add(o Stats) {
 	s.Exposed += o.Exposed
 	s.LongestEvent = max(s.LongestEvent, o.LongestEvent)
 	s.LongestDrain = max(s.LongestDrain, o.LongestDrain)
+	s.LongestMove = max(s.LongestMove, o.LongestMove)
 	addCounters(&s.Node, o.Node)
 }
 
@@ -257,7 +260,9 @@ type process struct {
 	// draining at its start and no change by its end ran wholly while the
 	// core was draining.
 	drainFlips int
-	drain      *drainState
+	// paused is how long the process has been paused in all.
+	paused int64
+	drain  *drainState
 	// events are the events landed here and not yet answered; serving
 	// the relays and takes it is handling for other machines.
 	events  []*request
@@ -321,7 +326,7 @@ func Run(cfg Config) Result {
 	// refused or caught by its deadline (each of which is bounded).
 	for w.failure == "" && w.busy() {
 		if !w.step(end + int64(tailMax)) {
-			w.fail("%d events still open and drains still under way %v after the end", w.open, tailMax)
+			w.fail("%d events still open and drains or moves still under way %v after the end", w.open, tailMax)
 			break
 		}
 	}
@@ -355,8 +360,8 @@ func (w *World) step(end int64) bool {
 	return true
 }
 
-// tailMax bounds the run after Duration: every event and drain has a
-// deadline well under it.
+// tailMax bounds the run after Duration: every event, drain and move has
+// a deadline well under it.
 const tailMax = 10 * time.Minute
 
 // busy reports whether an event or a drain is still under way.
@@ -365,11 +370,17 @@ func (w *World) busy() bool {
 		return true
 	}
 	for _, m := range w.machines {
-		if p := m.proc; p != nil && w.drainOpen(p) {
+		if p := m.proc; p != nil && (w.drainOpen(p) || w.movesOpen(p)) {
 			return true
 		}
 	}
 	return false
+}
+
+// movesOpen reports whether p has moves under way that must end: each
+// ends within its look (checkMoveEnded), so the tail waits for them.
+func (w *World) movesOpen(p *process) bool {
+	return !p.hung && !p.node.Ended() && len(p.node.Moves()) > 0
 }
 
 // newWorld is cfg's world with its machines, none of them started.
