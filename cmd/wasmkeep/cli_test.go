@@ -441,9 +441,19 @@ func TestBadFlagsFailFast(t *testing.T) {
 		{[]string{"serve"}, "WASMKEEP_IDLE_TIMEOUT=soon", `"WASMKEEP_IDLE_TIMEOUT"`},
 		{[]string{"serve", "--no-such-flag"}, "", "wasmkeep serve: flag provided but not defined: -no-such-flag"},
 		{[]string{"demo", "--max-room-memory", "0"}, "", "--max-room-memory must be 1–4096 MiB, not 0"},
+		{[]string{"demo", "--nodes", "2", "--lease-ttl", "500ms"}, "", "--lease-ttl must be at least 1s, not 500ms"},
+		{[]string{"demo", "--nodes", "2", "--failover-wait", "-1s"}, "", "--failover-wait must be 0 or more, not -1s"},
+		{[]string{"demo", "--nodes", "2"}, "WASMKEEP_OWNER_SWEEP_INTERVAL=10ms", "--owner-sweep-interval must be at least 1s, not 10ms"},
+		{[]string{"demo", "--nodes", "2", "--cluster-secret", "short"}, "", "--cluster-secret (or WASMKEEP_CLUSTER_SECRET) of at least 16 bytes"},
+		{[]string{"serve", "--node", "a", "--store", "STORE", "--cluster-secret", "0123456789abcdef", "--owner-sweep-interval", "0s"}, "", "--owner-sweep-interval must be at least 1s, not 0s"},
 	} {
 		data := filepath.Join(t.TempDir(), "data")
 		args := append(append([]string(nil), c.args...), "--data", data, "--listen", freeAddr(t))
+		for i, a := range args {
+			if a == "STORE" {
+				args[i] = t.TempDir()
+			}
+		}
 		var env []string
 		if c.env != "" {
 			env = append(env, c.env)

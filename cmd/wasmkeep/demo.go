@@ -45,8 +45,15 @@ func demoCommand() *cli.Command {
 			if nodes < 1 || nodes > maxDemoNodes {
 				return cli.Exit(fmt.Sprintf("wasmkeep: --nodes must be 1–%d, not %d", maxDemoNodes, nodes), 2)
 			}
-			if nodes > 1 && (cfg.Bucket != nil || cfg.Cluster != nil) {
-				return cli.Exit("wasmkeep: demo --nodes makes its own cluster on a directory in --data; it takes no --store or --node", 2)
+			var dc demoCluster
+			if nodes > 1 {
+				if cfg.Bucket != nil || cfg.Cluster != nil {
+					return cli.Exit("wasmkeep: demo --nodes makes its own cluster on a directory in --data; it takes no --store or --node", 2)
+				}
+				// Checked before the build, which writes into --data.
+				if dc, err = demoClusterFlags(c, cfg, nodes); err != nil {
+					return err
+				}
 			}
 			ctx, stop := stopWithParent(c.Context, cfg.Logger)
 			defer stop()
@@ -70,7 +77,7 @@ func demoCommand() *cli.Command {
 				return nil
 			}
 			if nodes > 1 {
-				return runDemoCluster(ctx, c, cfg, nodes, modules)
+				return runDemoCluster(ctx, c, cfg, dc, modules)
 			}
 			return run(ctx, cfg, func(n *node.Node) error {
 				if err := loadDemoClasses(cfg.Logger, n, modules); err != nil {
@@ -109,13 +116,52 @@ const defaultDemoNodes = 1
 // demoSecretBytes is the size of the demo cluster's generated secret.
 const demoSecretBytes = 32
 
+// demoCluster is the cluster demo --nodes runs: its size, its first
+// node's address, its secret and its timing.
+type demoCluster struct {
+	nodes  int
+	host   string
+	port   int
+	secret []byte
+	timing memberTiming
+}
+
+// demoClusterFlags reads and checks the flags of a demo cluster of n
+// nodes; a secret is drawn unless one is given.
+func demoClusterFlags(c *cli.Context, cfg node.Config, n int) (demoCluster, error) {
+	dc := demoCluster{nodes: n}
+	host, portText, err := net.SplitHostPort(cfg.Listen)
+	if err != nil {
+		return dc, cli.Exit(fmt.Sprintf("wasmkeep: --listen %q: %v", cfg.Listen, err), 2)
+	}
+	port, err := strconv.Atoi(portText)
+	if err != nil || port < 1 || port+n-1 > 65535 {
+		return dc, cli.Exit(fmt.Sprintf("wasmkeep: demo --nodes %d needs --listen with a port from 1 to %d, not %q", n, 65536-n, portText), 2)
+	}
+	dc.host, dc.port = host, port
+	dc.secret = []byte(c.String("cluster-secret"))
+	if len(dc.secret) == 0 {
+		raw := make([]byte, demoSecretBytes)
+		if _, err := rand.Read(raw); err != nil {
+			return dc, err
+		}
+		dc.secret = []byte(hex.EncodeToString(raw))
+	} else if len(dc.secret) < minSecretBytes {
+		return dc, cli.Exit(fmt.Sprintf("wasmkeep: --cluster-secret must be at least %d bytes", minSecretBytes), 2)
+	}
+	if dc.timing, err = clusterTiming(c); err != nil {
+		return dc, cli.Exit("wasmkeep: "+err.Error(), 2)
+	}
+	return dc, nil
+}
+
 // runDemoCluster runs a cluster of n nodes, n1..nN, in this process until
 // ctx ends (or a node is fenced), then stops them all cleanly. Node i
 // listens on --listen's port + i-1 and keeps its state in <data>/nodes/n<i>;
 // the nodes share one compilation cache, <data>/cache, the directory store <data>/cluster
 // and a secret drawn for the run. The classes are uploaded once, through
 // n1: the others read them from the store.
-func runDemoCluster(ctx context.Context, c *cli.Context, cfg node.Config, n int, modules map[string][]byte) (err error) {
+func runDemoCluster(ctx context.Context, c *cli.Context, cfg node.Config, dc demoCluster, modules map[string][]byte) (err error) {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	hold := cfg.Hold
@@ -124,28 +170,7 @@ func runDemoCluster(ctx context.Context, c *cli.Context, cfg node.Config, n int,
 			_ = hold.Release()
 		}
 	}()
-	host, portText, err := net.SplitHostPort(cfg.Listen)
-	if err != nil {
-		return cli.Exit(fmt.Sprintf("wasmkeep: --listen %q: %v", cfg.Listen, err), 2)
-	}
-	port, err := strconv.Atoi(portText)
-	if err != nil || port < 1 || port+n-1 > 65535 {
-		return cli.Exit(fmt.Sprintf("wasmkeep: demo --nodes %d needs --listen with a port from 1 to %d, not %q", n, 65536-n, portText), 2)
-	}
-	secret := []byte(c.String("cluster-secret"))
-	if len(secret) == 0 {
-		raw := make([]byte, demoSecretBytes)
-		if _, err := rand.Read(raw); err != nil {
-			return err
-		}
-		secret = []byte(hex.EncodeToString(raw))
-	} else if len(secret) < minSecretBytes {
-		return cli.Exit(fmt.Sprintf("wasmkeep: --cluster-secret must be at least %d bytes", minSecretBytes), 2)
-	}
-	timing, err := clusterTiming(c)
-	if err != nil {
-		return cli.Exit("wasmkeep: "+err.Error(), 2)
-	}
+	n, host, port, secret, timing := dc.nodes, dc.host, dc.port, dc.secret, dc.timing
 	shared, err := store.OpenDir(filepath.Join(cfg.DataDir, "cluster"))
 	if err != nil {
 		return err
