@@ -345,3 +345,29 @@ func TestAMoveLooksLongerOnLongLeases(t *testing.T) {
 		t.Fatalf("moves after the node stopped: %+v", mv)
 	}
 }
+
+// TestAMovingRoomWaitsForAnUnreachableTarget: with the record free but the
+// target unreachable at its current lease, the room's events wait rather
+// than being sent where they cannot go; a renewal of the target's lease
+// (a new version) sends them to it again.
+func TestAMovingRoomWaitsForAnUnreachableTarget(t *testing.T) {
+	b := store.NewMem()
+	a, c, clk := movePair(t, b)
+	if _, err := a.BeginMove(moveRoom, "c"); err != nil {
+		t.Fatal(err)
+	}
+	if _, landed := a.ReleaseParked(ctx, moveRoom); !landed {
+		t.Fatal("the release did not land")
+	}
+	a.Unreachable(ctx, "c")
+	if w, err := a.Route(ctx, moveRoom); err != nil || w.Kind != Wait || w.Node != "c" {
+		t.Fatalf("events of a room moving to an unreachable node go to %+v, %v; want Wait", w, err)
+	}
+	clk.Advance(ttl / 2)
+	c.RenewLease(ctx)
+	a.RenewLease(ctx)
+	a.WatchPeers(ctx)
+	if w, err := a.Route(ctx, moveRoom); err != nil || w.Kind != Elsewhere || w.Node != "c" {
+		t.Fatalf("after c renewed, the events go to %+v, %v; want c", w, err)
+	}
+}
