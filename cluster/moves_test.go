@@ -29,6 +29,20 @@ func movePair(t *testing.T, b store.Bucket) (a, c *Node, clk *clock.Manual) {
 
 var moveRoom = Room{"chat", "lobby"}
 
+// movingReleased is movePair with a's move of the room to c begun and
+// its parked record released (landed).
+func movingReleased(t *testing.T, b store.Bucket) (a, c *Node, clk *clock.Manual) {
+	t.Helper()
+	a, c, clk = movePair(t, b)
+	if _, err := a.BeginMove(moveRoom, "c"); err != nil {
+		t.Fatal(err)
+	}
+	if _, landed := a.ReleaseParked(ctx, moveRoom); !landed {
+		t.Fatal("the release did not land")
+	}
+	return a, c, clk
+}
+
 // TestBeginMoveRefusals: a room neither held nor parked here, a target
 // that is not a live peer, a room moving already.
 func TestBeginMoveRefusals(t *testing.T) {
@@ -55,13 +69,7 @@ func TestBeginMoveRefusals(t *testing.T) {
 // the look asks the target, then sees it holding the room and ends.
 func TestAMovedParkedRoomGoesToItsTarget(t *testing.T) {
 	b := store.NewMem()
-	a, c, _ := movePair(t, b)
-	if _, err := a.BeginMove(moveRoom, "c"); err != nil {
-		t.Fatal(err)
-	}
-	if _, landed := a.ReleaseParked(ctx, moveRoom); !landed {
-		t.Fatal("the release did not land")
-	}
+	a, c, _ := movingReleased(t, b)
 	if _, err := a.Acquire(ctx, moveRoom); !errors.Is(err, ErrMoving) {
 		t.Errorf("a moving room was taken here: %v", err)
 	}
@@ -271,13 +279,7 @@ func TestEndMoveEndsOnlyItsMove(t *testing.T) {
 // then asks the target.
 func TestAMoveReleasesAStrayRecord(t *testing.T) {
 	b := store.NewMem()
-	a, _, _ := movePair(t, b)
-	if _, err := a.BeginMove(moveRoom, "c"); err != nil {
-		t.Fatal(err)
-	}
-	if _, landed := a.ReleaseParked(ctx, moveRoom); !landed {
-		t.Fatal("the release did not land")
-	}
+	a, _, _ := movingReleased(t, b)
 	rec, etag := readRecord(t, b, moveRoom)
 	stray := Record{Node: "a", Instance: a.Instance(), Generation: rec.Generation + 1, Nonce: "late"}
 	if _, err := b.Put(ctx, RecordKey(moveRoom), EncodeRecord(stray), store.IfMatch(etag)); err != nil {
@@ -304,13 +306,7 @@ func TestAMoveReleasesAStrayRecord(t *testing.T) {
 // room's events go to it.
 func TestAMoveTreatsAnEndedHolderAsFree(t *testing.T) {
 	b := store.NewMem()
-	a, _, _ := movePair(t, b)
-	if _, err := a.BeginMove(moveRoom, "c"); err != nil {
-		t.Fatal(err)
-	}
-	if _, landed := a.ReleaseParked(ctx, moveRoom); !landed {
-		t.Fatal("the release did not land")
-	}
+	a, _, _ := movingReleased(t, b)
 	rec, etag := readRecord(t, b, moveRoom)
 	old := Record{Node: "c", Instance: "an earlier process of c", Generation: rec.Generation + 1, Nonce: "old"}
 	if _, err := b.Put(ctx, RecordKey(moveRoom), EncodeRecord(old), store.IfMatch(etag)); err != nil {
@@ -352,13 +348,7 @@ func TestAMoveLooksLongerOnLongLeases(t *testing.T) {
 // (a new version) sends them to it again.
 func TestAMovingRoomWaitsForAnUnreachableTarget(t *testing.T) {
 	b := store.NewMem()
-	a, c, clk := movePair(t, b)
-	if _, err := a.BeginMove(moveRoom, "c"); err != nil {
-		t.Fatal(err)
-	}
-	if _, landed := a.ReleaseParked(ctx, moveRoom); !landed {
-		t.Fatal("the release did not land")
-	}
+	a, c, clk := movingReleased(t, b)
 	a.Unreachable(ctx, "c")
 	if w, err := a.Route(ctx, moveRoom); err != nil || w.Kind != Wait || w.Node != "c" {
 		t.Fatalf("events of a room moving to an unreachable node go to %+v, %v; want Wait", w, err)
