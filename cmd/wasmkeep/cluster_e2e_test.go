@@ -672,7 +672,7 @@ func TestDemoCluster(t *testing.T) {
 		dir:      moduleRoot(t),
 		deadline: demoDeadline,
 	})
-	n.waitOutput("wasmkeep demo is up", demoDeadline)
+	n.waitOutput("Ctrl-C stops every node cleanly", demoDeadline) // the banner's last line
 	out := n.stdout.String()
 	host, port, err := net.SplitHostPort(strings.TrimPrefix(n.url, "http://"))
 	if err != nil {

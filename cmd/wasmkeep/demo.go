@@ -6,12 +6,14 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -228,16 +230,19 @@ func runDemoCluster(ctx context.Context, c *cli.Context, cfg node.Config, dc dem
 			}
 		}
 	}
-	w := c.App.Writer
-	fmt.Fprintf(w, "\nwasmkeep demo is up: a cluster of %d nodes sharing %s\n", n, shared.Path())
+	// Written in one piece, so that a reader of the output never sees
+	// the banner's first line without the nodes' URLs.
+	var w strings.Builder
+	fmt.Fprintf(&w, "\nwasmkeep demo is up: a cluster of %d nodes sharing %s\n", n, shared.Path())
 	for i, nd := range nodes {
-		fmt.Fprintf(w, "  node n%d:  %s\n", i+1, nd.URL())
+		fmt.Fprintf(&w, "  node n%d:  %s\n", i+1, nd.URL())
 	}
 	first := nodes[0].URL()
-	fmt.Fprintf(w, "  chat:     open %[1]s/actor/chat/lobby, and the same room through another node\n"+
+	fmt.Fprintf(&w, "  chat:     open %[1]s/actor/chat/lobby, and the same room through another node\n"+
 		"  counter:  curl -X POST %[1]s/actor/counter/mine (any node's URL: one node runs the room)\n"+
 		"  cluster:  go run ./cmd/wasmkeep cluster status --server %[1]s\n"+
 		"Rooms hibernate after %[2]s idle; Ctrl-C stops every node cleanly.\n\n", first, c.Duration("idle-timeout"))
+	io.WriteString(c.App.Writer, w.String())
 
 	var fenced error
 	select {
