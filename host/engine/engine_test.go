@@ -48,8 +48,15 @@ func (h *fakeHost) PresenceUntrack(uint32, *abi.Presence) abi.Status {
 	return abi.Success
 }
 
+// newEngine starts an engine for a test. Unless cfg names a cache of its
+// own, its compiles go through the compilation cache all test processes
+// share (testwasm.CompileCacheDir): a node compiles through a cache too,
+// and a fresh compile of a Go guest takes seconds under -race.
 func newEngine(tb testing.TB, cfg Config) *Engine {
 	tb.Helper()
+	if cfg.CacheDir == "" && !cfg.Interpreter {
+		cfg.CacheDir = testwasm.CompileCacheDir(tb)
+	}
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	e, err := New(context.Background(), cfg)
 	if err != nil {

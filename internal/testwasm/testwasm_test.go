@@ -187,3 +187,17 @@ func TestFixtures(t *testing.T) {
 		})
 	}
 }
+
+func TestCompileCacheDirNamesWazerosVersion(t *testing.T) {
+	v, err := wazeroVersion()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(v, "v") {
+		t.Fatalf("wazero version %q", v)
+	}
+	dir := CompileCacheDir(t)
+	if filepath.Base(dir) != "wazero-"+v {
+		t.Fatalf("cache directory %s does not name wazero %s", dir, v)
+	}
+}

@@ -1,0 +1,71 @@
+package testwasm
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/wasmkeep/wasmkeep/internal/wasmbuild"
+)
+
+// CompileCacheDir returns a wazero compilation cache directory
+// (engine.Config.CacheDir) that every test process of this user shares,
+// across packages and runs: os.UserCacheDir()/wasmkeep-test/wazero, or one
+// under os.TempDir() where there is no user cache directory.
+//
+// Under -race, wazero compiles a Go guest for 4–5 s (its compiler is race-
+// instrumented too), and the engine, node and CLI tests compile the same
+// few guests hundreds of times; from the cache a compile takes a fraction
+// of that. Sharing is safe: wazero keys an entry by the module's hash, its
+// own version, the CPU's features and whether the code checks for
+// interruption, and writes it to a temporary file renamed into place, so
+// concurrent test processes never read half an entry. A test of the
+// compile path itself, or of the cache, gives its engine a directory of
+// its own.
+func CompileCacheDir(tb testing.TB) string {
+	tb.Helper()
+	dir, err := compileCacheDir()
+	if err != nil {
+		tb.Fatalf("testwasm: compilation cache: %v", err)
+	}
+	return dir
+}
+
+func compileCacheDir() (string, error) {
+	base, err := os.UserCacheDir()
+	if err != nil {
+		base = os.TempDir()
+	}
+	version, err := wazeroVersion()
+	if err != nil {
+		return "", err
+	}
+	dir := filepath.Join(base, "wasmkeep-test", "wazero-"+version)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	return dir, nil
+}
+
+// wazeroVersion is the version of wazero this module's go.mod requires.
+func wazeroVersion() (string, error) {
+	root, err := wasmbuild.ModuleRoot()
+	if err != nil {
+		return "", err
+	}
+	b, err := os.ReadFile(filepath.Join(root, "go.mod"))
+	if err != nil {
+		return "", err
+	}
+	for sc := bufio.NewScanner(bytes.NewReader(b)); sc.Scan(); {
+		f := strings.Fields(strings.TrimPrefix(strings.TrimSpace(sc.Text()), "require "))
+		if len(f) >= 2 && f[0] == "github.com/tetratelabs/wazero" {
+			return f[1], nil
+		}
+	}
+	return "", errors.New("go.mod requires no github.com/tetratelabs/wazero")
+}
