@@ -22,22 +22,12 @@ import (
 	"github.com/wasmkeep/wasmkeep/internal/testwasm"
 )
 
-// sharedCacheDir is the test binary's wazero compilation cache.
-var sharedCacheDir string
-
 func TestMain(m *testing.M) {
 	if urls := os.Getenv(envClientURLs); urls != "" {
 		n, _ := strconv.Atoi(os.Getenv(envClientN))
 		os.Exit(socketClients(strings.Fields(urls), n))
 	}
-	dir, err := os.MkdirTemp("", "wasmkeep-node-test-cache-")
-	if err != nil {
-		panic(err)
-	}
-	sharedCacheDir = dir
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(m.Run())
 }
 
 // testLogger keeps node logs out of passing tests' output unless -v.
@@ -67,9 +57,10 @@ func startNode(t testing.TB, cfg Config) *Node {
 		cfg.Rooms.IdleTimeout = time.Hour // tests hibernate rooms explicitly
 	}
 	if cfg.Engine.CacheDir == "" {
-		// One compilation cache for every node of the test binary: each
-		// class is compiled once, not once per node (minutes under -race).
-		cfg.Engine.CacheDir = sharedCacheDir
+		// One compilation cache for every node of every test process:
+		// each class is compiled once, not once per node or per package
+		// (seconds a compile under -race).
+		cfg.Engine.CacheDir = testwasm.CompileCacheDir(t)
 	}
 	if cfg.Bucket == nil {
 		if b := testS3Bucket(t, cfg.DataDir); b != nil {
