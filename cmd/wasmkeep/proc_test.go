@@ -26,6 +26,7 @@ import (
 	"github.com/wasmkeep/wasmkeep/internal/s3test"
 	"github.com/wasmkeep/wasmkeep/internal/testenv"
 	"github.com/wasmkeep/wasmkeep/internal/testhttp"
+	"github.com/wasmkeep/wasmkeep/internal/testwasm"
 )
 
 const (
@@ -286,6 +287,7 @@ func startNode(t testing.TB, o nodeOpts) *proc {
 	if o.host == "" {
 		o.host = "127.0.0.1"
 	}
+	shareCompileCache(t, o)
 	for attempt := 1; ; attempt++ {
 		addr := testenv.FreeAddrOn(t, o.host)
 		args := append([]string{o.command}, o.args...)
@@ -311,6 +313,41 @@ func startNode(t testing.TB, o nodeOpts) *proc {
 			continue
 		}
 		t.Fatalf("starting wasmkeep %s: %v", strings.Join(args, " "), err)
+	}
+}
+
+// shareCompileCache points the compilation cache of o's data directory
+// (<data>/cache, unless it exists already) at the one all test processes
+// share, testwasm.CompileCacheDir, with a symbolic link: a -race node takes
+// seconds to compile a Go guest, and the tests start hundreds of nodes on
+// fresh data directories. The node still compiles through <data>/cache as
+// it would in production; a node started again on the directory finds the
+// link and its entries, as it would find its own.
+func shareCompileCache(t testing.TB, o nodeOpts) {
+	t.Helper()
+	data := ""
+	for i, a := range o.args {
+		if v, ok := strings.CutPrefix(a, "--data="); ok {
+			data = v
+		} else if a == "--data" && i+1 < len(o.args) {
+			data = o.args[i+1]
+		}
+	}
+	if data == "" {
+		return
+	}
+	if !filepath.IsAbs(data) {
+		data = filepath.Join(o.dir, data)
+	}
+	link := filepath.Join(data, "cache")
+	if _, err := os.Lstat(link); err == nil {
+		return
+	}
+	if err := os.MkdirAll(data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(testwasm.CompileCacheDir(t), link); err != nil {
+		t.Fatal(err)
 	}
 }
 
