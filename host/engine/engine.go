@@ -111,6 +111,7 @@ type Engine struct {
 
 	mu      sync.Mutex
 	live    map[*Instance]struct{} // instances the watchdog looks at
+	closed  uint64                 // instances closed, for Stats
 	classes map[*Class]struct{}    // closed with the engine
 
 	stop chan struct{}
@@ -232,6 +233,7 @@ func (e *Engine) track(i *Instance) {
 func (e *Engine) untrack(i *Instance) {
 	e.mu.Lock()
 	delete(e.live, i)
+	e.closed++
 	e.mu.Unlock()
 }
 
@@ -642,11 +644,15 @@ type Stats struct {
 	LiveInstances int
 	// Classes counts the module versions compiled and not closed.
 	Classes int
+	// ClosedInstances counts the instances closed since the engine
+	// started: each one's memory was freed (its linear memory unmapped,
+	// its Go structures left to the garbage collector).
+	ClosedInstances uint64
 }
 
 // Stats returns counts for metrics.
 func (e *Engine) Stats() Stats {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return Stats{LiveInstances: len(e.live), Classes: len(e.classes)}
+	return Stats{LiveInstances: len(e.live), Classes: len(e.classes), ClosedInstances: e.closed}
 }
