@@ -74,6 +74,11 @@ type Config struct {
 	MaxModuleBytes int
 	// StopTimeout bounds a clean stop (DefaultStopTimeout).
 	StopTimeout time.Duration
+	// ReclaimCloses is how many room instances must close (hibernations,
+	// drops) before the node, once their closes pause, collects garbage
+	// and returns the freed memory to the OS (DefaultReclaimCloses;
+	// limits.Off: never, leaving it to the Go runtime's own pacing).
+	ReclaimCloses int
 
 	Logger *slog.Logger
 }
@@ -140,6 +145,7 @@ func (c Config) withDefaults() Config {
 	}
 	limits.Default(&c.MaxModuleBytes, classes.DefaultMaxModuleBytes)
 	limits.Default(&c.StopTimeout, DefaultStopTimeout)
+	limits.DefaultOrOff(&c.ReclaimCloses, DefaultReclaimCloses)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -256,6 +262,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	})
 	n.Classes = classes.New(n.Bucket, n.Engine, cfg.MaxModuleBytes)
 	n.Metrics.NewGauge(`wasmkeep_classes_compiled`, func() float64 { return float64(n.Engine.Stats().Classes) })
+	n.startReclaimer()
 
 	sockets := cfg.Sockets
 	sockets.Clock = cfg.Clock
