@@ -70,10 +70,14 @@ type Instance struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	fnAlloc, fnStart, fnInit api.Function
-	fnEvent                  [numEvents]api.Function
-	globals                  []api.Global
-	stack                    [4]uint64
+	// The guest's exports are looked up on first use (function): wazero
+	// gives each function looked up a call stack of its own (10 KiB at
+	// least), and an instance calls few of them: a wake never calls start
+	// or initialize, a room may never see some events.
+	fnAlloc api.Function
+	fnEvent [numEvents]api.Function
+	globals []api.Global
+	stack   [4]uint64
 
 	// offset turns the host monotonic clock into this guest's clock.
 	offset atomic.Int64
@@ -140,12 +144,6 @@ func (c *Class) instantiate(ctx context.Context) (*Instance, error) {
 		inst.cancel()
 		return nil, errors.New("module has no memory")
 	}
-	inst.fnAlloc = mod.ExportedFunction(abi.ExportAlloc)
-	inst.fnStart = mod.ExportedFunction(wasmrwStartExport)
-	inst.fnInit = mod.ExportedFunction(abi.ExportInitialize)
-	for k, name := range eventExports {
-		inst.fnEvent[k] = mod.ExportedFunction(name)
-	}
 	inst.globals = make([]api.Global, len(c.globals))
 	for i, name := range c.globals {
 		inst.globals[i] = mod.ExportedGlobal(name)
@@ -183,7 +181,8 @@ func (c *Class) Start(ctx context.Context, host Host) (*Instance, error) {
 	}
 	inst.host = host
 	inst.out.setRoom(host)
-	for _, fn := range []api.Function{inst.fnStart, inst.fnInit} {
+	for _, name := range []string{wasmrwStartExport, abi.ExportInitialize} {
+		fn := inst.mod.ExportedFunction(name)
 		if fn == nil {
 			continue
 		}
@@ -425,7 +424,16 @@ func (i *Instance) SocketMessage(id uint32, kind int, data []byte) error {
 }
 
 // Handles reports whether the guest exports the handler for event kind k.
-func (i *Instance) Handles(k Event) bool { return i.fnEvent[k] != nil }
+func (i *Instance) Handles(k Event) bool { return i.class.has[k] }
+
+// function returns the guest's handler for k, looked up the first time.
+// The instance must be alive and its class must handle k.
+func (i *Instance) function(k Event) api.Function {
+	if i.fnEvent[k] == nil {
+		i.fnEvent[k] = i.mod.ExportedFunction(eventExports[k])
+	}
+	return i.fnEvent[k]
+}
 
 // SocketMessages delivers several messages of socket id in one call, as an
 // abi MessageBatch record. Only for a class that handles
@@ -445,10 +453,10 @@ func (i *Instance) event(k Event, nlead int, a0, a1 uint64, payload []byte) erro
 	if i.dead {
 		return ErrClosed
 	}
-	fn := i.fnEvent[k]
-	if fn == nil {
+	if !i.class.has[k] {
 		return nil
 	}
+	fn := i.function(k)
 	var ptr uint32
 	if len(payload) > 0 {
 		if uint64(len(payload)) > uint64(i.inboxCap) {
@@ -459,6 +467,9 @@ func (i *Instance) event(k Event, nlead int, a0, a1 uint64, payload []byte) erro
 				return fmt.Errorf("payload of %d bytes", len(payload))
 			}
 			i.stack[0] = size
+			if i.fnAlloc == nil {
+				i.fnAlloc = i.mod.ExportedFunction(abi.ExportAlloc) // Compile checked it exists
+			}
 			if err := i.call(i.fnAlloc); err != nil {
 				return err
 			}
