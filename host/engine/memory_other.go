@@ -17,3 +17,7 @@ func newMappedMemory(uint64, []wasmrw.DataSegment) experimental.LinearMemory { r
 func (c *Class) imageMemory(_, _ uint64) experimental.LinearMemory { return nil }
 
 func (c *Class) releaseMemoryImage() {}
+
+// trimMemory has nothing to give back: a memory on the Go heap is
+// returned by the garbage collector.
+func (i *Instance) trimMemory() {}
