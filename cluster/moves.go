@@ -26,7 +26,7 @@ import (
 // it keeps here, once another live node holds the room (the target, or a
 // node one of the room's events reached first). The look reads the
 // record, so it does not depend on the target's answer arriving. Past
-// its look (lookFor) the move ends; the owner sweep closes sockets left
+// its look (LookFor) the move ends; the owner sweep closes sockets left
 // behind.
 
 // MoveLookFor is how long the owner of a move looks after it, at least:
@@ -38,11 +38,8 @@ const MoveLookFor = 2 * time.Minute
 // longer than MoveLookFor.
 const moveLookLeases = 12
 
-// lookFor is how long the owner of a move looks after it.
-func (n *Node) lookFor() time.Duration { return max(MoveLookFor, moveLookLeases*n.cfg.TTL) }
-
 // LookFor is how long this node looks after a move before it gives up.
-func (n *Node) LookFor() time.Duration { return n.lookFor() }
+func (n *Node) LookFor() time.Duration { return max(MoveLookFor, moveLookLeases*n.cfg.TTL) }
 
 // Move is a move of a room away from this node, as recorded.
 type Move struct {
@@ -240,8 +237,8 @@ func (n *Node) moveStepLocked(m Move) (step MoveStep, read bool) {
 	switch {
 	case n.phase != active:
 		giveUp = "this node is " + n.phase.String()
-	case now-m.Since >= int64(n.lookFor()):
-		giveUp = fmt.Sprintf("the room was not taken within %v", n.lookFor())
+	case now-m.Since >= int64(n.LookFor()):
+		giveUp = fmt.Sprintf("the room was not taken within %v", n.LookFor())
 	case p == nil || p.lease.State != LeaseLive || p.lease.Draining || p.lease.Address == "":
 		giveUp = "node " + m.To + " is no longer a live, undrained peer"
 	}
