@@ -3,7 +3,6 @@
 package node
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
@@ -96,18 +95,7 @@ func burstMemory(t *testing.T, reclaim int) {
 	for i := range nrooms {
 		urls = append(urls, fmt.Sprintf("%s/actor/chat/b%d", node.URL(), i))
 	}
-	cmd := exec.Command(os.Args[0]) // its TestMain runs socketClients
-	cmd.Env = append(os.Environ(), envClientURLs+"="+strings.Join(urls, " "), envClientN+"="+strconv.Itoa(n))
-	stdin, _ := cmd.StdinPipe()
-	stdout, _ := cmd.StdoutPipe()
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { stdin.Close(); cmd.Wait() })
-	lines := bufio.NewScanner(stdout)
-	for lines.Scan() && lines.Text() != "ready" {
-	}
+	leave := startSocketClients(t, urls, n)
 	burstWait(t, "every socket open", func() bool { return node.Hub.Count() == n })
 	burstWait(t, "every open event delivered", func() bool {
 		return metric(t, node, `wasmkeep_room_events_total{kind="socket_open"}`) == float64(n)
@@ -176,8 +164,7 @@ func burstMemory(t *testing.T, reclaim int) {
 
 	// The clients leave, and the node stops only once every room has woken
 	// for their closes (see TestIdleSocketMemory).
-	stdin.Close()
-	if err := cmd.Wait(); err != nil {
+	if err := leave(); err != nil {
 		t.Fatalf("client process: %v", err)
 	}
 	burstWait(t, "every room woken for its sockets' closes", func() bool {
@@ -203,11 +190,5 @@ func burstEnv(t *testing.T, name string, def int) int {
 // on a shared two-core machine.
 func burstWait(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitWithin(t, 5*time.Minute, what, cond)
 }

@@ -75,18 +75,7 @@ func idleSocketMemory(t *testing.T, mode socket.ReadMode) {
 	}
 	before := memtest.Take(t)
 
-	cmd := exec.Command(os.Args[0]) // its TestMain runs socketClients
-	cmd.Env = append(os.Environ(), envClientURLs+"="+strings.Join(urls, " "), envClientN+"="+strconv.Itoa(n))
-	stdin, _ := cmd.StdinPipe()
-	stdout, _ := cmd.StdoutPipe()
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { stdin.Close(); cmd.Wait() })
-	lines := bufio.NewScanner(stdout)
-	for lines.Scan() && lines.Text() != "ready" {
-	}
+	leave := startSocketClients(t, urls, n)
 	waitFor(t, "every socket open", func() bool { return node.Hub.Count() == n })
 	waitFor(t, "every open event delivered", func() bool {
 		return metric(t, node, `wasmkeep_room_events_total{kind="socket_open"}`) == float64(n)
@@ -119,8 +108,7 @@ func idleSocketMemory(t *testing.T, mode socket.ReadMode) {
 	// woken for their closes: a stop while a room is still waking unmaps
 	// the memory the wake restores into (a fault of the stop, not of what
 	// this test measures).
-	stdin.Close()
-	if err := cmd.Wait(); err != nil {
+	if err := leave(); err != nil {
 		t.Fatalf("client process: %v", err)
 	}
 	waitFor(t, "every room woken for its sockets' closes", func() bool {
@@ -164,4 +152,32 @@ func socketClients(urls []string, n int) int {
 	// the node then saw most of its sockets go while it measured them.
 	runtime.KeepAlive(clients)
 	return 0
+}
+
+// startSocketClients runs n WebSocket clients spread over urls in a
+// process of their own (this test binary: its TestMain runs
+// socketClients), so that their memory is not the node's, and returns once
+// they say every socket is open. leave closes them and waits for the
+// process (the test's end does too).
+func startSocketClients(t *testing.T, urls []string, n int) (leave func() error) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), envClientURLs+"="+strings.Join(urls, " "), envClientN+"="+strconv.Itoa(n))
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	var err error
+	leave = func() error {
+		once.Do(func() { stdin.Close(); err = cmd.Wait() })
+		return err
+	}
+	t.Cleanup(func() { leave() })
+	lines := bufio.NewScanner(stdout)
+	for lines.Scan() && lines.Text() != "ready" {
+	}
+	return leave
 }
