@@ -71,6 +71,32 @@ const (
 	// id is not valid for sends any more.
 	ExportOnSocketClose = "wasmkeep_on_socket_close"
 
+	// ExportOnUpgrade is () -> (), and optional: the room's code is being
+	// replaced by a newer version (an upload of its class) and is asked for
+	// its state. The guest answers by calling ImportUpgradeState once with
+	// the bytes the new version will start from; returning without that
+	// call means this version offers no handoff (as does a module without
+	// the export), and the room stays on it. The call changes nothing the
+	// host keeps: what the guest sends, closes, checkpoints or deletes
+	// during it is refused with StatusState, and the host drops the
+	// instance afterwards, whatever the outcome, so a failed upgrade leaves
+	// the room exactly as its last snapshot had it.
+	ExportOnUpgrade = "wasmkeep_on_upgrade"
+
+	// ExportOnStartFrom is (ptr i32, len i32) -> (), and optional: the
+	// first event of a fresh instance that replaces an older version of
+	// the room, instead of starting it empty. The payload is a StartFrom
+	// record: the older version's hash and the state it handed over. The
+	// guest takes it over by calling ImportUpgradeAccept; returning
+	// without that call (a version that cannot read the state, or a module
+	// built with an SDK whose room registered no handler) refuses it, and
+	// the room stays on the older version. The room's open sockets are
+	// carried over with their ids: the new version gets no open event for
+	// a socket the old one had seen. A trap or a timeout fails the upgrade
+	// the same way. Sends during the call go out once the upgrade is
+	// durable, as for any event.
+	ExportOnStartFrom = "wasmkeep_on_start_from"
+
 	// ExportInitialize is the WASI reactor initializer. A fresh room runs it
 	// once (after the module's start function, if any); a room woken from a
 	// snapshot never runs either again.
@@ -163,6 +189,19 @@ const (
 	// returns Success at once. Added in v1 after its first release: a host
 	// without it refuses the module at upload, as for any unknown import.
 	ImportStateDelete = "state_delete"
+
+	// ImportUpgradeState is (ptr i32, len i32) -> i32: during
+	// ExportOnUpgrade only (StatusState otherwise, or on a second call),
+	// hands over the room's state for its next version, at most
+	// MaxUpgradeState bytes (StatusTooLarge).
+	//
+	// ImportUpgradeAccept is () -> i32: during ExportOnStartFrom only
+	// (StatusState otherwise), the new version has taken over the state.
+	//
+	// Both were added in v1 after its first release, like
+	// ImportStateDelete: a host without them refuses the module at upload.
+	ImportUpgradeState  = "upgrade_state"
+	ImportUpgradeAccept = "upgrade_accept"
 
 	// ImportAlarmSet is (at_ms i64) -> i32 and ImportAlarmClear is () -> i32:
 	// reserved: v1 hosts provide them and answer StatusUnsupported, so
@@ -270,4 +309,8 @@ const (
 	MaxCloseReason = 123 // RFC 6455: a close frame's payload is at most 125 bytes with the code
 	MaxLogLine     = 4096
 	MaxHeaderCount = 256
+	// MaxUpgradeState bounds the state one version hands to the next: it
+	// is copied whole into the new instance's memory, so it must fit there
+	// with room to spare.
+	MaxUpgradeState = 64 << 20
 )

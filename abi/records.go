@@ -15,6 +15,7 @@ import (
 // Response       = status:u32 headers body:bytes
 // SocketOpen     = path:str query:str headers remote:str
 // RoomInfo       = class:str name:str
+// StartFrom      = from:str state:bytes                   (from: the older version's hash)
 // Join           = topic:str payload:bytes                (payload: JSON)
 // ChannelMessage = topic:str event:str binary:u8 payload:bytes
 // Leave          = topic:str reason:str
@@ -232,6 +233,25 @@ func DecodeRoomInfo(b []byte) (RoomInfo, error) {
 	d := decoder{b: b}
 	i := RoomInfo{Class: d.str(), Name: d.str()}
 	return i, d.finish()
+}
+
+// StartFrom is what a new version of a room starts from: the state the
+// older version handed over (ExportOnUpgrade) and which version that was.
+type StartFrom struct {
+	From  string // the older version's module hash, "sha256:<hex>"
+	State []byte
+}
+
+// AppendStartFrom appends s's encoding to dst.
+func AppendStartFrom(dst []byte, s *StartFrom) []byte {
+	return appendBytes(appendStr(dst, s.From), s.State)
+}
+
+// DecodeStartFrom decodes a StartFrom record.
+func DecodeStartFrom(b []byte) (StartFrom, error) {
+	d := decoder{b: b}
+	s := StartFrom{From: d.str(), State: d.bytes()}
+	return s, d.finish()
 }
 
 func appendStr(dst []byte, s string) []byte {

@@ -40,6 +40,13 @@ func TestRecordsRoundTrip(t *testing.T) {
 	if got, err := DecodePresence(AppendPresence(nil, &p)); err != nil || !reflect.DeepEqual(got, p) {
 		t.Errorf("presence: %+v %v", got, err)
 	}
+	sf := StartFrom{From: "sha256:00", State: []byte("history")}
+	if got, err := DecodeStartFrom(AppendStartFrom(nil, &sf)); err != nil || !reflect.DeepEqual(got, sf) {
+		t.Errorf("start from: %+v %v", got, err)
+	}
+	if _, err := DecodeStartFrom(AppendStartFrom(nil, &sf)[:10]); !errors.Is(err, ErrMalformed) {
+		t.Errorf("truncated start from: %v", err)
+	}
 	if got, err := DecodeTopic(AppendTopic(nil, "t")); err != nil || got != "t" {
 		t.Errorf("topic: %q %v", got, err)
 	}

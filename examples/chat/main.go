@@ -15,6 +15,13 @@
 // maxMessage closes its socket with 4009, so the history stays bounded.
 // Other paths answer 404 (and their sockets are closed with 4004).
 //
+// When a new version of the class is uploaded, a room hands its history to
+// it (HandleUpgrade) and a new version of this code takes it over
+// (HandleStartFrom): the history survives the upgrade and the room's
+// sockets stay connected. The handoff format is the history as a count and
+// then each message, lengths as 4-byte little-endian, behind a format tag
+// (historyFormat) so that a later version can tell what it is given.
+//
 // Build it with:
 //
 //	GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o chat.wasm ./examples/chat
@@ -22,6 +29,7 @@ package main
 
 import (
 	_ "embed"
+	"encoding/binary"
 
 	wk "github.com/wasmkeep/wasmkeep/guest-sdk/go"
 )
@@ -41,6 +49,58 @@ func init() {
 	wk.HandleRequest(serve)
 	wk.HandleSocketOpen(open)
 	wk.HandleSocketMessage(message)
+	wk.HandleUpgrade(handOver)
+	wk.HandleStartFrom(takeOver)
+}
+
+// historyFormat tags the handoff: a version that does not know the tag
+// starts empty rather than misreading the bytes.
+const historyFormat = "chat-history-1"
+
+// handOver encodes the history for the next version.
+func handOver() []byte {
+	b := append([]byte(nil), historyFormat...)
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(history)))
+	for _, m := range history {
+		b = binary.LittleEndian.AppendUint32(b, uint32(len(m)))
+		b = append(b, m...)
+	}
+	return b
+}
+
+// takeOver reads what handOver wrote, from this version or an older one. A
+// handoff it cannot read panics, which fails the upgrade: the room stays on
+// its version with its history rather than losing it.
+func takeOver(prev []byte, from string) {
+	rest, ok := cutPrefix(prev, historyFormat)
+	if !ok {
+		panic("chat: unknown handoff from " + from)
+	}
+	n, rest := u32(rest)
+	var h []string
+	for range n {
+		var size uint32
+		size, rest = u32(rest)
+		if uint64(size) > uint64(len(rest)) {
+			panic("chat: truncated handoff from " + from)
+		}
+		h, rest = append(h, string(rest[:size])), rest[size:]
+	}
+	history = h
+}
+
+func cutPrefix(b []byte, prefix string) ([]byte, bool) {
+	if len(b) < len(prefix) || string(b[:len(prefix)]) != prefix {
+		return nil, false
+	}
+	return b[len(prefix):], true
+}
+
+func u32(b []byte) (uint32, []byte) {
+	if len(b) < 4 {
+		panic("chat: truncated handoff")
+	}
+	return binary.LittleEndian.Uint32(b), b[4:]
 }
 
 func serve(r *wk.Request) *wk.Response {

@@ -176,3 +176,39 @@ func onLeave(socket uint32, ptr unsafe.Pointer, n uint32) {
 		onLeaveFunc(Socket(socket), rec.Topic, rec.Reason)
 	}
 }
+
+// onUpgrade hands the room's state to its next version, if the room offers
+// one (HandleUpgrade); returning without a call to upgrade_state offers
+// none.
+//
+//go:wasmexport wasmkeep_on_upgrade
+func onUpgrade() {
+	if onUpgradeFunc == nil {
+		return
+	}
+	state := onUpgradeFunc()
+	if state == nil {
+		return
+	}
+	if st := hostUpgradeState(bytesPtr(state), uint32(len(state))); st < 0 {
+		Error("wasmkeep: upgrade_state: " + abi.Status(st).String())
+	}
+}
+
+// onStartFrom starts this version from an older one's state. The state is
+// the handler's to keep (it gets its own copy), and the version takes it
+// over only if the handler returns.
+//
+//go:wasmexport wasmkeep_on_start_from
+func onStartFrom(ptr unsafe.Pointer, n uint32) {
+	if onStartFromFunc == nil {
+		return
+	}
+	rec, err := abi.DecodeStartFrom(payload(ptr, n))
+	if err != nil {
+		Error("wasmkeep: malformed start-from record from the host")
+		return
+	}
+	onStartFromFunc(append([]byte(nil), rec.State...), rec.From)
+	hostUpgradeAccept()
+}

@@ -19,6 +19,8 @@ type nativeHost interface {
 	Log(level int32, b []byte) int32
 	Checkpoint() int32
 	StateDelete() int32
+	UpgradeState(b []byte) int32
+	UpgradeAccept() int32
 	AlarmSet(atMs int64) int32
 	AlarmClear() int32
 	// Channel stands for the channel functions: name is the import's
@@ -102,6 +104,20 @@ func hostStateDelete() int32 {
 		return unsupported
 	}
 	return native.StateDelete()
+}
+
+func hostUpgradeState(ptr unsafe.Pointer, n uint32) int32 {
+	if native == nil {
+		return unsupported
+	}
+	return native.UpgradeState(bytesAt(ptr, n))
+}
+
+func hostUpgradeAccept() int32 {
+	if native == nil {
+		return unsupported
+	}
+	return native.UpgradeAccept()
 }
 
 func hostAlarmSet(atMs int64) int32 {

@@ -33,6 +33,12 @@ func hostCheckpoint() int32
 //go:wasmimport wasmkeep state_delete
 func hostStateDelete() int32
 
+//go:wasmimport wasmkeep upgrade_state
+func hostUpgradeState(ptr unsafe.Pointer, n uint32) int32
+
+//go:wasmimport wasmkeep upgrade_accept
+func hostUpgradeAccept() int32
+
 //go:wasmimport wasmkeep alarm_set
 func hostAlarmSet(atMs int64) int32
 

@@ -434,6 +434,8 @@ var (
 	onSocketOpenFunc    func(Socket, *SocketOpen)
 	onSocketMessageFunc func(Socket, Message)
 	onSocketCloseFunc   func(Socket, int, string)
+	onUpgradeFunc       func() []byte
+	onStartFromFunc     func(prev []byte, fromVersion string)
 )
 
 // HandleRequest registers the room's HTTP handler, replacing any earlier
@@ -455,3 +457,27 @@ func HandleSocketMessage(h func(Socket, Message)) { onSocketMessageFunc = h }
 // is gone, with its close code and reason. The socket can no longer be sent
 // to. Without one, closes are ignored.
 func HandleSocketClose(h func(s Socket, code int, reason string)) { onSocketCloseFunc = h }
+
+// HandleUpgrade offers the room's state to the next version of its class.
+// When a newer version is uploaded, the host calls h on the room's current
+// version and starts the new version from what it returns (see
+// HandleStartFrom); the room's sockets stay open through the change. h
+// should encode what the room must keep (a history, scores) in a form the
+// next version can read, a version number first being the usual way.
+// Returning nil offers no handoff: the room stays on this version. Anything
+// else h does (sends, checkpoints, changes to the room's variables) is
+// dropped with the instance it ran in, whatever the outcome: the room either
+// continues on the new version or stays exactly as it was. Without a
+// handler, rooms of this version offer no handoff and stay on it until an
+// operator resets them.
+func HandleUpgrade(h func() []byte) { onUpgradeFunc = h }
+
+// HandleStartFrom registers how this version takes over a room from an
+// older one: h gets the state that version's HandleUpgrade returned and
+// that version's hash ("sha256:<hex>"), and runs instead of the room's
+// first event, after init. The room's open sockets are carried over: their
+// ids stay valid and no open event comes for them. If h panics, the upgrade
+// fails and the room stays on the older version with its state (the host
+// tries again later). Without a handler, this version takes over no state
+// and rooms of older versions stay where they are.
+func HandleStartFrom(h func(prev []byte, fromVersion string)) { onStartFromFunc = h }

@@ -23,6 +23,8 @@ type fakeHost struct {
 	logs       []string
 	respStatus int32
 	channel    []recordedCall
+	handoff    []byte
+	accepted   bool
 }
 
 func (h *fakeHost) HTTPRespond(b []byte) int32 {
@@ -72,8 +74,13 @@ func (h *fakeHost) Log(level int32, b []byte) int32 {
 	return 0
 }
 
-func (h *fakeHost) Checkpoint() int32    { return int32(abi.StatusUnsupported) }
-func (h *fakeHost) StateDelete() int32   { return int32(abi.StatusUnsupported) }
+func (h *fakeHost) Checkpoint() int32  { return int32(abi.StatusUnsupported) }
+func (h *fakeHost) StateDelete() int32 { return int32(abi.StatusUnsupported) }
+func (h *fakeHost) UpgradeState(b []byte) int32 {
+	h.handoff = append([]byte(nil), b...)
+	return 0
+}
+func (h *fakeHost) UpgradeAccept() int32 { h.accepted = true; return 0 }
 func (h *fakeHost) AlarmSet(int64) int32 { return int32(abi.StatusUnsupported) }
 func (h *fakeHost) AlarmClear() int32    { return int32(abi.StatusUnsupported) }
 func (h *fakeHost) Channel(name string, arg uint32, b []byte) int32 {
@@ -358,5 +365,32 @@ func TestChannels(t *testing.T) {
 	onLeave(7, bytesPtr(leave), uint32(len(leave)))
 	if left != "room:1 client" {
 		t.Fatalf("leave: %q", left)
+	}
+}
+
+func TestUpgradeHandoff(t *testing.T) {
+	h := setup(t)
+	onUpgrade() // no handler: no handoff
+	if h.handoff != nil {
+		t.Fatalf("handed over %q without a handler", h.handoff)
+	}
+	HandleUpgrade(func() []byte { return []byte("v1:hello") })
+	defer HandleUpgrade(nil)
+	onUpgrade()
+	if string(h.handoff) != "v1:hello" {
+		t.Fatalf("handed over %q", h.handoff)
+	}
+
+	rec := abi.AppendStartFrom(nil, &abi.StartFrom{From: "sha256:ab", State: []byte("v1:hello")})
+	onStartFrom(unsafe.Pointer(&rec[0]), uint32(len(rec)))
+	if h.accepted {
+		t.Fatal("accepted without a handler")
+	}
+	var got, from string
+	HandleStartFrom(func(prev []byte, v string) { got, from = string(prev), v })
+	defer HandleStartFrom(nil)
+	onStartFrom(unsafe.Pointer(&rec[0]), uint32(len(rec)))
+	if !h.accepted || got != "v1:hello" || from != "sha256:ab" {
+		t.Fatalf("accepted %v, state %q from %q", h.accepted, got, from)
 	}
 }

@@ -317,12 +317,15 @@ const (
 	EventChannelMessage
 	EventLeave
 	EventSocketMessages // optional: a batch of one socket's messages
+	EventUpgrade        // optional: hand the room's state to a newer version
+	EventStartFrom      // optional: start from an older version's state
 	numEvents
 )
 
 var eventExports = [numEvents]string{
 	abi.ExportOnRequest, abi.ExportOnSocketOpen, abi.ExportOnSocketMessage, abi.ExportOnSocketClose,
 	abi.ExportOnJoin, abi.ExportOnChannelMessage, abi.ExportOnLeave, abi.ExportOnSocketMessages,
+	abi.ExportOnUpgrade, abi.ExportOnStartFrom,
 }
 
 // Hash returns the content hash wasmkeep uses for a module's bytes.
@@ -478,6 +481,8 @@ func (c *Class) checkSignatures(fns map[string]api.FunctionDefinition) error {
 		abi.ExportOnJoin:           {{i32, i32, i32}, nil},
 		abi.ExportOnChannelMessage: {{i32, i32, i32}, nil},
 		abi.ExportOnLeave:          {{i32, i32, i32}, nil},
+		abi.ExportOnUpgrade:        {nil, nil},
+		abi.ExportOnStartFrom:      {{i32, i32}, nil},
 		abi.ExportInitialize:       {nil, nil},
 	}
 	for name, sig := range want {

@@ -35,6 +35,8 @@ func (e *Engine) instantiateHostModule(ctx context.Context) error {
 	def(abi.ImportLog, logLine, i32, i32, i32)
 	def(abi.ImportCheckpoint, checkpoint)
 	def(abi.ImportStateDelete, stateDelete)
+	def(abi.ImportUpgradeState, upgradeState, i32, i32)
+	def(abi.ImportUpgradeAccept, upgradeAccept)
 	def(abi.ImportChannelReply, e.channelReply, i32, i32, i32)
 	def(abi.ImportChannelPush, channelPush, i32, i32, i32)
 	def(abi.ImportChannelBroadcast, channelBroadcast, i32, i32, i32)
@@ -352,6 +354,37 @@ func stateDelete(ctx context.Context, _ api.Module, stack []uint64) {
 		return
 	}
 	inst.deleteState = true
+	ret(stack, abi.Success)
+}
+
+// upgradeState takes the state the guest hands over during
+// wasmkeep_on_upgrade (see abi.ImportUpgradeState).
+func upgradeState(ctx context.Context, mod api.Module, stack []uint64) {
+	inst := instanceOf(ctx)
+	state, ok := guestBytes(mod, stack[0], stack[1])
+	switch {
+	case inst == nil || !inst.inUpgrade || inst.handedOver:
+		ret(stack, abi.StatusState)
+	case !ok:
+		ret(stack, abi.StatusInvalid)
+	case len(state) > abi.MaxUpgradeState:
+		ret(stack, abi.StatusTooLarge)
+	default:
+		inst.handoff = append(inst.handoff[:0], state...)
+		inst.handedOver = true
+		ret(stack, abi.Success)
+	}
+}
+
+// upgradeAccept: the new version took over the state it started from
+// (see abi.ImportUpgradeAccept).
+func upgradeAccept(ctx context.Context, _ api.Module, stack []uint64) {
+	inst := instanceOf(ctx)
+	if inst == nil || !inst.inStartFrom {
+		ret(stack, abi.StatusState)
+		return
+	}
+	inst.accepted = true
 	ret(stack, abi.Success)
 }
 

@@ -109,6 +109,11 @@ type Instance struct {
 	response  []byte
 	responded bool
 
+	// State of an upgrade's handoff (Upgrade).
+	inUpgrade, handedOver bool
+	handoff               []byte
+	inStartFrom, accepted bool
+
 	// State of the join or channel message being handled.
 	inChannel EventKindReply
 	reply     ChannelReply
@@ -411,6 +416,61 @@ func (i *Instance) channelEvent(k Event, kind EventKindReply, id uint32, payload
 	r := i.reply
 	r.Body = bytes.Clone(r.Body)
 	return r, nil
+}
+
+// ErrNoHandoff: the guest's upgrade handler returned without handing over
+// its state.
+var ErrNoHandoff = errors.New("engine: the room handed over no state")
+
+// Upgrade asks the guest for the state its next version starts from
+// (abi.ExportOnUpgrade). The call runs without the room as its host: what
+// the guest would send, close, checkpoint or delete is refused
+// (StatusState), since an upgrade that fails must leave the room as it
+// was. Its memory does change (the guest encodes its state), so a caller
+// that keeps the instance after a failed upgrade is expected to drop it
+// and restore the room again. ErrNoHandoff when the guest gave nothing.
+func (i *Instance) Upgrade() ([]byte, error) {
+	if i.dead {
+		return nil, ErrClosed
+	}
+	if !i.class.has[EventUpgrade] {
+		return nil, ErrNoHandoff
+	}
+	host := i.host
+	i.host, i.inUpgrade, i.handedOver, i.handoff = nil, true, false, nil
+	defer func() { i.host, i.inUpgrade = host, false }()
+	if err := i.call(i.function(EventUpgrade)); err != nil {
+		return nil, err
+	}
+	if !i.handedOver {
+		return nil, ErrNoHandoff
+	}
+	state := i.handoff
+	i.handoff = nil
+	return state, nil
+}
+
+// ErrNotTakenOver: the new version returned from its start without taking
+// over the state (abi.ImportUpgradeAccept).
+var ErrNotTakenOver = errors.New("engine: the new version did not take over the state")
+
+// StartFrom delivers the state an older version handed over, as the first
+// event of a fresh instance (abi.ExportOnStartFrom). ErrNotTakenOver when
+// the guest does not accept it; the instance is then of no use (it may
+// have started empty) and the caller drops it.
+func (i *Instance) StartFrom(from string, state []byte) error {
+	if !i.class.has[EventStartFrom] {
+		return ErrNotTakenOver
+	}
+	i.inStartFrom, i.accepted = true, false
+	defer func() { i.inStartFrom = false }()
+	if err := i.event(EventStartFrom, 0, 0, 0, abi.AppendStartFrom(nil, &abi.StartFrom{From: from, State: state})); err != nil {
+		return err
+	}
+	if !i.accepted {
+		return ErrNotTakenOver
+	}
+	return nil
 }
 
 // SocketOpen delivers an encoded abi.SocketOpen for socket id.
