@@ -93,8 +93,9 @@ const (
 	// the room stays on the older version. The room's open sockets are
 	// carried over with their ids: the new version gets no open event for
 	// a socket the old one had seen. A trap or a timeout fails the upgrade
-	// the same way. Sends during the call go out once the upgrade is
-	// durable, as for any event.
+	// the same way. Like ExportOnUpgrade the call runs with no room behind
+	// it (sends, closes, checkpoints answer StatusState): an upgrade has no
+	// client to answer, and one that fails must have changed nothing.
 	ExportOnStartFrom = "wasmkeep_on_start_from"
 
 	// ExportInitialize is the WASI reactor initializer. A fresh room runs it

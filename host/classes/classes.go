@@ -4,15 +4,22 @@
 //
 // Bucket layout:
 //
-//	classes/<name>       JSON Record: the version a name points at
+//	classes/<name>       JSON Record: the version a name points at, and
+//	                     every version of the name still kept
 //	modules/<hex>.wasm   the module bytes, immutable, by content hash
 //
-// A room's snapshot names the module hash it was taken with, so a room keeps
-// running the version it started on even after its class name is pointed at
-// a newer upload: its memory only makes sense to that binary.
+// A room's snapshot names the module hash it was taken with: its memory
+// only makes sense to that binary. A room moves to a newer version only by
+// a handoff (the old version encodes its state, the new one starts from
+// it; see host/rooms), at the time the upload's upgrade policy says.
+//
+// The record is written with conditional writes (If-Match on the etag it
+// was read at), so two uploads of one class through two nodes at once both
+// land in its version list.
 package classes
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -40,18 +47,68 @@ var (
 // NamePattern is what a class name must match: it appears in URLs and keys.
 var NamePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 
-// Record is what a class name points at.
+// Record is what a class name points at: its current version (the fields
+// of the latest upload or rollback), and the versions kept.
 type Record struct {
 	Name     string    `json:"name"`
 	Hash     string    `json:"hash"`
 	ABI      int       `json:"abi"`
 	Size     int       `json:"size"`
 	Uploaded time.Time `json:"uploaded"`
+	// Upgrade is the current version's policy for rooms on other versions
+	// (UpgradeLazy when empty); ResetWithoutHandoff resets, rather than
+	// leaves, the rooms whose version offers no handoff.
+	Upgrade             string `json:"upgrade,omitempty"`
+	ResetWithoutHandoff bool   `json:"reset_without_handoff,omitempty"`
+	// Versions are every version kept, the current one among them, the
+	// most recently made current first.
+	Versions []Version `json:"versions,omitempty"`
 	// Durability is DurabilityEvent when every event that changes a room's
 	// memory makes its state durable before the event's output goes out;
 	// otherwise (the default) state is made durable at hibernation, clean
 	// stop and when the guest calls checkpoint().
 	Durability string `json:"durability,omitempty"`
+}
+
+// Version is one upload of a class.
+type Version struct {
+	Hash     string    `json:"hash"`
+	ABI      int       `json:"abi"`
+	Size     int       `json:"size"`
+	Uploaded time.Time `json:"uploaded"`
+	// Offers: the module exports the upgrade handler, so its rooms may
+	// hand their state to a newer version (whether a room does is its
+	// code's choice). Takes: it exports the start-from handler.
+	Offers bool `json:"offers_handoff"`
+	Takes  bool `json:"takes_handoff"`
+}
+
+// Upgrade policies of an upload, for the rooms on other versions.
+const (
+	// UpgradeLazy (the default): a room moves at its next wake.
+	UpgradeLazy = "lazy"
+	// UpgradeNow: every room is moved at once, in the background.
+	UpgradeNow = "now"
+	// UpgradeNever: rooms stay on their versions; new rooms start on this.
+	UpgradeNever = "never"
+)
+
+// Policy returns the record's upgrade policy, UpgradeLazy for none.
+func (r Record) Policy() string {
+	if r.Upgrade == "" {
+		return UpgradeLazy
+	}
+	return r.Upgrade
+}
+
+// Version returns the kept version with hash, if any.
+func (r Record) Version(hash string) (Version, bool) {
+	for _, v := range r.Versions {
+		if v.Hash == hash {
+			return v, true
+		}
+	}
+	return Version{}, false
 }
 
 // Durability options of a class.
@@ -67,6 +124,36 @@ const (
 type Options struct {
 	// Durability is DurabilityHibernate ("" too) or DurabilityEvent.
 	Durability string
+	// Upgrade is UpgradeLazy ("" too), UpgradeNow or UpgradeNever.
+	Upgrade string
+	// ResetWithoutHandoff resets the rooms whose version offers no
+	// handoff instead of leaving them on it.
+	ResetWithoutHandoff bool
+}
+
+// ErrBadOption: an upload option outside its documented values.
+var ErrBadOption = errors.New("classes: invalid class option")
+
+// check validates o and returns it in its stored form.
+func (o Options) check() (Options, error) {
+	switch o.Durability {
+	case "", DurabilityHibernate:
+		o.Durability = ""
+	case DurabilityEvent:
+	default:
+		return o, fmt.Errorf("%w: durability %q (use %q or %q)", ErrBadOption, o.Durability, DurabilityHibernate, DurabilityEvent)
+	}
+	switch o.Upgrade {
+	case "", UpgradeLazy:
+		o.Upgrade = ""
+	case UpgradeNow, UpgradeNever:
+	default:
+		return o, fmt.Errorf("%w: upgrade %q (use %q, %q or %q)", ErrBadOption, o.Upgrade, UpgradeLazy, UpgradeNow, UpgradeNever)
+	}
+	if o.ResetWithoutHandoff && o.Upgrade == UpgradeNever {
+		return o, fmt.Errorf("%w: reset without handoff asks for an upgrade, and the policy is %q", ErrBadOption, UpgradeNever)
+	}
+	return o, nil
 }
 
 // Registry resolves class names and module hashes to compiled classes.
@@ -86,6 +173,12 @@ type Registry struct {
 type cachedRecord struct {
 	rec  Record
 	read int64
+}
+
+// same reports whether c is the very entry o was (a record holds a slice,
+// so entries are compared by what identifies a read).
+func (c cachedRecord) same(o cachedRecord) bool {
+	return c.read == o.read && c.rec.Hash == o.rec.Hash && c.rec.Uploaded.Equal(o.rec.Uploaded) && len(c.rec.Versions) == len(o.rec.Versions)
 }
 
 // RecordTTL is how long a class record read from the bucket is used
@@ -132,17 +225,12 @@ func moduleKey(hash string) string {
 	return "modules/" + strings.TrimPrefix(hash, "sha256:") + ".wasm"
 }
 
-// ErrBadOption: an upload option outside its documented values.
-var ErrBadOption = errors.New("classes: invalid class option")
-
-// Put validates and compiles wasm, stores it, and points name at it.
+// Put validates and compiles wasm, stores it, and makes it the current
+// version of name, with the upgrade policy opts gives.
 func (r *Registry) Put(ctx context.Context, name string, wasm []byte, opts Options) (Record, error) {
-	switch opts.Durability {
-	case "", DurabilityHibernate:
-		opts.Durability = ""
-	case DurabilityEvent:
-	default:
-		return Record{}, fmt.Errorf("%w: durability %q (use %q or %q)", ErrBadOption, opts.Durability, DurabilityHibernate, DurabilityEvent)
+	opts, err := opts.check()
+	if err != nil {
+		return Record{}, err
 	}
 	if !NamePattern.MatchString(name) {
 		return Record{}, fmt.Errorf("%w %q: use 1–63 of a-z, 0-9, '_' and '-', starting with a letter or digit", ErrBadName, name)
@@ -158,20 +246,137 @@ func (r *Registry) Put(ctx context.Context, name string, wasm []byte, opts Optio
 	if _, err := r.bucket.Put(ctx, moduleKey(hash), wasm, store.Cond{}); err != nil {
 		return Record{}, fmt.Errorf("storing module: %w", err)
 	}
-	rec := Record{Name: name, Hash: hash, ABI: class.ABI, Size: len(wasm), Uploaded: time.Now().UTC().Truncate(time.Second),
-		Durability: opts.Durability}
-	body, _ := json.Marshal(rec)
-	if _, err := r.bucket.Put(ctx, nameKey(name), body, store.Cond{}); err != nil {
-		return Record{}, fmt.Errorf("storing class record: %w", err)
+	v := Version{Hash: hash, ABI: class.ABI, Size: len(wasm), Uploaded: time.Now().UTC().Truncate(time.Second),
+		Offers: class.Handles(engine.EventUpgrade), Takes: class.Handles(engine.EventStartFrom)}
+	return r.update(ctx, name, true, func(rec *Record) error {
+		rec.makeCurrent(v, opts)
+		return nil
+	})
+}
+
+// makeCurrent points the record at v with opts, keeping v once in the
+// version list, first.
+func (rec *Record) makeCurrent(v Version, opts Options) {
+	rec.Hash, rec.ABI, rec.Size, rec.Uploaded = v.Hash, v.ABI, v.Size, v.Uploaded
+	rec.Durability, rec.Upgrade, rec.ResetWithoutHandoff = opts.Durability, opts.Upgrade, opts.ResetWithoutHandoff
+	vs := []Version{v}
+	for _, o := range rec.Versions {
+		if o.Hash != v.Hash {
+			vs = append(vs, o)
+		}
 	}
+	rec.Versions = vs
+}
+
+// recordWrites bounds the attempts of a conditional update of a class
+// record that other writers keep overtaking.
+const recordWrites = 8
+
+// update reads name's record, applies change and writes it back if the
+// record was not changed meanwhile, retrying on a lost race. create allows
+// a name with no record yet (change gets a record with only the name).
+func (r *Registry) update(ctx context.Context, name string, create bool, change func(*Record) error) (Record, error) {
+	for range recordWrites {
+		body, etag, err := r.bucket.Get(ctx, nameKey(name))
+		rec := Record{Name: name}
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			if !create {
+				return Record{}, fmt.Errorf("%w %q", ErrUnknownClass, name)
+			}
+		case err != nil:
+			return Record{}, fmt.Errorf("reading class record: %w", err)
+		default:
+			if err := json.Unmarshal(body, &rec); err != nil {
+				return Record{}, fmt.Errorf("class record %q: %w", name, err)
+			}
+			rec.upgradeFormat()
+		}
+		if err := change(&rec); err != nil {
+			return Record{}, err
+		}
+		out, _ := json.Marshal(rec)
+		cond := store.IfMatch(etag)
+		if etag == "" {
+			cond = store.IfNoneMatch()
+		}
+		_, err = r.bucket.Put(ctx, nameKey(name), out, cond)
+		if errors.Is(err, store.ErrPrecondition) || errors.Is(err, store.ErrConflict) {
+			continue // another upload or rollback landed first: apply ours to it
+		}
+		if errors.Is(err, store.ErrUnknownOutcome) {
+			// The write may have landed; if the record now says what ours
+			// said, it did (or an identical one did).
+			if now, _, gerr := r.bucket.Get(ctx, nameKey(name)); gerr == nil && bytes.Equal(now, out) {
+				err = nil
+			} else {
+				continue
+			}
+		}
+		if err != nil {
+			return Record{}, fmt.Errorf("storing class record: %w", err)
+		}
+		r.remember(rec)
+		return rec, nil
+	}
+	return Record{}, fmt.Errorf("storing class record %q: %w (%d attempts overtaken by other writers)", name, store.ErrConflict, recordWrites)
+}
+
+// upgradeFormat fills the version list of a record written before
+// versions were kept: its one version is the current one.
+func (rec *Record) upgradeFormat() {
+	if len(rec.Versions) == 0 && rec.Hash != "" {
+		rec.Versions = []Version{{Hash: rec.Hash, ABI: rec.ABI, Size: rec.Size, Uploaded: rec.Uploaded}}
+	}
+}
+
+// remember caches rec as just read, and retires compiled versions a
+// change of the current one left idle.
+func (r *Registry) remember(rec Record) {
 	r.mu.Lock()
-	prev, had := r.names[name]
-	r.names[name] = cachedRecord{rec, r.now()}
+	prev, had := r.names[rec.Name]
+	r.names[rec.Name] = cachedRecord{rec, r.now()}
 	r.mu.Unlock()
-	if had && prev.rec.Hash != hash {
+	if had && prev.rec.Hash != rec.Hash {
 		r.retireIdle()
 	}
-	return rec, nil
+}
+
+// ErrUnknownVersion: the class keeps no version with that hash.
+var ErrUnknownVersion = errors.New("classes: no such version of the class")
+
+// Rollback makes an older kept version of name current again: hash, or
+// when empty the version made current before the current one. opts gives
+// the policy for the rooms on other versions (UpgradeNever when empty:
+// rooms that moved to the version rolled back from stay on it unless asked
+// otherwise, since moving them back needs a handoff the newer code gives
+// and the older code takes).
+func (r *Registry) Rollback(ctx context.Context, name, hash string, opts Options) (Record, error) {
+	if opts.Upgrade == "" {
+		opts.Upgrade = UpgradeNever
+	}
+	opts, err := opts.check()
+	if err != nil {
+		return Record{}, err
+	}
+	return r.update(ctx, name, false, func(rec *Record) error {
+		target, ok := Version{}, false
+		switch {
+		case hash != "":
+			target, ok = rec.Version(hash)
+		case len(rec.Versions) > 1:
+			target, ok = rec.Versions[1], true
+		}
+		if !ok {
+			if hash == "" {
+				return fmt.Errorf("%w: %s has no version before the current one", ErrUnknownVersion, name)
+			}
+			return fmt.Errorf("%w: %s has no kept version %s", ErrUnknownVersion, name, hash)
+		}
+		opts.Durability = rec.Durability
+		rec.makeCurrent(target, opts)
+		return nil
+	})
 }
 
 // KeptIdleVersions is how many module versions that no class name points
@@ -236,7 +441,7 @@ func (r *Registry) Get(ctx context.Context, name string) (Record, error) {
 	body, _, err := r.bucket.Get(ctx, nameKey(name))
 	if errors.Is(err, store.ErrNotFound) {
 		r.mu.Lock()
-		removed := ok && r.names[name] == cached
+		removed := ok && r.names[name].same(cached)
 		if removed {
 			delete(r.names, name)
 		}
@@ -251,12 +456,13 @@ func (r *Registry) Get(ctx context.Context, name string) (Record, error) {
 		if err = json.Unmarshal(body, &rec); err != nil {
 			err = fmt.Errorf("class record %q: %w", name, err)
 		}
+		rec.upgradeFormat()
 	}
 	if err != nil {
 		if ok && ctx.Err() == nil {
 			// Read again after another RecordTTL, not at every call.
 			r.mu.Lock()
-			if r.names[name] == cached {
+			if r.names[name].same(cached) {
 				r.names[name] = cachedRecord{cached.rec, now}
 			}
 			r.mu.Unlock()
@@ -264,13 +470,7 @@ func (r *Registry) Get(ctx context.Context, name string) (Record, error) {
 		}
 		return Record{}, err
 	}
-	r.mu.Lock()
-	prev, had := r.names[name]
-	r.names[name] = cachedRecord{rec, now}
-	r.mu.Unlock()
-	if had && prev.rec.Hash != rec.Hash {
-		r.retireIdle()
-	}
+	r.remember(rec)
 	return rec, nil
 }
 
@@ -281,6 +481,17 @@ func (r *Registry) Current(ctx context.Context, name string) (*engine.Class, err
 		return nil, err
 	}
 	return r.ByHash(ctx, rec.Hash)
+}
+
+// UpgradeTarget is what name's current version asks of the rooms on other
+// versions: its hash, its policy (UpgradeLazy, UpgradeNow, UpgradeNever)
+// and whether rooms without a handoff are reset.
+func (r *Registry) UpgradeTarget(ctx context.Context, name string) (current, policy string, reset bool, err error) {
+	rec, err := r.Get(ctx, name)
+	if err != nil {
+		return "", "", false, err
+	}
+	return rec.Hash, rec.Policy(), rec.ResetWithoutHandoff, nil
 }
 
 // Durable reports whether a class asks for durability after every event.

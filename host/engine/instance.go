@@ -455,15 +455,17 @@ func (i *Instance) Upgrade() ([]byte, error) {
 var ErrNotTakenOver = errors.New("engine: the new version did not take over the state")
 
 // StartFrom delivers the state an older version handed over, as the first
-// event of a fresh instance (abi.ExportOnStartFrom). ErrNotTakenOver when
+// event of a fresh instance (abi.ExportOnStartFrom), with no host behind
+// it, as for Upgrade. ErrNotTakenOver when
 // the guest does not accept it; the instance is then of no use (it may
 // have started empty) and the caller drops it.
 func (i *Instance) StartFrom(from string, state []byte) error {
 	if !i.class.has[EventStartFrom] {
 		return ErrNotTakenOver
 	}
-	i.inStartFrom, i.accepted = true, false
-	defer func() { i.inStartFrom = false }()
+	host := i.host
+	i.host, i.inStartFrom, i.accepted = nil, true, false
+	defer func() { i.host, i.inStartFrom = host, false }()
 	if err := i.event(EventStartFrom, 0, 0, 0, abi.AppendStartFrom(nil, &abi.StartFrom{From: from, State: state})); err != nil {
 		return err
 	}

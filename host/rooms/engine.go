@@ -20,6 +20,8 @@ type Class interface {
 	// Restore makes an instance from a snapshot: nothing of the guest
 	// runs.
 	Restore(ctx context.Context, man *snapshot.Manifest, segs map[string]*snapshot.Segment, host engine.Host) (Instance, error)
+	// Hash is the version's module hash.
+	Hash() string
 }
 
 // Instance is one room's running guest; see engine.Instance, whose
@@ -44,6 +46,11 @@ type Instance interface {
 	// RestoredPages are the page hashes of a restored memory (nil after a
 	// Start).
 	RestoredPages() []uint64
+	// Upgrade asks the guest for the state its next version starts from,
+	// and StartFrom starts a fresh instance from it (engine.Instance's
+	// contract: engine.ErrNoHandoff, engine.ErrNotTakenOver).
+	Upgrade() ([]byte, error)
+	StartFrom(from string, state []byte) error
 	Close()
 }
 
@@ -52,6 +59,10 @@ type EngineRegistry interface {
 	Current(ctx context.Context, name string) (*engine.Class, error)
 	ByHash(ctx context.Context, hash string) (*engine.Class, error)
 	Durable(ctx context.Context, name string) (bool, error)
+	// UpgradeTarget is the class's current version, its upgrade policy
+	// ("lazy", "now", "never") and whether rooms without a handoff are
+	// reset.
+	UpgradeTarget(ctx context.Context, name string) (current, policy string, reset bool, err error)
 }
 
 // EngineClasses makes a registry of engine classes the Classes of a room
@@ -80,7 +91,17 @@ func (c engineClasses) Durable(ctx context.Context, name string) (bool, error) {
 	return c.reg.Durable(ctx, name)
 }
 
+func (c engineClasses) Upgrade(ctx context.Context, name string) (UpgradePolicy, error) {
+	current, policy, reset, err := c.reg.UpgradeTarget(ctx, name)
+	if err != nil {
+		return UpgradePolicy{}, err
+	}
+	return UpgradePolicy{Current: current, Never: policy == "never", ResetWithoutHandoff: reset}, nil
+}
+
 type engineClass struct{ c *engine.Class }
+
+func (c engineClass) Hash() string { return c.c.Hash }
 
 func (c engineClass) Start(ctx context.Context, host engine.Host) (Instance, error) {
 	inst, err := c.c.Start(ctx, host)

@@ -52,6 +52,7 @@ type liveFacts struct {
 	last     int64 // monotonic time of its last event
 	sockets  int
 	pinned   bool
+	version  string // the resident instance's module version
 }
 
 // liveFactsOf reads a room's in-memory facts. The caller holds m.mu.
@@ -72,6 +73,7 @@ func (m *Manager) liveFactsOf(r *Room) liveFacts {
 		return f
 	}
 	f.memory = r.memory.Load()
+	f.version = r.runningVersion()
 	idle := time.Duration(m.clock.Now() - f.last)
 	switch {
 	case f.open > 0:
@@ -130,9 +132,10 @@ type snapFact struct {
 	stamp    int64
 	resident bool
 
-	bytes  uint64 // the manifest and the segments it references
-	memory uint32
-	taken  time.Time
+	bytes   uint64 // the manifest and the segments it references
+	memory  uint32
+	taken   time.Time
+	version string // the module version the snapshot names
 
 	// last is the monotonic time of the room's last event, kept when the
 	// room leaves memory (0: unknown, the node has not run it).
@@ -249,6 +252,7 @@ func (m *Manager) snapshotFacts(ctx context.Context, out []RoomInfo, live map[Ke
 				e.bytes = total + uint64(len(body))
 				e.memory = man.MemorySize()
 				e.taken = time.Unix(0, man.WallUnixNano).UTC()
+				e.version = man.ModuleHash
 			} else {
 				e.bytes = uint64(len(body)) // unreadable: at least the manifest
 			}
@@ -275,6 +279,9 @@ func (ri *RoomInfo) fill(e *snapFact) {
 	}
 	if ri.Memory == 0 {
 		ri.Memory = e.memory
+	}
+	if ri.Version == "" {
+		ri.Version = e.version
 	}
 }
 

@@ -69,6 +69,8 @@ func (c *fakeClass) Start(_ context.Context, host engine.Host) (Instance, error)
 	return &fakeInstance{class: c, host: host, mem: make([]byte, fakeMemory)}, nil
 }
 
+func (c *fakeClass) Hash() string { return c.hash }
+
 func (c *fakeClass) Restore(_ context.Context, man *snapshot.Manifest, segs map[string]*snapshot.Segment, host engine.Host) (Instance, error) {
 	if man.ModuleHash != c.hash {
 		return nil, fmt.Errorf("snapshot of %s restored on %s", man.ModuleHash, c.hash)
@@ -201,6 +203,10 @@ func (i *fakeInstance) Snapshot(enc *snapshot.Encoder, prev *snapshot.Manifest, 
 
 func (i *fakeInstance) RestoredPages() []uint64 { return i.restored }
 
+func (i *fakeInstance) Upgrade() ([]byte, error) { return nil, engine.ErrNoHandoff }
+
+func (i *fakeInstance) StartFrom(string, []byte) error { return engine.ErrNotTakenOver }
+
 func (i *fakeInstance) Close() { i.closed = true }
 
 // fakeClasses is a class registry of fake classes, by name.
@@ -229,6 +235,16 @@ func (f *fakeClasses) ByHash(_ context.Context, hash string) (Class, error) {
 		}
 	}
 	return nil, fmt.Errorf("fake: no module %s", hash)
+}
+
+func (f *fakeClasses) Upgrade(_ context.Context, name string) (UpgradePolicy, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c := f.byName[name]
+	if c == nil {
+		return UpgradePolicy{}, fmt.Errorf("fake: no class %q", name)
+	}
+	return UpgradePolicy{Current: c.hash}, nil
 }
 
 func (f *fakeClasses) Durable(_ context.Context, name string) (bool, error) {

@@ -49,6 +49,9 @@ type Classes interface {
 	// Durable reports whether the class asks for its rooms' state to be
 	// made durable after every event.
 	Durable(ctx context.Context, name string) (bool, error)
+	// Upgrade is what the class's current version asks of rooms on
+	// other versions.
+	Upgrade(ctx context.Context, name string) (UpgradePolicy, error)
 }
 
 // Config holds the room layer's settings. A zero field means its Default*
@@ -201,6 +204,9 @@ type Manager struct {
 
 	snaps snapFacts // what listings know of rooms' snapshots (facts.go)
 
+	upgrades *upgradeBook // rooms that did not move to a new version (upgrade.go)
+	jobs     upgradeJobs  // UpgradeAll's progress
+
 	// stop closes when Shutdown begins; background is the manager's own
 	// goroutines (the idle sweep, the collector, the orphan sweep).
 	stop       chan struct{}
@@ -253,6 +259,7 @@ func NewManager(ctx context.Context, cfg Config, classes Classes, bucket store.B
 	}
 	m.gc = newCollector(m, bucket)
 	m.met = newRoomMetrics(cfg.Metrics, m)
+	m.upgrades = newUpgradeBook(cfg.Metrics)
 	m.goBackground(m.sweeper)
 	m.goBackground(func() { m.gc.run(m.stop) })
 	m.goBackground(m.sweepLoop)
@@ -825,6 +832,13 @@ type RoomInfo struct {
 	OpenRequests int `json:"open_requests"`
 	// Pinned: an operator keeps the room in memory (Manager.Pin).
 	Pinned bool `json:"pinned,omitempty"`
+	// Version is the module version the room runs: the resident
+	// instance's, else the one its snapshot names ("" if it has none).
+	Version string `json:"version,omitempty"`
+	// Upgrade is set while the room did not move to its class's current
+	// version when it was asked to (no handoff, or a failure and when it
+	// is tried again).
+	Upgrade *RoomUpgrade `json:"upgrade,omitempty"`
 }
 
 // List returns every room the node knows: resident, hibernated with sockets
@@ -860,7 +874,7 @@ func (m *Manager) List(ctx context.Context) ([]RoomInfo, error) {
 		out = append(out, RoomInfo{
 			Class: k.Class, Name: k.Name, State: st, Sockets: f.sockets, Memory: f.memory,
 			LastEvent: lastEventAt(wallNow, now, f.last), Awake: f.awake, Pending: f.pending, OpenRequests: f.open,
-			Pinned: f.pinned,
+			Pinned: f.pinned, Version: f.version,
 		})
 	}
 	m.mu.Unlock()
@@ -871,6 +885,11 @@ func (m *Manager) List(ctx context.Context) ([]RoomInfo, error) {
 	}
 	if err := m.snapshotFacts(ctx, out, live, stored); err != nil {
 		return nil, err
+	}
+	for i := range out {
+		if u, ok := m.Upgrade(Key{out[i].Class, out[i].Name}); ok {
+			out[i].Upgrade = &u
+		}
 	}
 	sortRooms(out)
 	return out, nil

@@ -29,6 +29,9 @@ func (k Key) prefix() string {
 	return "rooms/" + store.EscapeSegment(k.Class) + "/" + store.EscapeSegment(k.Name) + "/"
 }
 
+// classPrefix is the prefix of every room of k's class.
+func (k Key) classPrefix() string { return "rooms/" + store.EscapeSegment(k.Class) + "/" }
+
 func (k Key) manifestKey() string         { return k.prefix() + "manifest" }
 func (k Key) segmentKey(id string) string { return k.prefix() + "seg/" + id }
 
@@ -65,25 +68,7 @@ func (r *Room) load(ctx context.Context, hold Hold) (inst Instance, restored boo
 	m := r.m
 	body, etag, err := m.bucket.Get(ctx, r.key.manifestKey())
 	if errors.Is(err, store.ErrNotFound) {
-		var inst Instance
-		err = engine.ErrRetired
-		// A version retired between the lookup and the start is compiled
-		// again by the next lookup.
-		for try := 0; errors.Is(err, engine.ErrRetired) && try < 3; try++ {
-			var class Class
-			if class, err = m.classes.Current(ctx, r.key.Class); err != nil {
-				return nil, false, err
-			}
-			inst, err = class.Start(ctx, r)
-		}
-		if err != nil {
-			r.crashedAtStart(err)
-			return nil, false, fmt.Errorf("%w: the room crashed while initializing: %v", ErrUnavailable, err)
-		}
-		r.man, r.etag, r.pages = nil, "", nil
-		r.known = map[uint32]bool{}
-		r.joins = map[joinKey]bool{}
-		return inst, false, nil
+		return r.startFresh(ctx)
 	}
 	if err != nil {
 		return nil, false, fmt.Errorf("%w: reading its manifest: %v", ErrUnavailable, err)
@@ -102,21 +87,51 @@ func (r *Room) load(ctx context.Context, hold Hold) (inst Instance, restored boo
 			"snapshot_generation", man.Generation, "hold_generation", hold.Generation)
 		return nil, false, fmt.Errorf("%w: %w (snapshot generation %d, hold %d)", ErrUnavailable, ErrFenced, man.Generation, hold.Generation)
 	}
-	err = engine.ErrRetired
-	for try := 0; errors.Is(err, engine.ErrRetired) && try < 3; try++ {
-		var class Class
-		if class, err = m.classes.ByHash(ctx, man.ModuleHash); err != nil {
-			return nil, false, fmt.Errorf("%w: its module version: %v", ErrUnavailable, err)
+	restore := func() (Instance, error) {
+		var inst Instance
+		err := engine.ErrRetired
+		for try := 0; errors.Is(err, engine.ErrRetired) && try < 3; try++ {
+			var class Class
+			if class, err = m.classes.ByHash(ctx, man.ModuleHash); err != nil {
+				return nil, fmt.Errorf("%w: its module version: %v", ErrUnavailable, err)
+			}
+			inst, err = class.Restore(ctx, man, segs, r)
 		}
-		inst, err = class.Restore(ctx, man, segs, r)
+		if err != nil {
+			if errors.Is(err, snapshot.ErrCorrupt) {
+				m.unreadable(r.key, err)
+			}
+			return nil, fmt.Errorf("%w: restoring: %v", ErrUnavailable, err)
+		}
+		return inst, nil
 	}
-	if err != nil {
-		if errors.Is(err, snapshot.ErrCorrupt) {
-			m.unreadable(r.key, err)
+	if inst, err = restore(); err != nil {
+		return nil, false, err
+	}
+	next, to, outcome := r.upgradeAtWake(ctx, man.ModuleHash, inst)
+	switch outcome {
+	case upgradeDone:
+		inst = next
+		r.upgraded = true
+	case upgradeReset:
+		r.resetForUpgrade.Store(true)
+		if err := r.deleteStored(ctx); err != nil {
+			return nil, false, fmt.Errorf("%w: resetting it for an upgrade: %v", ErrUnavailable, err)
 		}
-		return nil, false, fmt.Errorf("%w: restoring: %v", ErrUnavailable, err)
+		return r.startFresh(ctx)
+	case upgradeKept:
+		// The attempt ran the old version's code, which changed its
+		// memory: the room goes on from its snapshot, as it was.
+		if inst, err = restore(); err != nil {
+			return nil, false, err
+		}
 	}
 	r.man, r.etag, r.pages = man, etag, inst.RestoredPages()
+	r.setVersion(man.ModuleHash)
+	if r.upgraded {
+		r.pages = nil // a new version's memory: the next snapshot is whole
+		r.setVersion(to)
+	}
 	r.everStored.Store(true)
 	r.known = make(map[uint32]bool, len(st.Sockets))
 	for _, id := range st.Sockets {
@@ -128,6 +143,34 @@ func (r *Room) load(ctx context.Context, hold Hold) (inst Instance, restored boo
 		r.joins[j] = true
 	}
 	return inst, true, nil
+}
+
+// startFresh starts the room from its class's current version, as one
+// that has never been stored.
+func (r *Room) startFresh(ctx context.Context) (Instance, bool, error) {
+	m := r.m
+	var inst Instance
+	err := engine.ErrRetired
+	// A version retired between the lookup and the start is compiled
+	// again by the next lookup.
+	for try := 0; errors.Is(err, engine.ErrRetired) && try < 3; try++ {
+		var class Class
+		if class, err = m.classes.Current(ctx, r.key.Class); err != nil {
+			return nil, false, err
+		}
+		inst, err = class.Start(ctx, r)
+		if err == nil {
+			r.setVersion(class.Hash())
+		}
+	}
+	if err != nil {
+		r.crashedAtStart(err)
+		return nil, false, fmt.Errorf("%w: the room crashed while initializing: %v", ErrUnavailable, err)
+	}
+	r.man, r.etag, r.pages = nil, "", nil
+	r.known = map[uint32]bool{}
+	r.joins = map[joinKey]bool{}
+	return inst, false, nil
 }
 
 // readSnapshot decodes a manifest and fetches the segments it references.
@@ -579,5 +622,6 @@ func (r *Room) delete(ctx context.Context) error {
 	clear(r.joinPayloads)
 	clear(r.presence)
 	r.pinned.Store(false)
+	r.m.upgrades.forget(r.key)
 	return r.deleteStored(ctx)
 }

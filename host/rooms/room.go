@@ -168,6 +168,13 @@ type Room struct {
 	hibernatePending atomic.Bool
 	openRequests     atomic.Int32 // HTTP requests waiting for the room's answer (facts.go)
 	pinned           atomic.Bool  // kept in memory by an operator (Manager.Pin)
+	// version is the module version of the resident instance (a string,
+	// for listings on other goroutines); upgraded: load moved the room to
+	// a new version, whose state wake writes at once; resetForUpgrade:
+	// load reset it for an upgrade (UpgradeAll reads and clears it).
+	version         atomic.Pointer[string]
+	upgraded        bool
+	resetForUpgrade atomic.Bool
 	// retryAt is the monotonic time before which neither the idle sweep
 	// nor an eviction tries again to hibernate a room whose snapshot write
 	// failed; 0 when its last write succeeded.
@@ -838,8 +845,18 @@ func (r *Room) wake(ctx context.Context) error {
 	}
 	r.inst, r.hold, r.held = inst, hold, true
 	r.memory.Store(inst.MemorySize())
-	r.changed = !restored
+	r.changed = !restored || r.upgraded
 	r.isResident.Store(true)
+	if r.upgraded {
+		// The snapshot names the new version from now on: a rollback
+		// after a crash of the new code goes back to the upgraded state,
+		// not through the upgrade again. A failed write leaves it for the
+		// hibernation, as for any change.
+		r.upgraded = false
+		if err := r.writeSnapshot(ctx); err != nil {
+			m.log.Warn("writing an upgraded room's state failed; it is written at its hibernation", "room", r.key.String(), "err", err)
+		}
+	}
 	if restored {
 		m.met.wakes.Inc()
 		m.met.wakeSeconds.Update(m.since(start))
@@ -848,6 +865,15 @@ func (r *Room) wake(ctx context.Context) error {
 	}
 	m.becameResident(r)
 	return nil
+}
+
+// runningVersion is the module version of the resident instance, "" when
+// none is resident.
+func (r *Room) runningVersion() string {
+	if v := r.version.Load(); v != nil {
+		return *v
+	}
+	return ""
 }
 
 func (r *Room) crashedAtStart(err error) {

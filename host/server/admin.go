@@ -42,6 +42,12 @@ func (s *Server) getClass(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) putClass(w http.ResponseWriter, r *http.Request) {
 	limit := int64(s.classes.MaxBytes())
+	// Options first: a bad one is refused before the module is read.
+	opts, err := uploadOptions(r)
+	if err != nil {
+		jsonError(w, http.StatusBadRequest, err.Error())
+		return
+	}
 	s.paced(r)
 	wasm, status, err := readBody(w, r, limit)
 	switch status {
@@ -53,13 +59,13 @@ func (s *Server) putClass(w http.ResponseWriter, r *http.Request) {
 		jsonError(w, status, "reading the module: "+err.Error())
 		return
 	}
-	rec, err := s.classes.Put(r.Context(), r.PathValue("name"), wasm, classes.Options{Durability: r.URL.Query().Get("durability")})
+	rec, err := s.classes.Put(r.Context(), r.PathValue("name"), wasm, opts)
 	if err != nil {
 		s.classError(w, err)
 		return
 	}
-	s.log.Info("class uploaded", "class", rec.Name, "hash", rec.Hash, "bytes", rec.Size)
-	writeJSON(w, http.StatusCreated, rec)
+	s.log.Info("class uploaded", "class", rec.Name, "hash", rec.Hash, "bytes", rec.Size, "upgrade", rec.Policy())
+	writeJSON(w, http.StatusCreated, s.afterUpload(rec))
 }
 
 func (s *Server) deleteClass(w http.ResponseWriter, r *http.Request) {

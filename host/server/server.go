@@ -192,6 +192,7 @@ func (s *Server) adminRoutes(mux *http.ServeMux) {
 	// an effect.
 	mux.Handle("POST /admin/rooms/{class}/{name}/export", s.admin(http.HandlerFunc(s.exportRoom)))
 	mux.Handle("POST /admin/rooms/import", s.admin(http.HandlerFunc(s.importRoom)))
+	s.versionRoutes(mux)
 	s.dashboardRoutes(mux)
 	mux.Handle("/debug/pprof/", s.admin(http.HandlerFunc(pprof.Index)))
 	mux.Handle("/debug/pprof/profile", s.admin(http.HandlerFunc(pprof.Profile)))

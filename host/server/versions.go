@@ -1,0 +1,168 @@
+package server
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+
+	"github.com/wasmkeep/wasmkeep/host/classes"
+	"github.com/wasmkeep/wasmkeep/host/rooms"
+)
+
+// versionRoutes adds the admin API of class versions and upgrades.
+func (s *Server) versionRoutes(mux *http.ServeMux) {
+	mux.Handle("GET /admin/classes/{name}/versions", s.admin(http.HandlerFunc(s.classVersions)))
+	mux.Handle("POST /admin/classes/{name}/rollback", s.admin(http.HandlerFunc(s.rollbackClass)))
+	mux.Handle("GET /admin/classes/{name}/upgrade", s.admin(http.HandlerFunc(s.upgradeProgress)))
+}
+
+// uploadOptions reads the choices of an upload or rollback from its query:
+// durability, upgrade (lazy, now, never) and reset_without_handoff.
+func uploadOptions(r *http.Request) (classes.Options, error) {
+	q := r.URL.Query()
+	opts := classes.Options{Durability: q.Get("durability"), Upgrade: q.Get("upgrade")}
+	if v := q.Get("reset_without_handoff"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return opts, errors.New("reset_without_handoff: want true or false")
+		}
+		opts.ResetWithoutHandoff = b
+	}
+	return opts, nil
+}
+
+// uploaded is the answer to an upload or a rollback: the class's record,
+// and the upgrade job it started (policy now).
+type uploaded struct {
+	classes.Record
+	Job *rooms.UpgradeJob `json:"upgrade_job,omitempty"`
+}
+
+// afterUpload starts moving every room now when rec's policy says so.
+func (s *Server) afterUpload(rec classes.Record) uploaded {
+	out := uploaded{Record: rec}
+	if rec.Policy() != classes.UpgradeNow {
+		return out
+	}
+	if err := s.rooms.UpgradeAll(rec.Name, 0); err != nil {
+		s.log.Error("starting the upgrade of a class's rooms failed; they move at their next wake", "class", rec.Name, "err", err)
+		return out
+	}
+	if j, ok := s.upgradeJob(rec.Name); ok {
+		out.Job = &j
+	}
+	return out
+}
+
+func (s *Server) upgradeJob(class string) (rooms.UpgradeJob, bool) {
+	for _, j := range s.rooms.UpgradeJobs() {
+		if j.Class == class {
+			return j, true
+		}
+	}
+	return rooms.UpgradeJob{}, false
+}
+
+func (s *Server) rollbackClass(w http.ResponseWriter, r *http.Request) {
+	opts, err := uploadOptions(r)
+	if err != nil {
+		jsonError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	rec, err := s.classes.Rollback(r.Context(), r.PathValue("name"), r.URL.Query().Get("version"), opts)
+	if errors.Is(err, classes.ErrUnknownVersion) {
+		jsonError(w, http.StatusNotFound, err.Error())
+		return
+	}
+	if err != nil {
+		s.classError(w, err)
+		return
+	}
+	s.log.Info("class rolled back", "class", rec.Name, "hash", rec.Hash, "upgrade", rec.Policy())
+	writeJSON(w, http.StatusOK, s.afterUpload(rec))
+}
+
+func (s *Server) upgradeProgress(w http.ResponseWriter, r *http.Request) {
+	j, ok := s.upgradeJob(r.PathValue("name"))
+	if !ok {
+		jsonError(w, http.StatusNotFound, "no upgrade of this class's rooms ran on this node since it started")
+		return
+	}
+	writeJSON(w, http.StatusOK, j)
+}
+
+// VersionInfo is one kept version of a class as the versions listing
+// shows it.
+type VersionInfo struct {
+	classes.Version
+	Current bool `json:"current"`
+	// Rooms counts the rooms running this version (resident) or whose
+	// snapshot names it; NoHandoff and Failed those of them that did not
+	// move to the current version when asked.
+	Rooms     int                   `json:"rooms"`
+	NoHandoff int                   `json:"rooms_without_handoff"`
+	Failed    int                   `json:"rooms_failed_upgrade"`
+	Upgrades  rooms.VersionUpgrades `json:"upgrades"`
+}
+
+// ClassVersions is the answer of GET /admin/classes/{name}/versions.
+type ClassVersions struct {
+	Class    string            `json:"class"`
+	Current  string            `json:"current"`
+	Upgrade  string            `json:"upgrade"`
+	Versions []VersionInfo     `json:"versions"`
+	Job      *rooms.UpgradeJob `json:"upgrade_job,omitempty"`
+}
+
+func (s *Server) classVersions(w http.ResponseWriter, r *http.Request) {
+	rec, err := s.classes.Get(r.Context(), r.PathValue("name"))
+	if err != nil {
+		s.classError(w, err)
+		return
+	}
+	list, err := s.rooms.List(r.Context())
+	if err != nil {
+		s.unavailable(w, "listing rooms", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, s.versionsOf(rec, list))
+}
+
+// versionsOf joins a class's kept versions with its rooms. A version no
+// longer kept that rooms still name (an imported room's) is listed too.
+func (s *Server) versionsOf(rec classes.Record, list []rooms.RoomInfo) ClassVersions {
+	out := ClassVersions{Class: rec.Name, Current: rec.Hash, Upgrade: rec.Policy()}
+	at := map[string]int{}
+	for _, v := range rec.Versions {
+		at[v.Hash] = len(out.Versions)
+		out.Versions = append(out.Versions, VersionInfo{Version: v, Current: v.Hash == rec.Hash})
+	}
+	for _, ri := range list {
+		if ri.Class != rec.Name || ri.Version == "" {
+			continue
+		}
+		i, ok := at[ri.Version]
+		if !ok {
+			i = len(out.Versions)
+			at[ri.Version] = i
+			out.Versions = append(out.Versions, VersionInfo{Version: classes.Version{Hash: ri.Version}})
+		}
+		v := &out.Versions[i]
+		v.Rooms++
+		if ri.Upgrade != nil {
+			if ri.Upgrade.State == rooms.UpgradeNoHandoff {
+				v.NoHandoff++
+			} else {
+				v.Failed++
+			}
+		}
+	}
+	stats := s.rooms.UpgradesFrom()
+	for i := range out.Versions {
+		out.Versions[i].Upgrades = stats[out.Versions[i].Hash]
+	}
+	if j, ok := s.upgradeJob(rec.Name); ok {
+		out.Job = &j
+	}
+	return out
+}
