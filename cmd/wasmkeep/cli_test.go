@@ -58,7 +58,7 @@ func TestClassCommands(t *testing.T) {
 	n.ok("class", "rm", "counter2")
 
 	// list shows it in a table.
-	rows := table(t, n.ok("class", "list"), "NAME", "HASH", "SIZE", "ABI", "UPLOADED")
+	rows := table(t, n.ok("class", "list"), "NAME", "HASH", "SIZE", "ABI", "UPLOADED", "VERSIONS", "ROOMS", "ON-OLDER")
 	if len(rows) != 1 {
 		t.Fatalf("class list: %q, want one class", rows)
 	}
@@ -86,7 +86,7 @@ func TestClassCommands(t *testing.T) {
 	// A name the node refuses.
 	n.fails("invalid class name", "class", "put", "Bad.Name", counter)
 
-	rows = table(t, n.ok("class", "list"), "NAME", "HASH", "SIZE", "ABI", "UPLOADED")
+	rows = table(t, n.ok("class", "list"), "NAME", "HASH", "SIZE", "ABI", "UPLOADED", "VERSIONS", "ROOMS", "ON-OLDER")
 	if len(rows) != 1 || rows[0][0] != "counter" {
 		t.Fatalf("after refused uploads, class list: %q", rows)
 	}
@@ -95,7 +95,7 @@ func TestClassCommands(t *testing.T) {
 	if got := n.ok("class", "rm", "counter"); got != "class counter removed\n" {
 		t.Fatalf("class rm printed %q", got)
 	}
-	if rows := table(t, n.ok("class", "list"), "NAME", "HASH", "SIZE", "ABI", "UPLOADED"); len(rows) != 0 {
+	if rows := table(t, n.ok("class", "list"), "NAME", "HASH", "SIZE", "ABI", "UPLOADED", "VERSIONS", "ROOMS", "ON-OLDER"); len(rows) != 0 {
 		t.Fatalf("after rm, class list: %q", rows)
 	}
 	expectHTTP(t, 404, "POST", n.url+"/actor/counter/x")
@@ -380,7 +380,7 @@ func TestStopAndRestart(t *testing.T) {
 	if got := ws.ReadText(); got != "before the restart" {
 		t.Fatalf("chat history after the restart: %q", got)
 	}
-	if rows := table(t, n.ok("class", "list"), "NAME", "HASH", "SIZE", "ABI", "UPLOADED"); len(rows) != 2 {
+	if rows := table(t, n.ok("class", "list"), "NAME", "HASH", "SIZE", "ABI", "UPLOADED", "VERSIONS", "ROOMS", "ON-OLDER"); len(rows) != 2 {
 		t.Fatalf("classes after the restart: %q", rows)
 	}
 }

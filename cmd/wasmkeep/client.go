@@ -174,6 +174,25 @@ type roomRecord struct {
 	IdleSeconds   *float64 `json:"idle_seconds"`
 	SnapshotBytes uint64   `json:"snapshot_bytes"`
 	Awake         string   `json:"awake"`
+	Version       string   `json:"version"`
+	Upgrade       *struct {
+		To      string     `json:"to"`
+		State   string     `json:"state"`
+		Error   string     `json:"error"`
+		RetryAt *time.Time `json:"retry_at"`
+	} `json:"upgrade"`
+}
+
+// upgradeWord says in a word or two where a room's move to its class's
+// current version stands: "-" when none is pending.
+func (r roomRecord) upgradeWord() string {
+	switch {
+	case r.Upgrade == nil:
+		return "-"
+	case r.Upgrade.State == "failed" && r.Upgrade.RetryAt != nil:
+		return "failed,retry-" + r.Upgrade.RetryAt.Local().Format("15:04:05")
+	}
+	return r.Upgrade.State
 }
 
 func classCommand() *cli.Command {
@@ -183,12 +202,12 @@ func classCommand() *cli.Command {
 		Subcommands: []*cli.Command{
 			{
 				Name:      "put",
-				Usage:     "upload FILE.wasm as class NAME (replacing its current version for new rooms)",
+				Usage:     "upload FILE.wasm as a new version of class NAME: new rooms start on it, others move to it by --upgrade",
 				ArgsUsage: "NAME FILE.wasm",
-				Flags: append(clientFlags(), &cli.StringFlag{
+				Flags: append(append(clientFlags(), &cli.StringFlag{
 					Name: "durability", Value: classes.DurabilityHibernate, EnvVars: env("durability"),
 					Usage: "when rooms' state becomes durable: hibernate (and on checkpoint()) or event (after every event, before its output)",
-				}),
+				}), upgradeFlags(classes.UpgradeLazy)...),
 				Action: func(c *cli.Context) error {
 					if c.NArg() != 2 {
 						return usage(c, "class put [--server URL] NAME FILE.wasm")
@@ -197,9 +216,10 @@ func classCommand() *cli.Command {
 					if err != nil {
 						return fmt.Errorf("reading the module: %w", err)
 					}
-					var rec classRecord
-					path := "/admin/classes/" + url.PathEscape(c.Args().Get(0)) + "?durability=" + url.QueryEscape(c.String("durability"))
-					if err := newAdminClient(c).do(http.MethodPut, path, wasm, &rec); err != nil {
+					var rec uploadAnswer
+					client := newAdminClient(c)
+					path := "/admin/classes/" + url.PathEscape(c.Args().Get(0)) + "?" + upgradeQuery(c, url.Values{"durability": {c.String("durability")}})
+					if err := client.do(http.MethodPut, path, wasm, &rec); err != nil {
 						return err
 					}
 					durability := rec.Durability
@@ -207,7 +227,7 @@ func classCommand() *cli.Command {
 						durability = "hibernate"
 					}
 					fmt.Fprintf(c.App.Writer, "class %s: %s (%d bytes, ABI v%d, durable at %s)\n", rec.Name, rec.Hash, rec.Size, rec.ABI, durability)
-					return nil
+					return reportUpgrade(c, client, rec)
 				},
 			},
 			{
@@ -218,18 +238,38 @@ func classCommand() *cli.Command {
 					if c.NArg() != 0 {
 						return usage(c, "class list [--server URL]")
 					}
-					var recs []classRecord
-					if err := newAdminClient(c).do(http.MethodGet, "/admin/classes", nil, &recs); err != nil {
+					var recs []uploadAnswer
+					client := newAdminClient(c)
+					if err := client.do(http.MethodGet, "/admin/classes", nil, &recs); err != nil {
 						return err
 					}
-					tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
-					fmt.Fprintln(tw, "NAME\tHASH\tSIZE\tABI\tUPLOADED")
+					var list []roomRecord
+					if err := client.do(http.MethodGet, "/admin/rooms", nil, &list); err != nil {
+						return err
+					}
+					current, older := map[string]int{}, map[string]int{}
+					hash := map[string]string{}
 					for _, r := range recs {
-						fmt.Fprintf(tw, "%s\t%s\t%d\tv%d\t%s\n", r.Name, shortHash(r.Hash), r.Size, r.ABI, r.Uploaded.Format(time.RFC3339))
+						hash[r.Name] = r.Hash
+					}
+					for _, r := range list {
+						if r.Version == "" || r.Version == hash[r.Class] {
+							current[r.Class]++
+						} else {
+							older[r.Class]++
+						}
+					}
+					tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
+					fmt.Fprintln(tw, "NAME\tHASH\tSIZE\tABI\tUPLOADED\tVERSIONS\tROOMS\tON-OLDER")
+					for _, r := range recs {
+						fmt.Fprintf(tw, "%s\t%s\t%d\tv%d\t%s\t%d\t%d\t%d\n", r.Name, shortHash(r.Hash), r.Size, r.ABI, r.Uploaded.Format(time.RFC3339),
+							max(len(r.Versions), 1), current[r.Name], older[r.Name])
 					}
 					return tw.Flush()
 				},
 			},
+			classVersionsCommand(),
+			classRollbackCommand(),
 			{
 				Name:      "rm",
 				Usage:     "remove a class name (stored rooms keep their state)",
@@ -269,10 +309,11 @@ func roomsCommand() *cli.Command {
 		Flags: append(clientFlags(),
 			&cli.BoolFlag{Name: "watch", Aliases: []string{"w"}, Usage: "refresh the list every --interval until interrupted", EnvVars: env("watch")},
 			&cli.DurationFlag{Name: "interval", Value: defaultWatchInterval, Usage: "time between two refreshes of --watch", EnvVars: env("interval")},
+			&cli.BoolFlag{Name: "version", Usage: "show the version each room runs and where its move to the class's current version stands", EnvVars: env("show-version")},
 		),
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 0 {
-				return usage(c, "rooms [--server URL] [--watch [--interval D]]\n       wasmkeep rooms hibernate|pin|unpin|rm [--server URL] CLASS NAME")
+				return usage(c, "rooms [--server URL] [--version] [--watch [--interval D]]\n       wasmkeep rooms hibernate|pin|unpin|rm [--server URL] CLASS NAME")
 			}
 			interval := c.Duration("interval")
 			if interval <= 0 {
@@ -281,7 +322,7 @@ func roomsCommand() *cli.Command {
 			client := newAdminClient(c)
 			if !c.Bool("watch") {
 				var buf bytes.Buffer
-				if err := writeRooms(&buf, client); err != nil {
+				if err := writeRooms(&buf, client, c.Bool("version")); err != nil {
 					return err
 				}
 				_, err := c.App.Writer.Write(buf.Bytes())
@@ -346,19 +387,27 @@ func roomRemove() *cli.Command {
 // writeRooms fetches the node's rooms and writes them as a table, then,
 // after a blank line, what each class's rooms hold: how many, how many
 // resident, and the bytes their snapshots take in the store.
-func writeRooms(w io.Writer, client *adminClient) error {
+func writeRooms(w io.Writer, client *adminClient, versions bool) error {
 	var list []roomRecord
 	if err := client.do(http.MethodGet, "/admin/rooms", nil, &list); err != nil {
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "CLASS\tNAME\tSTATE\tSOCKETS\tAWAKE\tMEMORY\tLAST-EVENT\tSNAPSHOT")
+	head := "CLASS\tNAME\tSTATE\tSOCKETS\tAWAKE\tMEMORY\tLAST-EVENT\tSNAPSHOT"
+	if versions {
+		head += "\tVERSION\tUPGRADE"
+	}
+	fmt.Fprintln(tw, head)
 	for _, r := range list {
 		awake, last := dash(r.Awake), "-"
 		if r.IdleSeconds != nil {
 			last = shortDuration(time.Duration(*r.IdleSeconds * float64(time.Second)))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", r.Class, r.Name, r.State, r.Sockets, awake, size(r.Memory), last, size(r.SnapshotBytes))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s", r.Class, r.Name, r.State, r.Sockets, awake, size(r.Memory), last, size(r.SnapshotBytes))
+		if versions {
+			fmt.Fprintf(tw, "\t%s\t%s", dash(shortHash(r.Version)), r.upgradeWord())
+		}
+		fmt.Fprintln(tw)
 	}
 	if err := tw.Flush(); err != nil || len(list) == 0 {
 		return err
@@ -406,7 +455,7 @@ func watchRooms(c *cli.Context, client *adminClient, interval time.Duration) err
 	for {
 		var frame bytes.Buffer
 		fmt.Fprintf(&frame, "Every %v: wasmkeep rooms --server %s    %s\n\n", interval, client.base, time.Now().Format(time.DateTime))
-		if err := writeRooms(&frame, client); err != nil {
+		if err := writeRooms(&frame, client, c.Bool("version")); err != nil {
 			fmt.Fprintf(&frame, "wasmkeep: %v\n", err)
 		}
 		out := frame.Bytes()

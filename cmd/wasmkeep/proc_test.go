@@ -450,10 +450,10 @@ func (p *proc) client(args ...string) result {
 }
 
 // isCommandWord tells whether the last of words is still a (sub)command
-// name: class put|list|rm, rooms, rooms hibernate, room inspect|export|import.
+// name: class put|list|rm|versions|rollback, rooms, rooms hibernate, room inspect|export|import.
 func isCommandWord(words []string) bool {
 	switch strings.Join(words, " ") {
-	case "class", "class put", "class list", "class rm", "rooms", "rooms hibernate",
+	case "class", "class put", "class list", "class rm", "class versions", "class rollback", "rooms", "rooms hibernate",
 		"room", "room inspect", "room export", "room import":
 		return true
 	}
