@@ -87,6 +87,16 @@ type Config struct {
 	SweepInterval time.Duration
 	// SweepLimit bounds the segments one sweep deletes (DefaultSweepLimit).
 	SweepLimit int
+	// WarmMemory bounds what the instances of rooms that the idle sweep
+	// hibernated are counted for while the node keeps them, so that a
+	// room woken again soon resumes its instance instead of restoring its
+	// snapshot (warm.go): each counts for its linear memory and 128 KiB
+	// (DefaultWarmMemory; limits.Off: none are kept). Past it the oldest
+	// kept instance goes.
+	WarmMemory int64
+	// WarmFor is how long after its hibernation an instance is kept at
+	// most (DefaultWarmFor; limits.Off: none are kept).
+	WarmFor time.Duration
 	// Framer encodes socket messages (default: Message values).
 	Framer  Framer
 	Logger  *slog.Logger
@@ -106,6 +116,8 @@ func (c Config) withDefaults() Config {
 	limits.Default(&c.MaxChain, snapshot.DefaultMaxChain)
 	limits.DefaultOrOff(&c.SweepInterval, DefaultSweepInterval)
 	limits.Default(&c.SweepLimit, DefaultSweepLimit)
+	limits.DefaultOrOff(&c.WarmMemory, DefaultWarmMemory)
+	limits.DefaultOrOff(&c.WarmFor, DefaultWarmFor)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -142,6 +154,16 @@ const (
 	// DefaultSweepLimit bounds one sweep's deletes, so that a store with
 	// many orphans is cleaned over several sweeps.
 	DefaultSweepLimit = 10000
+	// DefaultWarmMemory keeps about a dozen Go rooms of a few MiB of
+	// linear memory each (their resident share is a fifth of that), so
+	// that what a node keeps after a burst of idle hibernations stays a
+	// small part of what the burst's rooms held (docs/PERFORMANCE.md,
+	// issue 13 §2).
+	DefaultWarmMemory = 32 << 20
+	// DefaultWarmFor resumes a room woken within a few seconds of its
+	// idle hibernation, and gives the memory back soon after a burst of
+	// them: by then the node's reclaim after the burst has run.
+	DefaultWarmFor = 3 * time.Second
 	// DefaultWakeWait rides out a burst of wakes (a place frees up in the
 	// time one idle room takes to hibernate, a few milliseconds) while
 	// still answering a client well before its own timeouts.
@@ -203,6 +225,7 @@ type Manager struct {
 	placeWaiters atomic.Int32
 
 	snaps snapFacts // what listings know of rooms' snapshots (facts.go)
+	warm  warmSet   // instances of idle-hibernated rooms kept (warm.go)
 
 	upgrades *upgradeBook // rooms that did not move to a new version (upgrade.go)
 	jobs     upgradeJobs  // UpgradeAll's progress
@@ -260,6 +283,9 @@ func NewManager(ctx context.Context, cfg Config, classes Classes, bucket store.B
 	m.gc = newCollector(m, bucket)
 	m.met = newRoomMetrics(cfg.Metrics, m)
 	m.upgrades = newUpgradeBook(cfg.Metrics)
+	if !limits.IsOff(cfg.WarmMemory) && !limits.IsOff(cfg.WarmFor) {
+		m.warm.keep = life.Keep[*Room]{Max: cfg.WarmMemory, For: int64(cfg.WarmFor)}
+	}
 	m.goBackground(m.sweeper)
 	m.goBackground(func() { m.gc.run(m.stop) })
 	m.goBackground(m.sweepLoop)
@@ -283,7 +309,7 @@ func (m *Manager) forget(r *Room) {
 	defer m.mu.Unlock()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.running || r.head < len(r.queue) || r.isResident.Load() || r.socketCount.Load() > 0 || r.pinned.Load() {
+	if r.running || r.head < len(r.queue) || r.isResident.Load() || r.socketCount.Load() > 0 || r.pinned.Load() || m.hasKept(r) {
 		return
 	}
 	if m.rooms[r.key] == r {
@@ -453,6 +479,7 @@ func (m *Manager) sweeper() {
 		for _, r := range idle {
 			r.requestHibernate(life.EndIdle, nil)
 		}
+		m.expireKept(m.clock.Now())
 	}
 }
 
@@ -694,6 +721,7 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 	m.mu.Unlock()
 	close(m.stop)
 	m.background.Wait()
+	m.dropAllKept()
 
 	// Rooms with a worker hibernate as their mailbox empties; the others
 	// get a worker for it.
@@ -704,6 +732,7 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 		m.log.Info("stopping: waiting for rooms to finish their events and hibernate", "rooms", n)
 	}
 	waitErr := m.workers.wait(ctx)
+	m.dropAllKept() // kept by a hibernation that began before the stop
 
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -734,7 +763,9 @@ func (m *Manager) Close(ctx context.Context) error {
 	}
 	defer m.cancel()
 	m.closed.Store(true)
-	return m.workers.wait(ctx) // one that started before the flag was seen
+	err := m.workers.wait(ctx) // one that started before the flag was seen
+	m.dropAllKept()            // none may outlive the manager: the engine closes next
+	return err
 }
 
 // stopFailed records a room whose state a stop could not write.

@@ -10,6 +10,9 @@ import (
 // documented in docs/metrics.md.
 type roomMetrics struct {
 	wakes              *metrics.Counter
+	resumes            *metrics.Counter
+	restores           *metrics.Counter
+	warmDropped        map[string]*metrics.Counter
 	coldStarts         *metrics.Counter
 	wakeErrors         *metrics.Counter
 	wakeWaits          *metrics.Counter
@@ -41,6 +44,9 @@ type roomMetrics struct {
 func newRoomMetrics(set *metrics.Set, m *Manager) *roomMetrics {
 	rm := &roomMetrics{
 		wakes:              set.NewCounter(`wasmkeep_room_wakes_total`),
+		resumes:            set.NewCounter(`wasmkeep_room_resumes_total`),
+		restores:           set.NewCounter(`wasmkeep_room_restores_total`),
+		warmDropped:        map[string]*metrics.Counter{},
 		coldStarts:         set.NewCounter(`wasmkeep_room_cold_starts_total`),
 		wakeErrors:         set.NewCounter(`wasmkeep_room_wake_errors_total`),
 		wakeWaits:          set.NewCounter(`wasmkeep_room_wake_waits_total`),
@@ -77,6 +83,17 @@ func newRoomMetrics(set *metrics.Set, m *Manager) *roomMetrics {
 	for _, r := range []life.EndReason{life.EndIdle, life.EndEvict, life.EndAdmin, life.EndStop, life.EndDrain, life.EndMove} {
 		rm.hibernations[r.String()] = set.NewCounter(`wasmkeep_room_hibernations_total{reason="` + r.String() + `"}`)
 	}
+	for _, r := range []string{warmExpired, warmMemory, warmChanged, warmStop} {
+		rm.warmDropped[r] = set.NewCounter(`wasmkeep_rooms_warm_dropped_total{reason="` + r + `"}`)
+	}
+	set.NewGauge(`wasmkeep_rooms_warm`, func() float64 {
+		n, _ := m.warmCounts()
+		return float64(n)
+	})
+	set.NewGauge(`wasmkeep_rooms_warm_bytes`, func() float64 {
+		_, b := m.warmCounts()
+		return float64(b)
+	})
 	for k, name := range eventNames {
 		if name != "" {
 			rm.events[eventKind(k)] = set.NewCounter(`wasmkeep_room_events_total{kind="` + name + `"}`)

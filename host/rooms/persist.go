@@ -62,19 +62,42 @@ var errHoldLost = errors.New("rooms: the room's hold is no longer valid")
 // that needed it is undone (the room rolls back) and fails.
 var ErrNotDurable = errors.New("rooms: the room's state could not be made durable")
 
-// load creates the instance: restored from the bucket, or started fresh
-// when the room has never been stored.
+// load creates the instance: resumed from the instance kept since its
+// idle hibernation if the store still holds the state it was kept with
+// (warm.go), else restored from the bucket, or started fresh when the room
+// has never been stored.
 func (r *Room) load(ctx context.Context, hold Hold) (inst Instance, restored bool, err error) {
 	m := r.m
 	body, etag, err := m.bucket.Get(ctx, r.key.manifestKey())
 	if errors.Is(err, store.ErrNotFound) {
+		m.dropKept(r, warmChanged) // its state was deleted meanwhile
 		return r.startFresh(ctx)
 	}
 	if err != nil {
 		return nil, false, fmt.Errorf("%w: reading its manifest: %v", ErrUnavailable, err)
 	}
-	man, segs, st, err := r.readSnapshot(ctx, body)
+	warm, resume := m.takeKept(r)
+	if resume && !warm.resumable(body) {
+		// Another writer's state (another node, an import, a delete and
+		// a new start): only a restore gives it.
+		m.closeKept([]kept{warm}, warmChanged)
+		resume = false
+	}
+	var (
+		man  *snapshot.Manifest
+		segs map[string]*snapshot.Segment
+		st   savedState
+	)
+	if resume {
+		man = warm.man
+		st, err = decodeState(man.RoomState)
+	} else {
+		man, segs, st, err = r.readSnapshot(ctx, body)
+	}
 	if err != nil {
+		if resume {
+			m.closeKept([]kept{warm}, warmChanged)
+		}
 		m.unreadable(r.key, err)
 		return nil, false, fmt.Errorf("%w: its snapshot is unreadable: %v", ErrUnavailable, err)
 	}
@@ -82,12 +105,39 @@ func (r *Room) load(ctx context.Context, hold Hold) (inst Instance, restored boo
 		// The owner fence: a manifest written by this hold's generation
 		// or a later one was written by another holder since this one was
 		// granted; running on it would fork the room.
+		if resume {
+			m.closeKept([]kept{warm}, warmChanged)
+		}
 		m.met.snapshotConflict.Inc()
 		m.log.Error("room snapshot is from a later hold than this node's; refusing to wake it", "room", r.key.String(),
 			"snapshot_generation", man.Generation, "hold_generation", hold.Generation)
 		return nil, false, fmt.Errorf("%w: %w (snapshot generation %d, hold %d)", ErrUnavailable, ErrFenced, man.Generation, hold.Generation)
 	}
+	resumed := false // inst is the kept one, whose page hashes are warm.pages
 	restore := func() (Instance, error) {
+		if resume {
+			// The class lookup a restore makes, so that a version no
+			// longer in the store is not woken from memory either.
+			resume = false
+			class, err := m.classes.ByHash(ctx, man.ModuleHash)
+			if err != nil || class.Hash() != man.ModuleHash {
+				warm.inst.Close()
+				return nil, fmt.Errorf("%w: its module version: %v", ErrUnavailable, err)
+			}
+			resumed = true
+			m.met.resumes.Inc()
+			return warm.inst, nil
+		}
+		resumed = false
+		if segs == nil {
+			// A second restore after a resume (a failed upgrade ran
+			// the kept instance): the segments are read now.
+			var err error
+			if segs, err = r.readSegments(ctx, man); err != nil {
+				m.unreadable(r.key, err)
+				return nil, fmt.Errorf("%w: its snapshot is unreadable: %v", ErrUnavailable, err)
+			}
+		}
 		var inst Instance
 		err := engine.ErrRetired
 		for try := 0; errors.Is(err, engine.ErrRetired) && try < 3; try++ {
@@ -103,6 +153,7 @@ func (r *Room) load(ctx context.Context, hold Hold) (inst Instance, restored boo
 			}
 			return nil, fmt.Errorf("%w: restoring: %v", ErrUnavailable, err)
 		}
+		m.met.restores.Inc()
 		return inst, nil
 	}
 	if inst, err = restore(); err != nil {
@@ -126,7 +177,10 @@ func (r *Room) load(ctx context.Context, hold Hold) (inst Instance, restored boo
 			return nil, false, err
 		}
 	}
-	r.man, r.etag, r.pages = man, etag, inst.RestoredPages()
+	r.man, r.manBody, r.etag, r.pages = man, body, etag, inst.RestoredPages()
+	if resumed {
+		r.pages = warm.pages
+	}
 	r.setVersion(man.ModuleHash)
 	if r.upgraded {
 		r.pages = nil // a new version's memory: the next snapshot is whole
@@ -167,7 +221,7 @@ func (r *Room) startFresh(ctx context.Context) (Instance, bool, error) {
 		r.crashedAtStart(err)
 		return nil, false, fmt.Errorf("%w: the room crashed while initializing: %v", ErrUnavailable, err)
 	}
-	r.man, r.etag, r.pages = nil, "", nil
+	r.man, r.manBody, r.etag, r.pages = nil, nil, "", nil
 	r.known = map[uint32]bool{}
 	r.joins = map[joinKey]bool{}
 	return inst, false, nil
@@ -345,7 +399,7 @@ func (r *Room) writeSnapshot(ctx context.Context) error {
 		return fmt.Errorf("writing manifest: %w", err)
 	}
 	written += len(body)
-	r.man, r.etag, r.changed, r.pages = d.Manifest, etag, false, d.PageHashes
+	r.man, r.manBody, r.etag, r.changed, r.pages = d.Manifest, body, etag, false, d.PageHashes
 	if !r.everStored.Swap(true) {
 		m.snapshotCreated()
 	}
@@ -555,7 +609,8 @@ func (r *Room) deleteStored(ctx context.Context) error {
 	if err := m.bucket.Delete(ctx, r.key.manifestKey(), ""); err != nil {
 		return fmt.Errorf("deleting its manifest: %w", err)
 	}
-	r.man, r.etag, r.pages = nil, "", nil
+	r.man, r.manBody, r.etag, r.pages = nil, nil, "", nil
+	m.dropKept(r, warmChanged)
 	if r.everStored.Swap(false) {
 		m.snapshotDeleted()
 	}

@@ -246,6 +246,9 @@ func (m *Manager) Import(ctx context.Context, bd *Bundle, mods Modules, opts Imp
 		return key, fmt.Errorf("writing the manifest: %w", err)
 	}
 	m.snaps.invalidate(key)
+	if r != nil {
+		m.dropKept(r, warmChanged) // a wake would restore the import anyway
+	}
 	if old == nil {
 		m.snapshotCreated()
 	} else if prev, err := snapshot.DecodeManifest(old); err == nil {

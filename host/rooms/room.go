@@ -186,6 +186,7 @@ type Room struct {
 	hold       Hold
 	held       bool
 	man        *snapshot.Manifest // the latest snapshot's manifest, while resident
+	manBody    []byte             // man as stored (encoded), for keepInstance
 	pages      []uint64           // the page hashes of the memory as man has it
 	etag       string             // its version in the bucket
 	segSeq     uint64             // names this room's segments within a hold's generation
@@ -940,7 +941,11 @@ func (r *Room) hibernate(why life.EndReason) error {
 	}
 	r.writeFailures = 0
 	r.retryAt.Store(0)
-	r.dropInstance(why)
+	if r.keepInstance(why) {
+		r.leaveMemory(why)
+	} else {
+		r.dropInstance(why)
+	}
 	m.met.hibernations[why.String()].Inc()
 	m.met.hibernateSeconds.Update(m.since(start))
 	return nil
@@ -975,7 +980,13 @@ func (r *Room) dropInstance(why life.EndReason) {
 	if r.inst != nil {
 		r.inst.Close()
 	}
-	r.inst, r.man, r.pages = nil, nil, nil
+	r.leaveMemory(why)
+}
+
+// leaveMemory makes the room hibernated, its instance closed or kept
+// (keepInstance), and ends the hold for why.
+func (r *Room) leaveMemory(why life.EndReason) {
+	r.inst, r.man, r.manBody, r.pages = nil, nil, nil, nil
 	r.endHold(why)
 	r.isResident.Store(false)
 	r.m.noLongerResident(r)
