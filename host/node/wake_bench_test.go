@@ -1,0 +1,96 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/wasmkeep/wasmkeep/abi"
+	"github.com/wasmkeep/wasmkeep/host/classes"
+	"github.com/wasmkeep/wasmkeep/host/rooms"
+	"github.com/wasmkeep/wasmkeep/host/rooms/life"
+	"github.com/wasmkeep/wasmkeep/host/snapshot"
+	"github.com/wasmkeep/wasmkeep/internal/limits"
+	"github.com/wasmkeep/wasmkeep/internal/wstest"
+)
+
+// BenchmarkGoChatWake measures what a request to a Go chat room
+// (examples/chat) with 100 messages of history waits for after an idle
+// hibernation, on a node with the local directory store (issue 13 §2):
+// warm, the room's instance kept since its hibernation (rooms.Config
+// WarmMemory, WarmFor) and resumed; cold, restored from the store, as
+// after a long idle. Every wake serves the page, which changes the room's
+// memory, so every hibernation writes a delta and the chain of segments
+// grows until the next compaction: chain=1 compacts at every hibernation
+// (MaxChain 1), chain=8 is the default bound, chain=32 a long one (up to
+// the dead-bytes rule). segments is the mean chain a wake read.
+//
+//	go test -run '^$' -bench GoChatWake -benchtime 500x -count 2 ./host/node/
+func BenchmarkGoChatWake(b *testing.B) {
+	for _, chain := range []int{1, 8, 32} {
+		for _, warm := range []bool{false, true} {
+			name := fmt.Sprintf("chain=%d/cold", chain)
+			if warm {
+				name = fmt.Sprintf("chain=%d/warm", chain)
+			}
+			b.Run(name, func(b *testing.B) { benchGoChatWake(b, chain, warm) })
+		}
+	}
+}
+
+func benchGoChatWake(b *testing.B, chain int, warm bool) {
+	ctx := context.Background()
+	cfg := rooms.Config{MaxChain: chain}
+	if !warm {
+		cfg.WarmMemory = limits.Off
+	}
+	n := startNode(b, Config{Logger: quietLogger(), Rooms: cfg})
+	if _, err := n.Classes.Put(ctx, "chat", buildGuest(b, "./examples/chat"), classes.Options{}); err != nil {
+		b.Fatal(err)
+	}
+	key := rooms.Key{Class: "chat", Name: "bench"}
+	ws := wstest.Dial(b, n.URL()+"/actor/chat/bench")
+	for i := range 100 {
+		msg := fmt.Sprintf("message number %d from a chat user", i)
+		ws.Send(msg)
+		if got := ws.ReadText(); got != msg {
+			b.Fatalf("echo: %q", got)
+		}
+	}
+	// The socket stays open, so the room hibernates with it (parked in a
+	// cluster), as a chat room's does.
+	manifestKey := "rooms/chat/bench/manifest"
+	get := abi.AppendRequest(nil, &abi.Request{Method: "GET", Path: "/"})
+	resumes := func() float64 { return benchMetric(b, n, "wasmkeep_room_resumes_total") }
+	r0 := resumes()
+	var ds []time.Duration
+	segments := 0
+	for b.Loop() {
+		b.StopTimer()
+		if err := n.Rooms.HandOver(ctx, key, life.EndIdle); err != nil {
+			b.Fatal(err)
+		}
+		body, _, err := n.Bucket.Get(ctx, manifestKey)
+		if err != nil {
+			b.Fatal(err)
+		}
+		man, err := snapshot.DecodeManifest(body)
+		if err != nil {
+			b.Fatal(err)
+		}
+		segments += len(man.Segments)
+		time.Sleep(5 * time.Millisecond) // the pool refills, as between spaced wakes
+		b.StartTimer()
+		start := time.Now()
+		resp, err := n.Rooms.Request(ctx, key, get)
+		if err != nil || resp.Status != http.StatusOK {
+			b.Fatalf("wake: %v %v", resp, err)
+		}
+		ds = append(ds, time.Since(start))
+	}
+	reportPercentiles(b, ds)
+	b.ReportMetric(float64(segments)/float64(len(ds)), "segments")
+	b.ReportMetric((resumes()-r0)/float64(len(ds)), "resumed")
+}
