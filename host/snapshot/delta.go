@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/bits"
 	"sync"
+	"sync/atomic"
 
 	"github.com/cespare/xxhash/v2"
 )
@@ -207,6 +208,9 @@ func (e *Encoder) build(prev *Manifest, c *Capture, pages []uint64, seq uint64, 
 // next snapshot: stored pages are hashed as they are written, base pages
 // take basePages[page] (the base image's page hashes; nil: they are hashed
 // from dst).
+//
+// The stored pages are first faulted in with one call per run of them
+// (SetPrefault).
 func (m *Manifest) Restore(dst []byte, segs map[string]*Segment, dirty func(page int) bool, basePages []uint64) ([]uint64, error) {
 	if uint64(len(dst)) != uint64(m.MemorySize()) {
 		return nil, fmt.Errorf("%w: have %d bytes, snapshot has %d", ErrMemorySize, len(dst), m.MemorySize())
@@ -223,13 +227,69 @@ func (m *Manifest) Restore(dst []byte, segs map[string]*Segment, dirty func(page
 		resolved[i] = s
 	}
 	hashes := make([]uint64, len(m.Chunks)*pagesPerChunk)
+	stored := 0
+	for i := range m.Chunks {
+		stored += bits.OnesCount16(m.Chunks[i].Stored())
+	}
+	if f := prefault.Load(); f != nil && stored > 0 {
+		m.prefaultStored(dst, *f)
+	}
+	return hashes, m.restoreChunks(dst, resolved, dirty, basePages, hashes, 0, len(m.Chunks))
+}
+
+// prefault, if set, is called on each run of pages a restore is about to
+// write, so that the kernel can fault them in with one call rather than
+// one trap each (the engine sets MADV_POPULATE_WRITE on Linux).
+var prefault atomic.Pointer[func([]byte)]
+
+// SetPrefault sets the function Restore calls on each run of pages it is
+// about to write (nil: none), and returns the one it replaces. It must
+// only make the pages present: a failure is ignored, and the pages fault
+// in as they are written.
+func SetPrefault(f func([]byte)) (previous func([]byte)) {
+	var p *func([]byte)
+	if f != nil {
+		p = &f
+	}
+	if old := prefault.Swap(p); old != nil {
+		return *old
+	}
+	return nil
+}
+
+// prefaultStored calls f on each run of stored pages of dst.
+func (m *Manifest) prefaultStored(dst []byte, f func([]byte)) {
+	run := -1
+	for i := range m.Chunks {
+		stored := m.Chunks[i].Stored()
+		for p := range pagesPerChunk {
+			k := i*pagesPerChunk + p
+			switch {
+			case stored&(1<<p) != 0:
+				if run < 0 {
+					run = k
+				}
+			case run >= 0:
+				f(dst[run*PageSize : k*PageSize])
+				run = -1
+			}
+		}
+	}
+	if run >= 0 {
+		f(dst[run*PageSize:])
+	}
+}
+
+// restoreChunks restores chunks [from, to) of dst and their page hashes.
+func (m *Manifest) restoreChunks(dst []byte, resolved []*Segment, dirty func(page int) bool, basePages, hashes []uint64, from, to int) error {
 	var scratch *[ChunkSize]byte
 	defer func() {
 		if scratch != nil {
 			scratchPool.Put(scratch)
 		}
 	}()
-	for i, c := range m.Chunks {
+	for i := from; i < to; i++ {
+		c := &m.Chunks[i]
 		out := dst[i*ChunkSize : (i+1)*ChunkSize : (i+1)*ChunkSize]
 		stored := c.Stored()
 		for p := range pagesPerChunk {
@@ -256,7 +316,7 @@ func (m *Manifest) Restore(dst []byte, segs map[string]*Segment, dirty func(page
 			size := bits.OnesCount16(part.Blob) * PageSize
 			blob := resolved[part.Seg].blobs[part.Off : part.Off+part.Len]
 			if err := inflate(m.Codec, scratch[:size:size], blob); err != nil {
-				return nil, fmt.Errorf("%w: chunk %d: %v", ErrCorrupt, i, err)
+				return fmt.Errorf("%w: chunk %d: %v", ErrCorrupt, i, err)
 			}
 			src := scratch[:size]
 			for p := range pagesPerChunk {
@@ -272,7 +332,7 @@ func (m *Manifest) Restore(dst []byte, segs map[string]*Segment, dirty func(page
 			}
 		}
 	}
-	return hashes, nil
+	return nil
 }
 
 var scratchPool = sync.Pool{New: func() any { return new([ChunkSize]byte) }}
