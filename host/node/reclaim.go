@@ -49,6 +49,11 @@ const (
 type reclaimPolicy struct {
 	minCloses uint64
 	seen      uint64 // closes counted at the previous tick
+	// kept is how many instances the room layer kept at the previous
+	// tick (rooms.Manager.Warm); released is set when they have all gone
+	// since the last reclaim.
+	kept      int
+	released  bool
 	reclaimed uint64 // closes counted at the last reclaim
 	pending   int64  // when minCloses closes were first found waiting (0: not yet)
 	budget    int64  // reclaim time the node may spend, as of at
@@ -60,17 +65,25 @@ func newReclaimPolicy(minCloses uint64, now int64) *reclaimPolicy {
 	return &reclaimPolicy{minCloses: minCloses, budget: int64(reclaimBudget), at: now, last: now - int64(reclaimMinGap)}
 }
 
-// due reports whether to reclaim now, closes having been counted so far:
-// when at least minCloses closed since the last reclaim and either none
+// due reports whether to reclaim now, closes having been counted so far
+// and kept instances being kept by the room layer: when at least
+// minCloses closed since the last reclaim, or at least one did and every
+// instance the room layer kept has gone since (the rooms of a burst whose
+// instances were kept a few seconds after it, rooms.Config.WarmFor, close
+// after its reclaim, and may be fewer than minCloses), and either none
 // closed during the last tick (the burst paused) or they have waited
 // reclaimMaxWait, the last reclaim is reclaimMinGap back, and the budget
 // is not spent.
-func (p *reclaimPolicy) due(now int64, closes uint64) bool {
+func (p *reclaimPolicy) due(now int64, closes uint64, kept int) bool {
 	p.budget = min(p.budget+(now-p.at)/reclaimShare, int64(reclaimBudget))
 	p.at = now
 	quiet := closes == p.seen
 	p.seen = closes
-	if closes-p.reclaimed < p.minCloses {
+	if p.kept > 0 && kept == 0 {
+		p.released = true
+	}
+	p.kept = kept
+	if n := closes - p.reclaimed; n < p.minCloses && (n == 0 || !p.released) {
 		return false
 	}
 	if p.pending == 0 {
@@ -85,7 +98,7 @@ func (p *reclaimPolicy) due(now int64, closes uint64) bool {
 // done records a reclaim that began at now with closes counted and took
 // cost.
 func (p *reclaimPolicy) done(now, cost int64, closes uint64) {
-	p.reclaimed, p.pending, p.last = closes, 0, now
+	p.reclaimed, p.pending, p.last, p.released = closes, 0, now, false
 	p.budget -= cost
 }
 
@@ -104,7 +117,8 @@ func (n *Node) reclaimer(stop <-chan struct{}, done chan<- struct{}, reclaims *m
 		}
 		now := clk.Now()
 		closes := n.Engine.Stats().ClosedInstances
-		if !p.due(now, closes) {
+		kept, _ := n.Rooms.Warm()
+		if !p.due(now, closes, kept) {
 			continue
 		}
 		// FreeOSMemory collects (concurrently with the rest of the

@@ -185,3 +185,9 @@ func (m *Manager) warmCounts() (n int, cost int64) {
 // resumable reports whether a kept instance is the state the store holds
 // now, whose manifest is body.
 func (k kept) resumable(body []byte) bool { return bytes.Equal(k.body, body) }
+
+// Warm is how many instances of idle-hibernated rooms the manager keeps
+// (Config.WarmMemory, WarmFor), and what they are counted for. A node's
+// memory reclaim watches it: when the last kept instance of a burst goes,
+// the burst's memory can be given back.
+func (m *Manager) Warm() (instances int, bytes int64) { return m.warmCounts() }
