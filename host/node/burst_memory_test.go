@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/wasmkeep/wasmkeep/host/rooms"
+	"github.com/wasmkeep/wasmkeep/host/rooms/life"
 	"github.com/wasmkeep/wasmkeep/host/socket"
 	"github.com/wasmkeep/wasmkeep/internal/limits"
 	"github.com/wasmkeep/wasmkeep/internal/memtest"
@@ -40,15 +41,18 @@ func TestBurstMemory(t *testing.T) {
 	}
 	switch os.Getenv("WASMKEEP_BURST_RECLAIM") {
 	case "", "on":
-		burstMemory(t, 0) // the node's default: it reclaims after the burst
+		burstMemory(t, 0, 0) // the node's default: it reclaims after the burst
 	case "off":
-		burstMemory(t, limits.Off)
+		burstMemory(t, limits.Off, 0)
+	case "nowarm":
+		burstMemory(t, 0, limits.Off) // reclaims, and no instance kept
 	case "compare":
 		// Before and after in one run, each in a process of its own (this
 		// test binary again), so that neither starts on a heap that the
 		// other's burst left: first the node left to the Go runtime's
-		// pacing, then the node as it is.
-		for _, mode := range []string{"off", "on"} {
+		// pacing, then reclaiming but keeping no instance
+		// (rooms.Config.WarmMemory off), then the node as it is.
+		for _, mode := range []string{"off", "nowarm", "on"} {
 			cmd := exec.Command(os.Args[0], "-test.run", "^TestBurstMemory$", "-test.count", "1", "-test.v")
 			cmd.Env = append(os.Environ(), "WASMKEEP_BURST_RECLAIM="+mode)
 			out, err := cmd.CombinedOutput()
@@ -62,11 +66,11 @@ func TestBurstMemory(t *testing.T) {
 			}
 		}
 	default:
-		t.Fatalf("WASMKEEP_BURST_RECLAIM=%q: want on, off or compare", os.Getenv("WASMKEEP_BURST_RECLAIM"))
+		t.Fatalf("WASMKEEP_BURST_RECLAIM=%q: want on, off, nowarm or compare", os.Getenv("WASMKEEP_BURST_RECLAIM"))
 	}
 }
 
-func burstMemory(t *testing.T, reclaim int) {
+func burstMemory(t *testing.T, reclaim int, warm int64) {
 	n := burstEnv(t, "WASMKEEP_BURST_SOCKETS", 2000)
 	nrooms := burstEnv(t, "WASMKEEP_BURST_ROOMS", 200)
 	if limit := memtest.RaiseFileLimit(t, uint64(n)+2000); limit < uint64(n)+2000 {
@@ -75,7 +79,7 @@ func burstMemory(t *testing.T, reclaim int) {
 	}
 	node := startNode(t, Config{
 		Sockets:       socket.Config{PingInterval: time.Hour, MaxSockets: n + 10},
-		Rooms:         rooms.Config{MaxResident: nrooms + 10},
+		Rooms:         rooms.Config{MaxResident: nrooms + 10, WarmMemory: warm},
 		ReclaimCloses: reclaim,
 	})
 	putClass(t, node, "chat", "./examples/chat")
@@ -106,12 +110,14 @@ func burstMemory(t *testing.T, reclaim int) {
 	loaded := memtest.ReadResident(t)
 
 	// Every room hibernates at once, as after an idle timeout that they
-	// all passed together.
+	// all passed together: as idle hibernations, so the node keeps the
+	// instances of the last of them for a few seconds
+	// (rooms.Config.WarmMemory, WarmFor) as it would after a real one.
 	var wg sync.WaitGroup
 	errs := make(chan error, nrooms)
 	for i := range nrooms {
 		wg.Go(func() {
-			errs <- node.Rooms.Hibernate(context.Background(), rooms.Key{Class: "chat", Name: fmt.Sprint("b", i)})
+			errs <- node.Rooms.HandOver(context.Background(), rooms.Key{Class: "chat", Name: fmt.Sprint("b", i)}, life.EndIdle)
 		})
 	}
 	wg.Wait()
@@ -129,16 +135,18 @@ func burstMemory(t *testing.T, reclaim int) {
 	type point struct {
 		name string
 		r    memtest.Resident
+		kept int // instances the node kept (rooms.Manager.Warm)
 	}
-	points := []point{{"resident", loaded}, {"hibernated", memtest.ReadResident(t)}}
+	kept := func() int { n, _ := node.Rooms.Warm(); return n }
+	points := []point{{"resident", loaded, 0}, {"hibernated", memtest.ReadResident(t), kept()}}
 	for _, d := range []time.Duration{time.Second, 5 * time.Second, 15 * time.Second} {
 		time.Sleep(time.Until(hibernated.Add(d))) // the measurement's own schedule
-		points = append(points, point{fmt.Sprintf("+%v", d), memtest.ReadResident(t)})
+		points = append(points, point{fmt.Sprintf("+%v", d), memtest.ReadResident(t), kept()})
 	}
 	peak, peakP := memtest.PeakRSS(t), peakPss()
 	reclaims := metric(t, node, `wasmkeep_memory_reclaims_total`) - reclaimsBefore
 	reclaimTime := time.Duration(max(metric(t, node, `wasmkeep_memory_reclaim_seconds_total`), 0) * float64(time.Second))
-	points = append(points, point{"+15s, collected", memtest.Settled(t)})
+	points = append(points, point{"+15s, collected", memtest.Settled(t), kept()})
 	if got := node.Hub.Count(); got != n {
 		t.Fatalf("%d sockets open after the hibernations, want %d", got, n)
 	}
@@ -153,13 +161,13 @@ func burstMemory(t *testing.T, reclaim int) {
 	t.Logf("peak during the burst, over the warm node (RSS %.0f MiB, Pss %.0f MiB): RSS +%.0f MiB = %.2f MiB a cold-started room, Pss +%.0f MiB = %.2f MiB a room; %v reclaims, %v",
 		float64(base.RSS)/(1<<20), float64(base.PssMemory())/(1<<20),
 		float64(peak-base.RSS)/(1<<20), perRoom(peak, base.RSS), float64(peakP-base.PssMemory())/(1<<20), perRoom(peakP, base.PssMemory()), reclaims, reclaimTime.Round(time.Millisecond))
-	t.Logf("%-16s %7s %7s %9s %9s %9s %6s %7s %6s %4s", "", "RSS", "Pss", "heapalloc", "heapinuse", "heapkept", "stack", "runtime", "maps", "gcs")
+	t.Logf("%-16s %7s %7s %9s %9s %9s %6s %7s %6s %4s %4s", "", "RSS", "Pss", "heapalloc", "heapinuse", "heapkept", "stack", "runtime", "maps", "gcs", "warm")
 	for _, p := range points {
 		r := p.r
-		t.Logf("%-16s %7.1f %7.1f %9.1f %9.1f %9.1f %6.1f %7.1f %6d %4d", p.name,
+		t.Logf("%-16s %7.1f %7.1f %9.1f %9.1f %9.1f %6.1f %7.1f %6d %4d %4d", p.name,
 			per(r.RSS, base.RSS), per(r.PssMemory(), base.PssMemory()),
 			per(r.HeapAlloc, base.HeapAlloc), per(r.HeapInuse, base.HeapInuse), per(r.HeapIdle-r.HeapReleased, base.HeapIdle-base.HeapReleased),
-			per(r.StackInuse, base.StackInuse), per(r.RuntimeSys, base.RuntimeSys), r.Mappings-base.Mappings, r.NumGC-base.NumGC)
+			per(r.StackInuse, base.StackInuse), per(r.RuntimeSys, base.RuntimeSys), r.Mappings-base.Mappings, r.NumGC-base.NumGC, p.kept)
 	}
 
 	// The clients leave, and the node stops only once every room has woken
