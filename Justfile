@@ -29,6 +29,8 @@ bench:
     go test -run '^$' -bench 'Wake' -benchtime 1000x -count 2 ./host/node/
     go test -run '^$' -bench ChatFootprint -benchtime 3000x -count 3 ./host/engine/
     go test -run '^$' -bench ChatWake -benchtime 1000x -count 2 ./host/node/
+    go test -run '^$' -bench GoChatWake -benchtime 500x -count 2 ./host/node/
+    go test -run '^$' -bench RestoreMapped -benchtime 500x -count 3 ./host/snapshot/
     go test -run '^$' -bench Compile -benchtime 5x ./host/engine/
     go test -run '^$' -bench Echo -count 2 ./host/socket/
     go test -run TestChatDensity -count 1 -v ./host/engine/
