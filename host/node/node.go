@@ -262,7 +262,6 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	})
 	n.Classes = classes.New(n.Bucket, n.Engine, cfg.MaxModuleBytes)
 	n.Metrics.NewGauge(`wasmkeep_classes_compiled`, func() float64 { return float64(n.Engine.Stats().Classes) })
-	n.startReclaimer()
 
 	sockets := cfg.Sockets
 	sockets.Clock = cfg.Clock
@@ -302,6 +301,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err != nil {
 		return nil, err
 	}
+	n.startReclaimer() // it watches the rooms' kept instances too
 
 	scfg := cfg.Server
 	scfg.Logger = cfg.Logger
