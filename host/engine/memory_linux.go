@@ -18,16 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/wasmkeep/wasmkeep/host/engine/wasmrw"
-	"github.com/wasmkeep/wasmkeep/host/snapshot"
 )
-
-// A restore writes every stored page of a fresh memory, each a page fault
-// of its own (a copy of the class image's page, or a zeroed one past it).
-// MADV_POPULATE_WRITE (Linux 5.14) faults a run of them in with one call;
-// on an older kernel it fails and the pages fault in one by one as before.
-func init() {
-	snapshot.SetPrefault(func(b []byte) { _ = unix.Madvise(b, unix.MADV_POPULATE_WRITE) })
-}
 
 const defaultMemoryBackend = memoryImage
 
