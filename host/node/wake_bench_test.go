@@ -37,14 +37,8 @@ func BenchmarkGoChatWake(b *testing.B) {
 			b.Run(fmt.Sprintf("chain=%d/%s", chain, wake), func(b *testing.B) { benchGoChatWake(b, chain, wake) })
 		}
 	}
-	// The cold path's options, against chain=8/cold of the same run:
-	// without the prefault of the pages a restore writes, and with S2
+	// A cold path's option, against chain=8/cold of the same run: S2
 	// segments instead of zstd.
-	b.Run("chain=8/cold-noprefault", func(b *testing.B) {
-		old := snapshot.SetPrefault(nil)
-		defer func() { snapshot.SetPrefault(old) }()
-		benchGoChatWake(b, 8, "cold")
-	})
 	b.Run("chain=8/cold-s2", func(b *testing.B) { benchGoChatWake(b, 8, "cold-s2") })
 }
 

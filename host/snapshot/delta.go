@@ -209,8 +209,8 @@ func (e *Encoder) build(prev *Manifest, c *Capture, pages []uint64, seq uint64, 
 // take basePages[page] (the base image's page hashes; nil: they are hashed
 // from dst).
 //
-// The stored pages are first faulted in with one call per run of them
-// (SetPrefault).
+// With SetPrefault, the stored pages are first faulted in with one call
+// per run of them.
 func (m *Manifest) Restore(dst []byte, segs map[string]*Segment, dirty func(page int) bool, basePages []uint64) ([]uint64, error) {
 	if uint64(len(dst)) != uint64(m.MemorySize()) {
 		return nil, fmt.Errorf("%w: have %d bytes, snapshot has %d", ErrMemorySize, len(dst), m.MemorySize())
@@ -239,7 +239,9 @@ func (m *Manifest) Restore(dst []byte, segs map[string]*Segment, dirty func(page
 
 // prefault, if set, is called on each run of pages a restore is about to
 // write, so that the kernel can fault them in with one call rather than
-// one trap each (the engine sets MADV_POPULATE_WRITE on Linux).
+// one trap each (MADV_POPULATE_WRITE on Linux). Nothing sets it by
+// default: measured on a node, it gained nothing that survived the noise
+// (docs/PERFORMANCE.md, issue 13 §2); benchmarks set it to measure it.
 var prefault atomic.Pointer[func([]byte)]
 
 // SetPrefault sets the function Restore calls on each run of pages it is
