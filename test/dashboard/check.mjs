@@ -114,6 +114,12 @@ async function checkView(view) {
       const sum = await page.evaluate(async (cls) => (await (await fetch("/admin/rooms")).json())
         .filter((r) => r.class === cls).reduce((a, r) => a + (r.snapshot_bytes || 0), 0), c);
       check(stored !== null && (Number(stored) > 0) === (sum > 0), `class ${c} shows its stored bytes (${stored}; its rooms' snapshots take ${sum})`);
+      // Its versions: as many as the node keeps, and its rooms per version.
+      const versions = await page.getAttribute(`#classes [data-class="${c}"] .class-versions`, "data-versions");
+      const kept = await page.evaluate(async (cls) => ((await (await fetch("/admin/classes/" + cls)).json()).versions || []).length, c);
+      check(Number(versions) === kept, `class ${c} shows ${versions} versions, the node keeps ${kept}`);
+      const line = await page.textContent(`#classes [data-class="${c}"] .class-versions`);
+      check(/rooms per version: \w{8} ×\d+ \(current\)/.test(line), `class ${c} shows its rooms per version: ${JSON.stringify(line)}`);
     }
 
     if (view.full) {
