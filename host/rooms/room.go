@@ -976,6 +976,7 @@ func (r *Room) dropInstance(why life.EndReason) {
 		r.inst.Close()
 	}
 	r.inst, r.man, r.pages = nil, nil, nil
+	r.version.Store(nil)
 	r.endHold(why)
 	r.isResident.Store(false)
 	r.m.noLongerResident(r)
