@@ -400,6 +400,7 @@ type guestOutput struct {
 	class  string
 	mu     sync.Mutex
 	room   abi.RoomInfo
+	muted  bool // a probe's output (Class.Handoff): nobody's room, and its refusals are expected
 }
 
 func (o *guestOutput) setRoom(h Host) {
@@ -437,8 +438,12 @@ func (w *lineWriter) Write(p []byte) (int, error) {
 
 func (w *lineWriter) flush() {
 	w.out.mu.Lock()
-	room := w.out.room
+	room, muted := w.out.room, w.out.muted
 	w.out.mu.Unlock()
+	if muted {
+		w.buf = w.buf[:0]
+		return
+	}
 	w.out.logger.Info("guest output", "stream", w.stream, "class", room.Class, "room", room.Name, "line", string(w.buf))
 	w.buf = w.buf[:0]
 }

@@ -159,6 +159,17 @@ func TestUpgradeWithoutHandoffStaysThenResets(t *testing.T) {
 	if got := s.ReadText(); got != "v2: after" {
 		t.Fatalf("the reset room answers %q", got)
 	}
+	// No room uses v1 now: it is collected (its grace cut to nothing).
+	var col struct{ Collected []string }
+	if err := json.Unmarshal([]byte(expect(t, 200, "POST", n.AdminURL()+"/admin/classes/c/collect?grace=0s", nil)), &col); err != nil {
+		t.Fatal(err)
+	}
+	if len(col.Collected) != 1 || col.Collected[0] != v1 {
+		t.Fatalf("collected %v, want v1 %s", col.Collected, v1)
+	}
+	if err := json.Unmarshal([]byte(expect(t, 200, "POST", n.AdminURL()+"/admin/classes/c/collect?grace=0s", nil)), &col); err != nil || len(col.Collected) != 0 {
+		t.Fatalf("a second collection: %v (%v)", col.Collected, err)
+	}
 }
 
 func TestFailedUpgradeKeepsTheRoomOnItsVersion(t *testing.T) {

@@ -273,6 +273,7 @@ func (s *Server) Close() {
 	s.closeOnce.Do(func() {
 		close(s.series.stop)
 		<-s.series.done
+		s.sweeps.Wait()
 	})
 }
 

@@ -126,6 +126,7 @@ type Server struct {
 	started   time.Time
 	series    *series
 	closeOnce sync.Once
+	sweeps    sync.WaitGroup // the version sweeper (versions.go)
 }
 
 // New builds the handler. set holds the node's metrics; /metrics writes it
@@ -172,6 +173,8 @@ func New(cfg Config, reg *classes.Registry, mgr *rooms.Manager, hub *socket.Hub,
 	s.clusterRoutes(admin)
 	s.series.stop, s.series.done = make(chan struct{}), make(chan struct{})
 	go s.sampler()
+	s.sweeps.Add(1)
+	go s.versionSweeper()
 	return s
 }
 
