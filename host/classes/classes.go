@@ -428,14 +428,10 @@ var ErrUnknownVersion = errors.New("classes: no such version of the class")
 
 // Rollback makes an older kept version of name current again: hash, or
 // when empty the version made current before the current one. opts gives
-// the policy for the rooms on other versions (UpgradeNever when empty:
-// rooms that moved to the version rolled back from stay on it unless asked
-// otherwise, since moving them back needs a handoff the newer code gives
-// and the older code takes).
+// the policy for the rooms on other versions, as for an upload: rooms that
+// moved to the version rolled back from move back by a handoff the newer
+// code gives and the older code takes; where it cannot, they stay.
 func (r *Registry) Rollback(ctx context.Context, name, hash string, opts Options) (Record, error) {
-	if opts.Upgrade == "" {
-		opts.Upgrade = UpgradeNever
-	}
 	opts, err := opts.check()
 	if err != nil {
 		return Record{}, err

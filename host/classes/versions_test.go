@@ -38,7 +38,7 @@ func hashes(vs []Version) []string {
 
 // TestVersionsAndRollback: every upload is kept as a version, the
 // current first, with what its module can do in an upgrade; a rollback
-// makes the one before current again with the policy never by default.
+// makes the one before current again, lazy by default as an upload.
 func TestVersionsAndRollback(t *testing.T) {
 	ctx := context.Background()
 	r, _ := testRegistry(t)
@@ -67,7 +67,7 @@ func TestVersionsAndRollback(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if back.Hash != v1.Hash || back.Policy() != UpgradeNever || len(back.Versions) != 2 {
+	if back.Hash != v1.Hash || back.Policy() != UpgradeLazy || len(back.Versions) != 2 {
 		t.Fatalf("after the rollback: %s %s %v", back.Hash, back.Policy(), hashes(back.Versions))
 	}
 	if _, err := r.Rollback(ctx, "c", "sha256:nope", Options{}); !errors.Is(err, ErrUnknownVersion) {
