@@ -129,6 +129,10 @@ func TestUpgradeWithoutHandoffStaysThenResets(t *testing.T) {
 	}
 	hibernate(t, n, "c", "r")
 	v2 := uploadVersion(t, n, "c", "./testdata/guests/chatv2", "")
+	// Listed as staying before any wake tried: echo hands over nothing.
+	if row := upgradeRowOf(t, n, "c", "r"); row.Upgrade == nil || row.Upgrade.State != "no-handoff" {
+		t.Fatalf("before a wake, a room on a version without handoff: %+v", row)
+	}
 	s.Send("ping")
 	if got := s.ReadText(); got != "ping" {
 		t.Fatalf("the room on v1 answers %q, want echo's", got)

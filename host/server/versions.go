@@ -167,6 +167,37 @@ func (s *Server) upgradeProgress(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, j)
 }
 
+// foreseeUpgrades marks the listed rooms that will not move to their
+// class's current version, before any wake has tried: a room on a version
+// that hands over nothing, or of a class whose current version takes
+// nothing, is listed as without handoff (unless the upload resets such
+// rooms: they move at their next wake). What a wake found takes
+// precedence: the versions' handoff is a probe's hint.
+func (s *Server) foreseeUpgrades(ctx context.Context, list []rooms.RoomInfo) {
+	recs := map[string]*classes.Record{}
+	for i := range list {
+		ri := &list[i]
+		if ri.Upgrade != nil || ri.Version == "" {
+			continue
+		}
+		rec, ok := recs[ri.Class]
+		if !ok {
+			if got, err := s.classes.Get(ctx, ri.Class); err == nil {
+				rec = &got
+			}
+			recs[ri.Class] = rec
+		}
+		if rec == nil || rec.Hash == ri.Version || rec.Policy() == classes.UpgradeNever || rec.ResetWithoutHandoff {
+			continue
+		}
+		from, known := rec.Version(ri.Version)
+		to, _ := rec.Version(rec.Hash)
+		if (known && !from.Offers) || !to.Takes {
+			ri.Upgrade = &rooms.RoomUpgrade{To: rec.Hash, State: rooms.UpgradeNoHandoff, Error: "its version hands over no state, or the current one takes none"}
+		}
+	}
+}
+
 // VersionInfo is one kept version of a class as the versions listing
 // shows it.
 type VersionInfo struct {
@@ -201,6 +232,7 @@ func (s *Server) classVersions(w http.ResponseWriter, r *http.Request) {
 		s.unavailable(w, "listing rooms", err)
 		return
 	}
+	s.foreseeUpgrades(r.Context(), list)
 	writeJSON(w, http.StatusOK, s.versionsOf(rec, list))
 }
 
