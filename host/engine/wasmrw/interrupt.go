@@ -18,19 +18,38 @@ const InterruptExport = "__wk_interrupt"
 var ErrUnsupported = errors.New("wasmrw: instruction not supported by the interrupt check")
 
 // AddInterrupt returns a copy of wasm (normally Rewrite's output) that can be
-// interrupted cheaply: it defines one more global, a mutable i32 exported as
-// InterruptExport, after every other global so that no existing global index
-// changes, and inserts
+// interrupted cheaply. It defines two more globals after every other one (so
+// that no existing global index changes): a fuel counter, not exported, and
+// a mutable i32 exported as InterruptExport; and it inserts at the start of
+// every loop body
 //
-//	global.get $interrupt
-//	if
-//	  unreachable
+//	global.get $fuel
+//	if                        ;; fuel left: one less
+//	  global.get $fuel
+//	  i32.const 1
+//	  i32.sub
+//	  global.set $fuel
+//	else                      ;; every InterruptFuel iterations:
+//	  i32.const 0
+//	  memory.grow 0           ;; an exit to Go
+//	  drop
+//	  global.get $interrupt
+//	  if
+//	    unreachable
+//	  end
+//	  i32.const InterruptFuel
+//	  global.set $fuel
 //	end
 //
-// at the start of every loop body. A loop that spins, and so every run of
-// code that does not end by itself, passes a loop header, so a host that sets
-// the global from another goroutine stops the guest within one iteration,
-// for the cost of a load and a branch an iteration. The inserted if is a
+// A loop that spins, and so every run of code that does not end by itself,
+// passes a loop header, so a host that sets the interrupt global from another
+// goroutine stops the guest within InterruptFuel iterations. The exit to Go
+// is what lets the Go runtime stop the goroutine for a garbage collection:
+// machine code wazero compiled cannot be preempted, so a guest spinning
+// without ever leaving it would hold up every stop of the world, and with
+// it the host goroutine that would set the interrupt (wazero's own checks
+// leave native code at every back-edge for the same reason). memory.grow 0
+// changes nothing, and wazero's compiler runs it in Go. The inserted if is a
 // complete block before the loop's own instructions, so no branch depth
 // changes. Code that does not loop (deep recursion) is ended by the stack
 // limit instead.
@@ -44,8 +63,9 @@ var ErrUnsupported = errors.New("wasmrw: instruction not supported by the interr
 // It decodes every instruction of every function body and refuses, with
 // ErrUnsupported, any opcode it does not know (wazero v1.12's instruction
 // set, including SIMD, threads, tail calls, exceptions and typed function
-// references, is known); a broken encoding is ErrMalformed. It does not
-// type-check: wazero does, when it compiles the output.
+// references, is known), and a module without memory; a broken encoding is
+// ErrMalformed. It does not type-check: wazero does, when it compiles the
+// output.
 func AddInterrupt(wasm []byte) ([]byte, error) {
 	p, err := parse(wasm)
 	if err != nil {
@@ -57,13 +77,17 @@ func AddInterrupt(wasm []byte) ([]byte, error) {
 			return nil, fmt.Errorf("%w (the module exports %q)", ErrReservedExport, e.Name)
 		}
 	}
-	idx := uint64(info.ImportedGlobals) + uint64(len(info.Globals))
+	if info.Memories == 0 {
+		return nil, fmt.Errorf("%w: the check needs a memory (memory.grow)", ErrUnsupported)
+	}
+	fuel := uint64(info.ImportedGlobals) + uint64(len(info.Globals))
+	idx := fuel + 1
 	if idx >= math.MaxUint32 {
 		return nil, fmt.Errorf("%w: too many globals", ErrInvalid)
 	}
-	newGlobal := []byte{TypeI32, 0x01, 0x41, 0x00, 0x0B} // mut i32 = i32.const 0
-	check := appendULEB([]byte{0x23}, idx)               // global.get idx
-	check = append(check, 0x04, 0x40, 0x00, 0x0B)        // if unreachable end
+	newGlobals := appendSLEB([]byte{TypeI32, 0x01, 0x41}, InterruptFuel)   // mut i32 = InterruptFuel
+	newGlobals = append(newGlobals, 0x0B, TypeI32, 0x01, 0x41, 0x00, 0x0B) // mut i32 = 0
+	check := checkSequence(fuel, idx)
 	export := appendULEB(nil, uint64(len(InterruptExport)))
 	export = append(export, InterruptExport...)
 	export = append(export, byte(KindGlobal))
@@ -74,7 +98,7 @@ func AddInterrupt(wasm []byte) ([]byte, error) {
 	globalDone := false
 	for _, s := range p.sections {
 		if s.id != secCustom && !globalDone && sectionRank[s.id] > sectionRank[secGlobal] {
-			out = appendSection(out, secGlobal, appendULEB(nil, 1), newGlobal)
+			out = appendSection(out, secGlobal, appendULEB(nil, 2), newGlobals)
 			globalDone = true
 		}
 		switch s.id {
@@ -88,7 +112,7 @@ func AddInterrupt(wasm []byte) ([]byte, error) {
 			out = append(out, wasm[s.start:s.end]...)
 		case secGlobal:
 			n, entries := vectorOf(wasm, s)
-			out = appendSection(out, secGlobal, appendULEB(nil, uint64(n)+1), wasm[entries:s.end], newGlobal)
+			out = appendSection(out, secGlobal, appendULEB(nil, uint64(n)+2), wasm[entries:s.end], newGlobals)
 			globalDone = true
 		case secExport:
 			n, entries := vectorOf(wasm, s)
@@ -107,12 +131,37 @@ func AddInterrupt(wasm []byte) ([]byte, error) {
 		}
 	}
 	if !globalDone {
-		out = appendSection(out, secGlobal, appendULEB(nil, 1), newGlobal)
+		out = appendSection(out, secGlobal, appendULEB(nil, 2), newGlobals)
 	}
 	if !hasSection(p.sections, secExport) {
 		out = insertExportSection(out, export)
 	}
 	return out, nil
+}
+
+// InterruptFuel is how many loop iterations a guest runs between two exits
+// to Go (see AddInterrupt). An exit costs about as much as a hundred
+// iterations of a tight loop, so it adds about 1 % there; a run of that
+// many iterations takes some tens of microseconds, which bounds how long
+// the guest holds up a stop of the Go world (a garbage collection).
+const InterruptFuel = 10000
+
+// checkSequence is the code inserted at every loop header, for the fuel
+// global and the interrupt global idx.
+func checkSequence(fuel, idx uint64) []byte {
+	b := appendULEB([]byte{0x23}, fuel)   // global.get $fuel
+	b = append(b, 0x04, 0x40)             // if
+	b = appendULEB(append(b, 0x23), fuel) //   global.get $fuel
+	b = append(b, 0x41, 0x01, 0x6B, 0x24) //   i32.const 1; i32.sub; global.set
+	b = appendULEB(b, fuel)               //   $fuel
+	b = append(b, 0x05)                   // else
+	b = append(b, 0x41, 0x00, 0x40, 0x00) //   i32.const 0; memory.grow 0 (an exit to Go)
+	b = append(b, 0x1A, 0x23)             //   drop; global.get
+	b = appendULEB(b, idx)                //   $interrupt
+	b = append(b, 0x04, 0x40, 0x00, 0x0B) //   if unreachable end
+	b = appendSLEB(append(b, 0x41), InterruptFuel)
+	b = appendULEB(append(b, 0x24), fuel) //   global.set $fuel
+	return append(b, 0x0B)                // end
 }
 
 func hasSection(sections []span, id byte) bool {

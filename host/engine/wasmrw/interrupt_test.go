@@ -11,10 +11,17 @@ import (
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
+
+	"github.com/wasmkeep/wasmkeep/internal/testwasm"
 )
 
-// check is the sequence AddInterrupt inserts for global index g.
-func checkSeq(g byte) []byte { return bs(0x23, g, 0x04, 0x40, 0x00, 0x0B) }
+// checkSeq is the sequence AddInterrupt inserts for a module with g globals.
+func checkSeq(g byte) []byte { return checkSequence(uint64(g), uint64(g)+1) }
+
+// added are the globals AddInterrupt adds.
+func added() [][]byte {
+	return [][]byte{glob(TypeI32, true, i32c(InterruptFuel)...), glob(TypeI32, true, i32c(0)...)}
+}
 
 // loopModule has one mutable global and memory, and exports
 //
@@ -53,8 +60,8 @@ func TestAddInterruptInsertsAtEveryLoop(t *testing.T) {
 		typeSec(),
 		funcSec(0, 2, 1),
 		memSec(mem(1)),
-		globalSec(glob(TypeI32, true, i32c(5)...), glob(TypeI32, true, i32c(0)...)),
-		exportSec(exp("spin", KindFunc, 0), exp("count", KindFunc, 1), exp("flat", KindFunc, 2), exp(InterruptExport, KindGlobal, 1)),
+		globalSec(append([][]byte{glob(TypeI32, true, i32c(5)...)}, added()...)...),
+		exportSec(exp("spin", KindFunc, 0), exp("count", KindFunc, 1), exp("flat", KindFunc, 2), exp(InterruptExport, KindGlobal, 2)),
 		codeSec(
 			fn(cat(bs(0x03, 0x40), checkSeq(1), bs(0x0C, 0x00, 0x0B))...),
 			cat(withSize(cat(bs(1, 1, 0x7F),
@@ -75,7 +82,7 @@ func TestAddInterruptInsertsAtEveryLoop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if g := info.Globals[1]; g.ExportName != InterruptExport || !g.Mutable || g.Type != TypeI32 {
+	if g := info.Globals[2]; g.ExportName != InterruptExport || !g.Mutable || g.Type != TypeI32 {
 		t.Fatalf("added global: %+v", g)
 	}
 	if _, err := AddInterrupt(out); !errors.Is(err, ErrReservedExport) {
@@ -84,11 +91,13 @@ func TestAddInterruptInsertsAtEveryLoop(t *testing.T) {
 }
 
 // TestAddInterruptSections: a module without globals or exports gets both
-// sections, in order; DWARF sections go, other custom sections stay.
+// sections, in order; DWARF sections go, other custom sections stay. A
+// module without memory is refused (the check needs memory.grow).
 func TestAddInterruptSections(t *testing.T) {
 	in := module(
 		typeSec(),
 		funcSec(0),
+		memSec(mem(1)),
 		customSec("name", 0x00, 0x02, 0x01, 'm'),
 		codeSec(fn(0x03, 0x40, 0x0B)),
 		customSec(".debug_info", 1, 2, 3),
@@ -101,9 +110,10 @@ func TestAddInterruptSections(t *testing.T) {
 	want := module(
 		typeSec(),
 		funcSec(0),
+		memSec(mem(1)),
 		customSec("name", 0x00, 0x02, 0x01, 'm'),
-		globalSec(glob(TypeI32, true, i32c(0)...)),
-		exportSec(exp(InterruptExport, KindGlobal, 0)),
+		globalSec(added()...),
+		exportSec(exp(InterruptExport, KindGlobal, 1)),
 		codeSec(fn(cat(bs(0x03, 0x40), checkSeq(0), bs(0x0B))...)),
 		customSec("producers", 0),
 	)
@@ -112,6 +122,9 @@ func TestAddInterruptSections(t *testing.T) {
 	}
 	if ok, err := compiles(out); !ok {
 		t.Fatal(err)
+	}
+	if _, err := AddInterrupt(module(typeSec(), funcSec(0), codeSec(fn(0x03, 0x40, 0x0B)))); !errors.Is(err, ErrUnsupported) {
+		t.Fatalf("no memory: %v, want ErrUnsupported", err)
 	}
 }
 
@@ -177,7 +190,7 @@ func TestAddInterruptRefusals(t *testing.T) {
 		{"long LEB", fn(0x20, 0x80, 0x80, 0x80, 0x80, 0x80, 0x01), ErrMalformed},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			in := module(typeSec(), funcSec(0), codeSec(tc.body))
+			in := module(typeSec(), funcSec(0), memSec(mem(1)), codeSec(tc.body))
 			out, err := AddInterrupt(in)
 			if !errors.Is(err, tc.want) || out != nil {
 				t.Fatalf("AddInterrupt: %v (output %d bytes), want %v", err, len(out), tc.want)
@@ -189,21 +202,53 @@ func TestAddInterruptRefusals(t *testing.T) {
 	}
 }
 
-// interruptRuntimes are the two wazero engines the host may run guests on,
-// both without wazero's own interruption checks.
-func interruptRuntimes() map[string]wazero.RuntimeConfig {
-	return map[string]wazero.RuntimeConfig{
-		"compiler":    wazero.NewRuntimeConfigCompiler(),
-		"interpreter": wazero.NewRuntimeConfigInterpreter(),
+// TestInterruptStopsALoop: with the global set from another goroutine, a
+// guest spinning in "loop br 0" traps on wazero's compiler. This is what
+// tells that the compiler's code reads the global at every loop header
+// rather than once. (The interpreter reads globals in Go: a write from
+// another goroutine would be a data race, so the host does not use the
+// global there.)
+func TestInterruptStopsALoop(t *testing.T) {
+	ctx := context.Background()
+	r := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigCompiler())
+	defer r.Close(ctx)
+	out, err := AddInterrupt(loopModule())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := r.InstantiateWithConfig(ctx, out, wazero.NewModuleConfig().WithName(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := m.ExportedGlobal(InterruptExport).(api.MutableGlobal)
+	done := make(chan error, 1)
+	started := make(chan struct{})
+	go func() {
+		close(started)
+		_, err := m.ExportedFunction("spin").Call(ctx)
+		done <- err
+	}()
+	<-started
+	g.Set(1)
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "unreachable") {
+			t.Fatalf("spin ended with %v, want an unreachable trap", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("spin still runs 20 s after the interrupt was set")
 	}
 }
 
-// TestInterruptStopsALoop: with the global set from another goroutine, a
-// guest spinning in "loop br 0" traps; with it left at 0 the code runs as
-// before. This is what tells that wazero's compiler reads the global at
-// every loop header rather than once.
-func TestInterruptStopsALoop(t *testing.T) {
-	for name, rc := range interruptRuntimes() {
+// TestInterruptSetTraps: on the compiler and the interpreter, code runs as
+// before while the global is 0 (across many refills of the fuel); once
+// set, a loop traps within InterruptFuel iterations and code without loops
+// still runs.
+func TestInterruptSetTraps(t *testing.T) {
+	for name, rc := range map[string]wazero.RuntimeConfig{
+		"compiler":    wazero.NewRuntimeConfigCompiler(),
+		"interpreter": wazero.NewRuntimeConfigInterpreter(),
+	} {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
 			r := wazero.NewRuntimeWithConfig(ctx, rc)
@@ -216,33 +261,17 @@ func TestInterruptStopsALoop(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := call(t, m, "count", 1000)[0]; got != 1000 {
-				t.Fatalf("count(1000) = %d", got)
+			if got := call(t, m, "count", 5*InterruptFuel)[0]; got != 5*InterruptFuel {
+				t.Fatalf("count(%d) = %d", 5*InterruptFuel, got)
 			}
 			g := m.ExportedGlobal(InterruptExport).(api.MutableGlobal)
-			done := make(chan error, 1)
-			started := make(chan struct{})
-			go func() {
-				close(started)
-				_, err := m.ExportedFunction("spin").Call(ctx)
-				done <- err
-			}()
-			<-started
 			g.Set(1)
-			select {
-			case err := <-done:
-				if err == nil || !strings.Contains(err.Error(), "unreachable") {
-					t.Fatalf("spin ended with %v, want an unreachable trap", err)
-				}
-			case <-time.After(20 * time.Second):
-				t.Fatal("spin still runs 20 s after the interrupt was set")
-			}
-			// Set, even code without loops runs; a loop traps at once.
 			if got := call(t, m, "flat")[0]; got != 7 {
 				t.Fatalf("flat() = %d", got)
 			}
-			if _, err := m.ExportedFunction("count").Call(ctx, 3); err == nil {
-				t.Fatal("count ran with the interrupt set")
+			// The interrupt is seen when the fuel runs out.
+			if _, err := m.ExportedFunction("count").Call(ctx, 2*InterruptFuel); err == nil || !strings.Contains(err.Error(), "unreachable") {
+				t.Fatalf("count with the interrupt set: %v, want an unreachable trap", err)
 			}
 			g.Set(0)
 			if got := call(t, m, "count", 5)[0]; got != 5 {
@@ -268,7 +297,7 @@ func TestGoGuestRunsInterruptible(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(info2.Globals) != len(info.Globals)+1 {
+	if len(info2.Globals) != len(info.Globals)+2 {
 		t.Fatalf("%d globals after AddInterrupt, %d before", len(info2.Globals), len(info.Globals))
 	}
 	for i, g := range info.Globals {
@@ -276,11 +305,18 @@ func TestGoGuestRunsInterruptible(t *testing.T) {
 			t.Fatalf("global %d exported as %q, was %q", i, info2.Globals[i].ExportName, g.ExportName)
 		}
 	}
-	loops := bytes.Count(out, appendULEB([]byte{0x23}, uint64(len(info.Globals))))
-	t.Logf("Go guest: %d bytes rewritten, %d with checks, about %d loops", len(rw), len(out), loops)
+	g := uint64(len(info.Globals))
+	loops := bytes.Count(out, checkSequence(g, g+1))
+	t.Logf("Go guest: %d bytes rewritten, %d with checks, %d loops", len(rw), len(out), loops)
 
+	// Through the cache all test processes share: compiling a Go guest
+	// takes a minute under -race on a loaded machine.
 	ctx := context.Background()
-	r := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigCompiler())
+	cache, err := wazero.NewCompilationCacheWithDir(testwasm.CompileCacheDir(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigCompiler().WithCompilationCache(cache))
 	defer r.Close(ctx)
 	wasi_snapshot_preview1.MustInstantiate(ctx, r)
 	run := func(wasm []byte) []uint64 {
@@ -311,7 +347,7 @@ func TestGoGuestRunsInterruptible(t *testing.T) {
 // FuzzAddInterrupt checks that AddInterrupt never panics, leaves its input
 // alone, refuses what Parse refuses with the same error, never calls a
 // module wazero compiles malformed, and that what it returns parses, has one
-// more global, exported as InterruptExport, and compiles when the input
+// more globals, the last exported as InterruptExport, and compiles when the input
 // does. The seeds include the Go guest as Rewrite leaves it.
 func FuzzAddInterrupt(f *testing.F) {
 	for _, tc := range rewriteCases() {
@@ -352,7 +388,7 @@ func FuzzAddInterrupt(f *testing.F) {
 		if err != nil {
 			t.Fatalf("the output does not parse: %v", err)
 		}
-		if len(after.Globals) != len(before.Globals)+1 || after.Globals[len(before.Globals)].ExportName != InterruptExport {
+		if len(after.Globals) != len(before.Globals)+2 || after.Globals[len(before.Globals)+1].ExportName != InterruptExport {
 			t.Fatalf("globals: %d before, %d after, last %+v", len(before.Globals), len(after.Globals), after.Globals[len(after.Globals)-1])
 		}
 		if ok {
