@@ -11,6 +11,7 @@ import (
 	"sync"
 	"unicode/utf8"
 
+	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 
 	"github.com/wasmkeep/wasmkeep/abi"
@@ -20,9 +21,9 @@ import (
 // function validates the guest's pointers and lengths and answers a status
 // rather than trapping: a hostile or buggy guest gets an error code, the host
 // never reads outside the guest's memory.
-func (e *Engine) instantiateHostModule(ctx context.Context) error {
+func (e *Engine) instantiateHostModule(ctx context.Context, rt wazero.Runtime) error {
 	i32, i64 := api.ValueTypeI32, api.ValueTypeI64
-	b := e.rt.NewHostModuleBuilder(abi.ImportModule)
+	b := rt.NewHostModuleBuilder(abi.ImportModule)
 	def := func(name string, fn api.GoModuleFunc, params ...api.ValueType) {
 		b.NewFunctionBuilder().WithGoModuleFunction(fn, params, []api.ValueType{i32}).Export(name)
 	}
