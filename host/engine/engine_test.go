@@ -242,14 +242,19 @@ func BenchmarkRestore(b *testing.B) {
 // BenchmarkEvent measures the cost of delivering one event to a resident
 // room: a socket message to the echo guest (which sends it back through a
 // host call), and an HTTP request to the counter; with the event time limit
-// enforced (the default) and without it.
+// enforced (the default: the engine's interrupt check), enforced by
+// wazero's checks (WazeroInterrupt), and without it.
 func BenchmarkEvent(b *testing.B) {
-	for _, limit := range []time.Duration{0, limits.Off} {
-		name := "limit=on"
-		if limit < 0 {
-			name = "limit=off"
-		}
-		e := newEngine(b, Config{EventTimeout: limit})
+	for _, mode := range []struct {
+		name string
+		cfg  Config
+	}{
+		{"limit=on", Config{}},
+		{"limit=on-wazero", Config{WazeroInterrupt: true}},
+		{"limit=off", Config{EventTimeout: limits.Off}},
+	} {
+		name := mode.name
+		e := newEngine(b, mode.cfg)
 		b.Run(name+"/socket-message", func(b *testing.B) {
 			c := compile(b, e, "./testdata/guests/echo")
 			h := &fakeHost{}
