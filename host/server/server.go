@@ -69,7 +69,10 @@ type Config struct {
 	MaxRoomName int
 	// Cluster, if set, makes the node a member of a cluster (cluster.go).
 	Cluster *Cluster
-	Logger  *slog.Logger
+	// BuildErrors, if set, are the build errors of a dev loop (`wasmkeep
+	// dev`), shown on the pages of the rooms of their class (dev.go).
+	BuildErrors *BuildErrors
+	Logger      *slog.Logger
 }
 
 func (c Config) withDefaults() Config {
@@ -151,9 +154,10 @@ func New(cfg Config, reg *classes.Registry, mgr *rooms.Manager, hub *socket.Hub,
 	s.mux.HandleFunc("/actor/{class}/{name}", s.actor)
 	s.mux.HandleFunc("/actor/{class}/{name}/{rest...}", s.actor)
 	s.mux.HandleFunc("GET /healthz", healthz)
-	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		textError(w, http.StatusNotFound, "not found: rooms live at /actor/<class>/<name>")
-	})
+	// GET / exactly is the landing page, on loopback only (landing.go);
+	// every other path that is nothing is a bare 404.
+	s.mux.HandleFunc("GET /{$}", s.landing)
+	s.mux.HandleFunc("/", notFound)
 	admin := s.mux
 	if cfg.SeparateAdmin {
 		s.adminMux = http.NewServeMux()
@@ -323,6 +327,10 @@ func (s *Server) actor(w http.ResponseWriter, r *http.Request) {
 	}
 	class, err := s.classes.Current(r.Context(), key.Class)
 	if err != nil {
+		if msg := s.cfg.BuildErrors.Get(key.Class); msg != "" && errors.Is(err, classes.ErrUnknownClass) && !isUpgrade(r) {
+			buildErrorPage(w, key.Class, msg)
+			return
+		}
 		s.roomError(w, err)
 		return
 	}
@@ -357,6 +365,9 @@ func (s *Server) actor(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		s.roomError(w, err)
 		return
+	}
+	if msg := s.cfg.BuildErrors.Get(key.Class); msg != "" {
+		resp = withBuildError(resp, msg)
 	}
 	writeResponse(w, resp)
 }
