@@ -34,6 +34,7 @@ func newApp() *cli.App {
 			roomCommand(),
 			clusterCommand(),
 			benchCommand(),
+			devCommand(),
 		},
 		// Without it urfave/cli answers an unknown command with "No help
 		// topic for ..." and exit code 3.
