@@ -5,6 +5,8 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -15,6 +17,7 @@ import (
 	"time"
 
 	"github.com/wasmkeep/wasmkeep/internal/testenv"
+	"github.com/wasmkeep/wasmkeep/internal/testhttp"
 	"github.com/wasmkeep/wasmkeep/internal/testwasm"
 )
 
@@ -49,7 +52,7 @@ func main() {}
 // devRoomDir writes the room in a module of its own in a temporary
 // directory, as a user's project outside this repository: its go.mod
 // requires wasmkeep and replaces it with this tree.
-func devRoomDir(t *testing.T) string {
+func devRoomDir(t testing.TB) string {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "My Room")
 	if err := os.Mkdir(dir, 0o755); err != nil {
@@ -78,14 +81,20 @@ const devDeadline = time.Minute
 
 // devAnswer polls GET url until its body contains want, and returns the
 // time it took and the body; it fails the test past deadline.
-func devAnswer(t *testing.T, url, want string, deadline time.Duration) (time.Duration, string) {
+func devAnswer(t testing.TB, url, want string, deadline time.Duration) (time.Duration, string) {
 	t.Helper()
 	start := time.Now()
+	client := &http.Client{Timeout: testhttp.Timeout}
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	timeout := time.After(deadline)
 	for {
-		_, body, _ := httpDo(t, "GET", url)
+		body := ""
+		if resp, err := client.Get(url); err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			body = string(b)
+		}
 		if strings.Contains(body, want) {
 			return time.Since(start), body
 		}
@@ -305,4 +314,58 @@ func TestDevAssemblyScript(t *testing.T) {
 	if _, err := p.ascCommand("x.wasm"); err == nil || !strings.Contains(err.Error(), "npm install") {
 		t.Fatalf("a project without a compiler: %v", err)
 	}
+}
+
+// BenchmarkDevSave measures the dev loop from a save to the new code's
+// answer (docs/PERFORMANCE.md, "The dev loop"): for the test's tiny room
+// (a change of main.go) and for examples/chat (a change of its page,
+// which the room embeds). Each op is one save; the time includes the
+// poll and settle delays, the build, the upload (the node compiles the
+// new version) and the first request's wake.
+func BenchmarkDevSave(b *testing.B) {
+	b.Run("tiny", func(b *testing.B) {
+		dir := devRoomDir(b)
+		n := startNode(b, nodeOpts{command: "dev", args: []string{"--data", b.TempDir(), dir}, listenEnv: true, deadline: demoDeadline})
+		n.waitOutput("wasmkeep dev is up", demoDeadline)
+		room := n.url + "/actor/my-room/dev"
+		devAnswer(b, room, "v1 1", devDeadline)
+		b.ResetTimer()
+		for i := range b.N {
+			version := fmt.Sprintf("v%d", i+2)
+			if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(devRoomSource(version)), 0o644); err != nil {
+				b.Fatal(err)
+			}
+			devAnswer(b, room, version+" 1", devDeadline)
+		}
+	})
+	b.Run("chat", func(b *testing.B) {
+		dir := devRoomDir(b)
+		src := filepath.Join(moduleRoot(b), "examples", "chat")
+		for _, f := range []string{"main.go", "chat.html"} {
+			data, err := os.ReadFile(filepath.Join(src, f))
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, f), data, 0o644); err != nil {
+				b.Fatal(err)
+			}
+		}
+		n := startNode(b, nodeOpts{command: "dev", args: []string{"--data", b.TempDir(), "--class", "chat", dir}, listenEnv: true, deadline: demoDeadline})
+		n.waitOutput("wasmkeep dev is up", demoDeadline)
+		room := n.url + "/actor/chat/lobby"
+		devAnswer(b, room, "WebSocket", devDeadline)
+		page, err := os.OpenFile(filepath.Join(dir, "chat.html"), os.O_APPEND|os.O_WRONLY, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer page.Close()
+		b.ResetTimer()
+		for i := range b.N {
+			marker := fmt.Sprintf("<!-- save %d -->", i)
+			if _, err := page.WriteString(marker + "\n"); err != nil {
+				b.Fatal(err)
+			}
+			devAnswer(b, room, marker, devDeadline)
+		}
+	})
 }
