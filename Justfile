@@ -38,6 +38,7 @@ bench:
     go test -run '^$' -bench . ./host/snapshot/ ./host/store/
     go test -run TestMaxResidentUnderConcurrency -count 1 -v ./host/node/
     go test -run '^$' -bench '^Benchmark(Wake|Hibernate)$' -benchtime 300x ./host/node/
+    go test -run '^$' -bench DevSave -benchtime 8x -count 3 ./cmd/wasmkeep/
     WASMKEEP_TEST_STORE=s3 go test -run '^$' -bench '^Benchmark(Wake|Hibernate)$' -benchtime 300x ./host/node/
     WASMKEEP_RESIDENT_NAMES=10000 go test -run TestMaxResidentUnderConcurrency -count 1 -v ./host/node/
     go test -run TestClassUploadsFreeOldVersions -count 1 -v ./host/node/
