@@ -368,7 +368,7 @@ func (d *devLoop) rebuild(ctx context.Context, changed []string) {
 	}
 	d.errs.Set(d.class, "")
 	start = time.Now()
-	up, err := d.upload(wasm)
+	up, err := d.upload(ctx, wasm)
 	if ctx.Err() != nil {
 		return
 	}
@@ -383,11 +383,18 @@ func (d *devLoop) rebuild(ctx context.Context, changed []string) {
 	}
 	d.current = up.Hash
 	line := fmt.Sprintf("build %d: built in %s, uploaded in %s: version %s (%s)", n, secs(took), secs(time.Since(start)), shortHash(up.Hash), size(uint64(up.Size)))
-	if len(up.Upgraded) > 0 {
-		line += fmt.Sprintf("; %s upgraded with their state: %s", plural(len(up.Upgraded), "room", "rooms"), strings.Join(up.Upgraded, " "))
-	}
-	if len(up.Reset) > 0 {
-		line += fmt.Sprintf("; %s reset, their code offers no state handoff: %s", plural(len(up.Reset), "room", "rooms"), strings.Join(up.Reset, " "))
+	for _, p := range []struct {
+		n    int
+		what string
+	}{
+		{up.Upgraded, "upgraded with their state"},
+		{up.Reset, "reset, their code offers no state handoff"},
+		{up.Failed, "failed to upgrade and stay on their version with their state (tried again at a later wake)"},
+		{up.Stayed, "left on their version"},
+	} {
+		if p.n > 0 {
+			line += fmt.Sprintf("; %s %s", plural(p.n, "room", "rooms"), p.what)
+		}
 	}
 	d.printf("%s\n", line)
 }
@@ -404,47 +411,59 @@ func (d *devLoop) keeps() string {
 type devUpload struct {
 	Hash      string
 	Size      int
-	Unchanged bool     // the module is the class's current version already: nothing done
-	Upgraded  []string // rooms moved to the new version with their state, by handoff
-	Reset     []string // rooms started afresh on it: their code offers no handoff
+	Unchanged bool // the module is the class's current version already: nothing done
+	// What became of the class's rooms (counts of the node's upgrade job):
+	// upgraded with their state by handoff, reset (their code offers no
+	// handoff), failed to move (they stay on their version, with their
+	// state, and are tried again at a later wake), or left where they are
+	// for another reason.
+	Upgraded, Reset, Failed, Stayed int
 }
 
+// devUploadQuery is the policy of the dev loop's uploads: every room
+// moves to the new version at once, with its state where its code offers
+// a handoff, else reset.
+const devUploadQuery = "?upgrade=" + classes.UpgradeNow + "&reset_without_handoff=true"
+
+// devJobWait bounds the wait for the upgrade of a class's rooms: a few
+// rooms move in milliseconds each.
+const devJobWait = time.Minute
+
+// devJobPoll is how often the dev loop asks how the upgrade goes.
+const devJobPoll = 20 * time.Millisecond
+
 // upload makes wasm the class's current version and moves the class's
-// rooms onto it. It is the dev loop's one call that changes the node.
-//
-// The dev loop wants every room on the new code at once: rooms whose code
-// offers a state handoff upgraded with their state, the others reset.
-// The node learns that policy per upload (issue 14: PUT
-// /admin/classes/NAME?upgrade=now&reset_without_handoff=1, answering what
-// became of the rooms). Until it does, a room keeps running the version
-// it started on, so the dev loop resets every room of the class itself,
-// through the admin API as `wasmkeep rooms rm` does. When the node takes
-// the query: add it to the PUT, fill Upgraded and Reset from its answer,
-// and drop the resets here.
-func (d *devLoop) upload(wasm []byte) (devUpload, error) {
+// rooms onto it (devUploadQuery), waiting until they have moved. It is
+// the dev loop's one call that changes the node.
+func (d *devLoop) upload(ctx context.Context, wasm []byte) (devUpload, error) {
 	up := devUpload{Hash: engine.Hash(wasm), Size: len(wasm)}
 	if up.Hash == d.current {
 		up.Unchanged = true
 		return up, nil
 	}
-	var rec classRecord
-	if err := d.client.do(http.MethodPut, "/admin/classes/"+d.class, wasm, &rec); err != nil {
+	var ans uploadAnswer
+	if err := d.client.do(http.MethodPut, "/admin/classes/"+d.class+devUploadQuery, wasm, &ans); err != nil {
 		return up, err
 	}
-	up.Hash, up.Size = rec.Hash, rec.Size
-	var list []roomRecord
-	if err := d.client.do(http.MethodGet, "/admin/rooms", nil, &list); err != nil {
-		return up, fmt.Errorf("uploaded, but listing the rooms to reset failed: %w", err)
+	up.Hash, up.Size = ans.Hash, ans.Size
+	if ans.Job == nil {
+		return up, nil // the class's first version, or a node that could not start the job: rooms move at their next wake
 	}
-	for _, r := range list {
-		if r.Class != d.class {
-			continue
+	job := *ans.Job
+	deadline := time.After(devJobWait)
+	for job.Running() {
+		select {
+		case <-ctx.Done():
+			return up, ctx.Err()
+		case <-deadline:
+			return up, fmt.Errorf("uploaded, but the upgrade of the rooms still runs after %v (wasmkeep class versions %s)", devJobWait, d.class)
+		case <-time.After(devJobPoll):
 		}
-		if err := d.client.do(http.MethodDelete, roomPath(r.Class, r.Name), nil, nil); err != nil && !strings.Contains(err.Error(), "HTTP 404") {
-			return up, fmt.Errorf("uploaded, but resetting room %s failed: %w", r.Name, err)
+		if err := d.client.do(http.MethodGet, "/admin/classes/"+d.class+"/upgrade", nil, &job); err != nil {
+			return up, fmt.Errorf("uploaded, but following the upgrade of the rooms failed: %w", err)
 		}
-		up.Reset = append(up.Reset, r.Class+"/"+r.Name)
 	}
+	up.Upgraded, up.Reset, up.Failed, up.Stayed = job.Done, job.Reset, job.Failed, job.NoHandoff+job.Elsewhere
 	return up, nil
 }
 

@@ -24,7 +24,17 @@ import (
 // devRoomSource is a small Go room for the dev loop's test: its page says
 // which version of the source answers, GET /text answers the same as plain
 // text, and a counter shows whether the room kept its state.
-func devRoomSource(version string) string {
+func devRoomSource(version string) string { return devRoom(version, false) }
+
+// devRoom is devRoomSource, with a state handoff if handoff: the version
+// hands its counter to the next, and takes one over from the previous.
+func devRoom(version string, handoff bool) string {
+	upgrade := ""
+	if handoff {
+		upgrade = `
+	wk.HandleUpgrade(func() []byte { return []byte(strconv.Itoa(hits)) })
+	wk.HandleStartFrom(func(prev []byte, _ string) { hits, _ = strconv.Atoi(string(prev)) })`
+	}
 	return `package main
 
 import (
@@ -42,7 +52,7 @@ func init() {
 			return wk.Text(200, "` + version + ` " + strconv.Itoa(hits))
 		}
 		return wk.HTML(200, "<!doctype html><title>dev</title><p id=v>` + version + ` " + strconv.Itoa(hits) + "</p>")
-	})
+	})` + upgrade + `
 }
 
 func main() {}
@@ -108,9 +118,11 @@ func devAnswer(t testing.TB, url, want string, deadline time.Duration) (time.Dur
 
 // TestDevLoop: `wasmkeep dev` on a Go room of a module of its own builds
 // it, uploads it as the class named after the directory and prints its
-// URL; every save answers with the new code (the test measures how soon);
-// a build error is printed, shown on the room's page, and leaves the last
-// good version serving; the fix is served again without the banner.
+// URL; every save answers with the new code (the test measures how soon),
+// resetting the room while its code offers no handoff; a build error is
+// printed, shown on the room's page, and leaves the last good version
+// serving; the fix is served again without the banner; a room whose code
+// offers a handoff keeps its state across the next save.
 func TestDevLoop(t *testing.T) {
 	t.Parallel()
 	dir := devRoomDir(t)
@@ -141,7 +153,7 @@ func TestDevLoop(t *testing.T) {
 		n.waitOutput(fmt.Sprintf("build %d: built in ", i), 10*time.Second)
 	}
 	t.Logf("from a save to the new version's answer: %s", strings.Join(took, ", "))
-	if !strings.Contains(n.stdout.String(), "1 room reset, their code offers no state handoff: my-room/dev") {
+	if !strings.Contains(n.stdout.String(), "1 room reset, their code offers no state handoff") {
 		t.Errorf("the dev loop did not say it reset the room:\n%s", n.stdout.String())
 	}
 
@@ -162,13 +174,27 @@ func TestDevLoop(t *testing.T) {
 		t.Errorf("a plain text answer after a failed build: %q", text)
 	}
 
-	// The fix: served, and the banner is gone.
-	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(devRoomSource("v6")), 0o644); err != nil {
+	// The fix, which offers a handoff from now on: served (v4 offered
+	// none, so the room is reset once more), and the banner is gone.
+	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(devRoom("v6", true)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	_, page = devAnswer(t, room, "v6 1", devDeadline)
 	if strings.Contains(page, "wasmkeep-build-error") {
 		t.Errorf("the banner outlived the fix:\n%s", page)
+	}
+	devAnswer(t, room, "v6 2", devDeadline)
+	// The next save is upgraded with its state: the count goes on.
+	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(devRoom("v7", true)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, page = devAnswer(t, room, "v7 ", devDeadline)
+	if m := regexp.MustCompile(`v7 (\d+)`).FindStringSubmatch(page); m == nil || m[1] == "1" {
+		t.Errorf("the room did not keep its count across an upgrade with a handoff:\n%s", page)
+	}
+	n.waitOutput("build 7: built in ", 10*time.Second)
+	if out := n.stdout.String(); !strings.Contains(out[strings.Index(out, "build 7: built"):], "1 room upgraded with their state") {
+		t.Errorf("the dev loop did not say it upgraded the room:\n%s", out)
 	}
 
 	n.signal(syscall.SIGINT)
