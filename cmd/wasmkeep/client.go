@@ -207,7 +207,7 @@ func classCommand() *cli.Command {
 				Flags: append(append(clientFlags(), &cli.StringFlag{
 					Name: "durability", Value: classes.DurabilityHibernate, EnvVars: env("durability"),
 					Usage: "when rooms' state becomes durable: hibernate (and on checkpoint()) or event (after every event, before its output)",
-				}), upgradeFlags(classes.UpgradeLazy)...),
+				}), upgradeFlags()...),
 				Action: func(c *cli.Context) error {
 					if c.NArg() != 2 {
 						return usage(c, "class put [--server URL] NAME FILE.wasm")
@@ -309,7 +309,7 @@ func roomsCommand() *cli.Command {
 		Flags: append(clientFlags(),
 			&cli.BoolFlag{Name: "watch", Aliases: []string{"w"}, Usage: "refresh the list every --interval until interrupted", EnvVars: env("watch")},
 			&cli.DurationFlag{Name: "interval", Value: defaultWatchInterval, Usage: "time between two refreshes of --watch", EnvVars: env("interval")},
-			&cli.BoolFlag{Name: "version", Usage: "show the version each room runs and where its move to the class's current version stands", EnvVars: env("show-version")},
+			&cli.BoolFlag{Name: "version", Usage: "show the version each room runs and where its move to the class's current version stands", EnvVars: env("version")},
 		),
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 0 {

@@ -277,7 +277,7 @@ func buildExamples(log *slog.Logger, root, out string) (map[string][]byte, error
 }
 
 // stopWithParent returns a context that is also cancelled when the process
-// that started this one ends, so that the demo stops cleanly when started
+// that started this one ends, so that the demo (and dev) stops cleanly when started
 // by `go run` and the go command is what gets the signal. The go command
 // runs the program as its child and waits: it ignores SIGINT and SIGQUIT
 // (a terminal sends those to the whole process group, the program
@@ -301,7 +301,7 @@ func stopWithParent(ctx context.Context, log *slog.Logger) (context.Context, con
 				return
 			case <-tick.C:
 				if os.Getppid() != parent {
-					log.Info("the process that started the demo has ended (go run was stopped)", "parent_pid", parent)
+					log.Info("the process that started this one has ended (go run was stopped)", "parent_pid", parent)
 					cancel()
 					return
 				}

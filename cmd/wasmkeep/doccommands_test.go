@@ -10,10 +10,13 @@ package main
 // PATH. The conventions (also written out for readers at the end of
 // docs/getting-started.md):
 //
-//   - A command that starts a node (wasmkeep serve or demo, however
+//   - A command that starts a node (wasmkeep serve, demo or dev, however
 //     wasmkeep is invoked) runs in the background, as in its own terminal;
-//     the test waits until it answers /healthz (the demo: until it says it
-//     is up, since it uploads its classes after it starts serving). A
+//     the test waits until it answers /healthz (demo and dev: until they
+//     say they are up, since they upload their classes after they start
+//     serving). A comment line "# Wait until the node prints: TEXT" waits
+//     until the running node has printed TEXT, as a reader watches its
+//     terminal (dev's rebuild after a save, say). A
 //     comment line starting with "# Ctrl-C" sends it SIGINT, as Ctrl-C in
 //     its terminal would; otherwise the next node command or the end of the
 //     doc does. Either way it must exit with code 0.
@@ -61,10 +64,16 @@ const (
 	stopMark = "# Ctrl-C"
 	// fileMark introduces a fenced block that must equal a file.
 	fileMark = "<!-- file: "
+	// waitMark, at the start of a comment line, waits until the running
+	// node has printed the rest of the line.
+	waitMark = "# Wait until the node prints:"
 )
 
+// waitDeadline bounds a waitMark: a dev loop's rebuild takes seconds.
+const waitDeadline = 2 * time.Minute
+
 // nodeCommand matches a command that starts a node.
-var nodeCommand = regexp.MustCompile(`(^|[\s/])wasmkeep\s+(serve|demo)(\s|$)`)
+var nodeCommand = regexp.MustCompile(`(^|[\s/])wasmkeep\s+(serve|demo|dev)(\s|$)`)
 
 // docStep is one thing a doc asks for, in order.
 type docStep struct {
@@ -72,6 +81,7 @@ type docStep struct {
 	command string // the shell command, continuation lines joined
 	skip    string // why it is not run (a notRunMark comment), or ""
 	stop    bool   // a stopMark comment: stop the running node
+	wait    string // a waitMark comment: what the running node must print
 	node    bool   // the command starts a node
 	block   int    // index of its ```sh block in the doc
 }
@@ -151,6 +161,13 @@ func (s *docScript) addCommands(line, block int, body []string) error {
 		case strings.HasPrefix(l, stopMark):
 			s.steps = append(s.steps, docStep{line: line + j, stop: true, block: block})
 			continue
+		case strings.HasPrefix(l, waitMark):
+			want := strings.TrimSpace(strings.TrimPrefix(l, waitMark))
+			if want == "" {
+				return fmt.Errorf("%s:%d: say what to wait for after %q", s.name, line+j, waitMark)
+			}
+			s.steps = append(s.steps, docStep{line: line + j, wait: want, block: block})
+			continue
 		case strings.HasPrefix(l, "#"):
 			continue // a comment for the reader
 		}
@@ -201,6 +218,14 @@ func (r *docRunner) run() error {
 			}
 			if err := r.stopNode(); err != nil {
 				return fmt.Errorf("%s: %v", where, err)
+			}
+			continue
+		case st.wait != "":
+			if r.node == nil {
+				return fmt.Errorf("%s: %q but no node is running", where, waitMark)
+			}
+			if err := waitFor(r.node, st.wait, waitDeadline); err != nil {
+				return fmt.Errorf("%s: the node %v", where, err)
 			}
 			continue
 		case st.skip != "":
@@ -345,9 +370,12 @@ func (r *docRunner) startNode(command string) error {
 	})
 	r.node = p
 	deadline := healthDeadline
-	demo := strings.Contains(command, " demo")
-	if demo {
-		deadline = demoDeadline // it builds the examples first
+	up := ""
+	if m := nodeCommand.FindStringSubmatch(command); m != nil && m[2] != "serve" {
+		up = "wasmkeep " + m[2] + " is up"
+	}
+	if up != "" {
+		deadline = demoDeadline // it builds first
 	}
 	if err := p.waitHealthy(deadline); err != nil {
 		if errors.Is(err, errAddrInUse) {
@@ -355,10 +383,10 @@ func (r *docRunner) startNode(command string) error {
 		}
 		return err
 	}
-	if demo {
-		// The demo serves before it has uploaded its classes; it says so
-		// when they are in.
-		return waitFor(p, "wasmkeep demo is up", deadline)
+	if up != "" {
+		// The demo and dev serve before they have uploaded their classes;
+		// they say so when they are in.
+		return waitFor(p, up, deadline)
 	}
 	return nil
 }
@@ -546,6 +574,7 @@ func TestDocCommandsCanFail(t *testing.T) {
 		{"continuation", "```sh\necho one \\\n  two\n```\n```text\none two\n```\n", false},
 		{"address", "```sh\necho http://" + docAddr + "/x\n```\n```text\nhttp://" + docAddr + "/x\n```\n", false},
 		{"stop without node", "```sh\n" + stopMark + "\n```\n", true},
+		{"wait without node", "```sh\n" + waitMark + " up\n```\n", true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -562,6 +591,7 @@ func TestDocCommandsCanFail(t *testing.T) {
 		"```sh\n" + notRunMark + "\nfalse\n```\n",      // no reason
 		"```sh\necho x\n" + notRunMark + " why\n```\n", // skips nothing
 		"```sh\nsleep 1 &\n```\n",                      // & is no convention here
+		"```sh\n" + waitMark + "\n```\n",               // waits for nothing
 		"```sh\necho x\n",                              // unclosed
 	} {
 		if _, err := parseDoc("bad.md", bad); err == nil {

@@ -2,8 +2,9 @@
 // nodes: `wasmkeep serve` starts one, `wasmkeep class`, `wasmkeep rooms` and
 // `wasmkeep room` manage it through its admin API, `wasmkeep cluster` the
 // nodes of a cluster through any one's, `wasmkeep demo` starts a node with the
-// example classes built from source, and `wasmkeep bench` loads rooms with
-// WebSocket messages.
+// example classes built from source, `wasmkeep dev` starts one that builds
+// and uploads the room of a directory on every save, and `wasmkeep bench`
+// loads rooms with WebSocket messages.
 package main
 
 import (
@@ -34,6 +35,7 @@ func newApp() *cli.App {
 			roomCommand(),
 			clusterCommand(),
 			benchCommand(),
+			devCommand(),
 		},
 		// Without it urfave/cli answers an unknown command with "No help
 		// topic for ..." and exit code 3.

@@ -44,7 +44,7 @@ func serveFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "idle-timeout", Value: rooms.DefaultIdleTimeout, Usage: "hibernate a room after this long without events", EnvVars: env("idle-timeout")},
 		&cli.IntFlag{Name: "max-resident", Value: rooms.DefaultMaxResident, Usage: "rooms kept in memory; a wake past it hibernates the least recently used idle room and waits for it", EnvVars: env("max-resident")},
 		&cli.DurationFlag{Name: "wake-wait", Value: rooms.DefaultWakeWait, Usage: "time a wake may wait for a place under --max-resident before its event is refused (HTTP 503, WebSocket close 1013)", EnvVars: env("wake-wait")},
-		&cli.DurationFlag{Name: "event-timeout", Value: flagLimit(engine.DefaultEventTimeout), Usage: "time one event may run in a room before the room is stopped and rolled back (0: no limit, for trusted guests: saves ~1.4 µs per event)", EnvVars: env("event-timeout")},
+		&cli.DurationFlag{Name: "event-timeout", Value: flagLimit(engine.DefaultEventTimeout), Usage: "time one event may run in a room before the room is stopped and rolled back (0: no limit, for trusted guests; the check costs a few ns per loop iteration, docs/PERFORMANCE.md)", EnvVars: env("event-timeout")},
 		&cli.IntFlag{Name: "max-room-memory", Value: engine.DefaultMaxMemoryPages / engine.PagesPerMiB, Usage: "linear memory per room, in MiB", EnvVars: env("max-room-memory")},
 		&cli.IntFlag{Name: "max-module-size", Value: classes.DefaultMaxModuleBytes, Usage: "largest module accepted at upload, in bytes", EnvVars: env("max-module-size")},
 		&cli.Int64Flag{Name: "max-body", Value: server.DefaultMaxRequestBody, Usage: "largest HTTP request body sent to a room, in bytes", EnvVars: env("max-body")},

@@ -17,13 +17,13 @@ import (
 )
 
 // upgradeFlags are the upgrade choices of `class put` and `class rollback`.
-func upgradeFlags(policy string) []cli.Flag {
+func upgradeFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "upgrade", Value: policy, EnvVars: env("upgrade"),
+		&cli.StringFlag{Name: "upgrade", Value: classes.UpgradeLazy, EnvVars: env("upgrade"),
 			Usage: "rooms on other versions: lazy (move at their next wake), now (move every room at once, with progress) or never (stay)"},
 		&cli.BoolFlag{Name: "reset-without-handoff", EnvVars: env("reset-without-handoff"),
 			Usage: "reset (delete the state of) the rooms whose version offers no handoff, instead of leaving them on it"},
-		&cli.BoolFlag{Name: "no-wait", Usage: "with --upgrade now: do not wait for the rooms, only start moving them"},
+		&cli.BoolFlag{Name: "no-wait", Usage: "with --upgrade now: do not wait for the rooms, only start moving them", EnvVars: env("no-wait")},
 	}
 }
 
@@ -77,16 +77,18 @@ func reportUpgrade(c *cli.Context, client *adminClient, ans uploadAnswer) error 
 		return nil
 	}
 	job := *ans.Job
-	tty, last := isTerminal(w), ""
+	// On a terminal the bar is redrawn in place; in a log, a line every
+	// few seconds while it runs, and the last.
+	tty, printed := isTerminal(w), time.Now()
 	for {
 		line := progressLine(job)
 		switch {
 		case tty:
 			fmt.Fprintf(w, "\r%s", line)
-		case line != last:
+		case job.Finished != nil || time.Since(printed) >= 5*time.Second:
 			fmt.Fprintln(w, line)
+			printed = time.Now()
 		}
-		last = line
 		if job.Finished != nil {
 			break
 		}
@@ -198,18 +200,18 @@ func handoff(offers, takes bool) string {
 func classRollbackCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "rollback",
-		Usage:     "make an older version of a class current again (the one before the current, or --version)",
+		Usage:     "make an older version of a class current again (the one before the current, or --back-to); rooms move back to it as --upgrade says",
 		ArgsUsage: "NAME",
-		Flags: append(append(clientFlags(), &cli.StringFlag{Name: "version", Usage: "the version's hash (as `class versions` shows it, or in full)"}),
-			upgradeFlags(classes.UpgradeNever)...),
+		Flags: append(append(clientFlags(), &cli.StringFlag{Name: "back-to", Usage: "the version's hash (as `class versions` shows it, or in full)", EnvVars: env("back-to")}),
+			upgradeFlags()...),
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 1 {
-				return usage(c, "class rollback [--server URL] [--version HASH] [--upgrade never|lazy|now] NAME")
+				return usage(c, "class rollback [--server URL] [--back-to HASH] [--upgrade lazy|now|never] NAME")
 			}
 			client := newAdminClient(c)
 			name := c.Args().Get(0)
 			q := url.Values{}
-			if v := c.String("version"); v != "" {
+			if v := c.String("back-to"); v != "" {
 				full, err := fullVersion(client, name, v)
 				if err != nil {
 					return err

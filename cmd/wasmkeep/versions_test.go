@@ -50,12 +50,12 @@ func TestClassVersionsAndUpgradeCommands(t *testing.T) {
 	}
 
 	out = n.ok("class", "rollback", "chat")
-	if !strings.Contains(out, "is current again") || !strings.Contains(out, "upgrade: never: rooms stay on their versions") {
+	if !strings.Contains(out, "is current again") || !strings.Contains(out, "upgrade: lazy: each room moves to") {
 		t.Fatalf("class rollback printed:\n%s", out)
 	}
 	if rows := table(t, n.ok("class", "versions", "chat"), "CURRENT", "HASH", "UPLOADED", "SIZE", "HANDOFF", "ROOMS", "NO-HANDOFF", "FAILED", "MOVED-OFF"); rows[0][1] != v1 || rows[0][0] != "*" {
 		t.Fatalf("after the rollback: %q", rows)
 	}
-	n.fails("has no version", "class", "rollback", "--version", "ffff", "chat")
+	n.fails("has no version", "class", "rollback", "--back-to", "ffff", "chat")
 	n.fails("invalid class option", "class", "put", "--upgrade", "sometimes", "chat", guestFile(t, "./examples/chat"))
 }

@@ -76,11 +76,14 @@ type Version struct {
 	ABI      int       `json:"abi"`
 	Size     int       `json:"size"`
 	Uploaded time.Time `json:"uploaded"`
-	// Offers: the module exports the upgrade handler, so its rooms may
-	// hand their state to a newer version (whether a room does is its
-	// code's choice). Takes: it exports the start-from handler.
+	// Offers: a blank room of the version hands over a state, so its
+	// rooms hand theirs to a newer version; Takes: it starts from an older
+	// version's state (engine.Class.Handoff says how this is found out).
 	Offers bool `json:"offers_handoff"`
 	Takes  bool `json:"takes_handoff"`
+	// Retired is when another version was made current instead (nil for
+	// the current version); Collect counts its grace from then.
+	Retired *time.Time `json:"retired,omitempty"`
 }
 
 // Upgrade policies of an upload, for the rooms on other versions.
@@ -246,27 +249,105 @@ func (r *Registry) Put(ctx context.Context, name string, wasm []byte, opts Optio
 	if _, err := r.bucket.Put(ctx, moduleKey(hash), wasm, store.Cond{}); err != nil {
 		return Record{}, fmt.Errorf("storing module: %w", err)
 	}
+	offers, takes, err := class.Handoff(ctx)
+	if err != nil {
+		return Record{}, fmt.Errorf("%w: %v", engine.ErrInvalidModule, err)
+	}
 	v := Version{Hash: hash, ABI: class.ABI, Size: len(wasm), Uploaded: time.Now().UTC().Truncate(time.Second),
-		Offers: class.Handles(engine.EventUpgrade), Takes: class.Handles(engine.EventStartFrom)}
+		Offers: offers, Takes: takes}
 	return r.update(ctx, name, true, func(rec *Record) error {
-		rec.makeCurrent(v, opts)
+		rec.makeCurrent(v, opts, r.wall())
 		return nil
 	})
 }
 
+// wall is the registry's wall clock: the engine's, which is the node's.
+func (r *Registry) wall() time.Time {
+	return r.engine.Config().Clock.Wall().UTC().Truncate(time.Second)
+}
+
 // makeCurrent points the record at v with opts, keeping v once in the
-// version list, first.
-func (rec *Record) makeCurrent(v Version, opts Options) {
+// version list, first; the version it replaces is retired as of now.
+func (rec *Record) makeCurrent(v Version, opts Options, now time.Time) {
+	prev := rec.Hash
 	rec.Hash, rec.ABI, rec.Size, rec.Uploaded = v.Hash, v.ABI, v.Size, v.Uploaded
 	rec.Durability, rec.Upgrade, rec.ResetWithoutHandoff = opts.Durability, opts.Upgrade, opts.ResetWithoutHandoff
+	v.Retired = nil
 	vs := []Version{v}
 	for _, o := range rec.Versions {
-		if o.Hash != v.Hash {
-			vs = append(vs, o)
+		if o.Hash == v.Hash {
+			continue
 		}
+		if o.Hash == prev || o.Retired == nil {
+			t := now
+			o.Retired = &t
+		}
+		vs = append(vs, o)
 	}
 	rec.Versions = vs
 }
+
+// DefaultVersionGrace is how long a version that is no longer current is
+// kept at least, even when no stored snapshot names it: a room that runs
+// it on some node and has not hibernated since has no snapshot to show
+// for it yet, and one that hibernates will write one that names it. A day
+// is far past any idle timeout; a room busy for longer without a
+// snapshot is the one risk (see docs/upgrades.md).
+const DefaultVersionGrace = 24 * time.Hour
+
+// Collect forgets the versions of name that are not current, were retired
+// at least grace ago, and that inUse says no room runs (its snapshot or
+// its instance), and deletes their module bytes unless another class
+// keeps the same module. It returns the hashes it collected.
+func (r *Registry) Collect(ctx context.Context, name string, inUse func(hash string) bool, grace time.Duration) ([]string, error) {
+	now := r.wall()
+	var gone []string
+	_, err := r.update(ctx, name, false, func(rec *Record) error {
+		gone = gone[:0]
+		kept := rec.Versions[:0:0]
+		for _, v := range rec.Versions {
+			if v.Hash != rec.Hash && v.Retired != nil && now.Sub(*v.Retired) >= grace && !inUse(v.Hash) {
+				gone = append(gone, v.Hash)
+				continue
+			}
+			kept = append(kept, v)
+		}
+		if len(gone) == 0 {
+			return errNothingToCollect
+		}
+		rec.Versions = kept
+		return nil
+	})
+	if errors.Is(err, errNothingToCollect) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	others, err := r.List(ctx)
+	if err != nil {
+		return gone, err
+	}
+	for _, h := range gone {
+		shared := false
+		for _, o := range others {
+			if _, ok := o.Version(h); ok || o.Hash == h {
+				shared = true
+			}
+		}
+		if !shared {
+			if err := r.bucket.Delete(ctx, moduleKey(h), ""); err != nil && !errors.Is(err, store.ErrNotFound) {
+				return gone, fmt.Errorf("deleting module %s: %w", h, err)
+			}
+		}
+	}
+	r.retireIdle()
+	return gone, nil
+}
+
+// errNothingToCollect ends an update without a write: the record already
+// says what the caller wants.
+var errNothingToCollect = errors.New("classes: nothing to change")
 
 // recordWrites bounds the attempts of a conditional update of a class
 // record that other writers keep overtaking.
@@ -347,14 +428,10 @@ var ErrUnknownVersion = errors.New("classes: no such version of the class")
 
 // Rollback makes an older kept version of name current again: hash, or
 // when empty the version made current before the current one. opts gives
-// the policy for the rooms on other versions (UpgradeNever when empty:
-// rooms that moved to the version rolled back from stay on it unless asked
-// otherwise, since moving them back needs a handoff the newer code gives
-// and the older code takes).
+// the policy for the rooms on other versions, as for an upload: rooms that
+// moved to the version rolled back from move back by a handoff the newer
+// code gives and the older code takes; where it cannot, they stay.
 func (r *Registry) Rollback(ctx context.Context, name, hash string, opts Options) (Record, error) {
-	if opts.Upgrade == "" {
-		opts.Upgrade = UpgradeNever
-	}
 	opts, err := opts.check()
 	if err != nil {
 		return Record{}, err
@@ -374,7 +451,7 @@ func (r *Registry) Rollback(ctx context.Context, name, hash string, opts Options
 			return fmt.Errorf("%w: %s has no kept version %s", ErrUnknownVersion, name, hash)
 		}
 		opts.Durability = rec.Durability
-		rec.makeCurrent(target, opts)
+		rec.makeCurrent(target, opts, r.wall())
 		return nil
 	})
 }
@@ -577,7 +654,29 @@ func (r *Registry) StoreModule(ctx context.Context, name string, wasm []byte) er
 	} else if err != nil {
 		return err
 	}
-	return nil
+	// Listed among the class's versions (not current): the imported room
+	// runs it, and the versions listing should say so.
+	class, err := r.ByHash(ctx, hash)
+	if err != nil {
+		return err
+	}
+	offers, takes, err := class.Handoff(ctx)
+	if err != nil {
+		return err
+	}
+	now := r.wall()
+	_, err = r.update(ctx, name, false, func(rec *Record) error {
+		if _, ok := rec.Version(hash); ok {
+			return errNothingToCollect // nothing to write
+		}
+		rec.Versions = append(rec.Versions, Version{Hash: hash, ABI: class.ABI, Size: len(wasm), Uploaded: now,
+			Offers: offers, Takes: takes, Retired: &now})
+		return nil
+	})
+	if errors.Is(err, errNothingToCollect) {
+		err = nil
+	}
+	return err
 }
 
 // List returns every class record, sorted by name.

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -60,6 +61,14 @@ type Config struct {
 	PoolSize int
 	// Interpreter selects wazero's interpreter instead of its compiler.
 	Interpreter bool
+	// WazeroInterrupt enforces EventTimeout with wazero's own checks
+	// (WithCloseOnContextDone: a call out of the guest's code at every
+	// loop back-edge, a goroutine watching every call) rather than with the
+	// check of a global the engine inserts at every loop header
+	// (wasmrw.AddInterrupt). Slower; for comparison, and a way back should
+	// the inserted check ever misbehave. Modules AddInterrupt refuses, and
+	// every module on the interpreter, use wazero's checks in any case.
+	WazeroInterrupt bool
 	// Logger receives guest output and engine events (default slog.Default()).
 	Logger *slog.Logger
 	// Clock is the host's clock (default clock.Real()): guests' monotonic
@@ -102,12 +111,22 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Engine is one wazero runtime with the wasmkeep and WASI host modules.
+// Engine is a wazero runtime with the wasmkeep and WASI host modules, and a
+// second one, made when first needed, for modules that must be interrupted
+// by wazero's own checks (Config.WazeroInterrupt, or a module
+// wasmrw.AddInterrupt refuses).
 type Engine struct {
-	cfg      Config
-	rt       wazero.Runtime
-	provided map[string]map[string]bool // module → function names the host provides
-	clock    clock.Clock
+	cfg Config
+	// rt runs every module: without wazero's interruption checks, unless
+	// WazeroInterrupt says otherwise.
+	rt wazero.Runtime
+	// checked is a runtime with wazero's checks on (WithCloseOnContextDone)
+	// for modules the engine cannot instrument; nil until one comes.
+	// Guarded by checkedMu.
+	checked   wazero.Runtime
+	checkedMu sync.Mutex
+	provided  map[string]map[string]bool // module → function names the host provides
+	clock     clock.Clock
 
 	mu      sync.Mutex
 	live    map[*Instance]struct{} // instances the watchdog looks at
@@ -121,39 +140,23 @@ type Engine struct {
 // New creates an engine. Close it to release its compiled code.
 func New(ctx context.Context, cfg Config) (*Engine, error) {
 	cfg = cfg.withDefaults()
-	rc := wazero.NewRuntimeConfigCompiler()
-	if cfg.Interpreter {
-		rc = wazero.NewRuntimeConfigInterpreter()
-	}
-	// Enforcing the event timeout makes wazero check for interruption at
-	// every loop back-edge and watch each call with a goroutine, which
-	// costs about 1.4 µs per event (docs/PERFORMANCE.md); a node of trusted
-	// guests may turn it off.
-	rc = rc.WithCloseOnContextDone(cfg.EventTimeout > 0).WithMemoryLimitPages(cfg.MaxMemoryPages)
-	if cfg.CacheDir != "" {
-		cache, err := wazero.NewCompilationCacheWithDir(cfg.CacheDir)
-		if err != nil {
-			return nil, fmt.Errorf("engine: compilation cache: %w", err)
-		}
-		rc = rc.WithCompilationCache(cache)
-	}
 	e := &Engine{
 		cfg:     cfg,
-		rt:      wazero.NewRuntimeWithConfig(ctx, rc),
 		clock:   cfg.Clock,
 		live:    map[*Instance]struct{}{},
 		classes: map[*Class]struct{}{},
 		stop:    make(chan struct{}),
 		done:    make(chan struct{}),
 	}
-	if _, err := wasi_snapshot_preview1.Instantiate(ctx, e.rt); err != nil {
-		e.rt.Close(ctx)
-		return nil, fmt.Errorf("engine: wasi: %w", err)
-	}
-	if err := e.instantiateHostModule(ctx); err != nil {
-		e.rt.Close(ctx)
+	// The event timeout is enforced by a global the engine sets and the
+	// guest checks at every loop header (wasmrw.AddInterrupt), not by
+	// wazero's own checks, which cost a call out of the guest's code at
+	// every loop back-edge and a goroutine per call (docs/PERFORMANCE.md).
+	rt, err := e.newRuntime(ctx, cfg.EventTimeout > 0 && !cfg.ownInterrupt())
+	if err != nil {
 		return nil, err
 	}
+	e.rt = rt
 	e.provided = map[string]map[string]bool{}
 	for _, name := range []string{abi.WASIModule, abi.ImportModule} {
 		fns := map[string]bool{}
@@ -170,16 +173,95 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	return e, nil
 }
 
+// addInterrupt is wasmrw.AddInterrupt; tests replace it to see a refusal.
+var addInterrupt = wasmrw.AddInterrupt
+
+// ownInterrupt reports whether the event timeout is enforced with the
+// engine's interrupt global rather than wazero's checks. Not on the
+// interpreter: it reads globals in Go, so the watchdog's write would be a
+// data race (the compiler's code reads them outside Go's memory model, as
+// it reads memory the host writes).
+func (c Config) ownInterrupt() bool { return !c.WazeroInterrupt && !c.Interpreter }
+
+// checkedCacheDir is the subdirectory of Config.CacheDir that a runtime
+// with wazero's interruption checks keeps its machine code in: wazero's
+// cache key (v1.12) leaves the checks out, so the two kinds of code of one
+// module must not share a directory.
+const checkedCacheDir = "close-on-context-done"
+
+// newRuntime makes a wazero runtime with the host modules, with wazero's
+// interruption checks on or off.
+func (e *Engine) newRuntime(ctx context.Context, checked bool) (wazero.Runtime, error) {
+	cfg := e.cfg
+	rc := wazero.NewRuntimeConfigCompiler()
+	if cfg.Interpreter {
+		rc = wazero.NewRuntimeConfigInterpreter()
+	}
+	rc = rc.WithCloseOnContextDone(checked).WithMemoryLimitPages(cfg.MaxMemoryPages)
+	if dir := cfg.CacheDir; dir != "" {
+		if checked {
+			dir = filepath.Join(dir, checkedCacheDir)
+		}
+		cache, err := wazero.NewCompilationCacheWithDir(dir)
+		if err != nil {
+			return nil, fmt.Errorf("engine: compilation cache: %w", err)
+		}
+		rc = rc.WithCompilationCache(cache)
+	}
+	rt := wazero.NewRuntimeWithConfig(ctx, rc)
+	if _, err := wasi_snapshot_preview1.Instantiate(ctx, rt); err != nil {
+		rt.Close(ctx)
+		return nil, fmt.Errorf("engine: wasi: %w", err)
+	}
+	if err := e.instantiateHostModule(ctx, rt); err != nil {
+		rt.Close(ctx)
+		return nil, err
+	}
+	return rt, nil
+}
+
+// checkedRuntime returns the runtime with wazero's interruption checks,
+// making it on first use.
+func (e *Engine) checkedRuntime(ctx context.Context) (wazero.Runtime, error) {
+	if !e.cfg.ownInterrupt() || e.cfg.EventTimeout <= 0 {
+		return e.rt, nil // e.rt has the checks, or none are wanted
+	}
+	e.checkedMu.Lock()
+	defer e.checkedMu.Unlock()
+	if e.checked == nil {
+		rt, err := e.newRuntime(ctx, true)
+		if err != nil {
+			return nil, err
+		}
+		e.checked = rt
+	}
+	return e.checked, nil
+}
+
 // Close stops the engine, its classes and every instance it made.
 func (e *Engine) Close(ctx context.Context) error {
 	close(e.stop)
 	<-e.done
 	e.mu.Lock()
+	// wazero's checks end a running call when its module is closed; the
+	// engine's own check needs its global set.
+	for inst := range e.live {
+		if inst.callStart.Load() != 0 {
+			inst.interruptCall()
+		}
+	}
 	classes := e.classes
 	e.classes = nil
 	e.mu.Unlock()
 	for c := range classes {
 		c.Close()
+	}
+	e.checkedMu.Lock()
+	checked := e.checked
+	e.checked = nil
+	e.checkedMu.Unlock()
+	if checked != nil {
+		checked.Close(ctx)
 	}
 	return e.rt.Close(ctx)
 }
@@ -216,8 +298,7 @@ func (e *Engine) watchdog() {
 		e.mu.Lock()
 		for inst := range e.live {
 			if s := inst.callStart.Load(); s != 0 && now-s > limit {
-				inst.timedOut.Store(true)
-				inst.cancel()
+				inst.interruptCall()
 			}
 		}
 		e.mu.Unlock()
@@ -264,11 +345,17 @@ type Class struct {
 	// Size is the uploaded module's size in bytes.
 	Size int
 
+	// rt is the runtime the class was compiled on (Engine.rt, or
+	// Engine.checked for a module without the engine's interrupt check).
+	rt       wazero.Runtime
 	compiled wazero.CompiledModule
-	info     *wasmrw.Info
-	globals  []string // export names of every defined global, in order
-	mutable  []bool
-	has      [numEvents]bool
+	// interrupt: the module has the engine's interrupt check
+	// (wasmrw.AddInterrupt) and its global, which no snapshot holds.
+	interrupt bool
+	info      *wasmrw.Info
+	globals   []string // export names of every defined global, in order
+	mutable   []bool
+	has       [numEvents]bool
 
 	// initial is a blank instance's memory: snapshots leave out the chunks
 	// that still equal it, since a restore starts from a blank instance.
@@ -356,8 +443,21 @@ func (e *Engine) Compile(ctx context.Context, wasm []byte) (*Class, error) {
 	if x, ok := exports[abi.ExportAlloc]; !ok || x.Kind != wasmrw.KindFunc {
 		return nil, refuse("the module does not export the function %s (the guest SDK provides it)", abi.ExportAlloc)
 	}
+	rt, interrupt := e.rt, false
+	if e.cfg.EventTimeout > 0 && e.cfg.ownInterrupt() {
+		if instrumented, err := addInterrupt(out); err == nil {
+			out, interrupt = instrumented, true
+		} else {
+			// Valid modules AddInterrupt does not decode run with
+			// wazero's checks; invalid ones fail to compile there.
+			e.cfg.Logger.Warn("engine: module interrupted by wazero's checks", "err", err)
+			if rt, err = e.checkedRuntime(ctx); err != nil {
+				return nil, err
+			}
+		}
+	}
 	cctx := experimental.WithCompilationWorkers(ctx, 2)
-	compiled, err := e.rt.CompileModule(cctx, out)
+	compiled, err := rt.CompileModule(cctx, out)
 	var pathErr *fs.PathError
 	switch {
 	case errors.As(err, &pathErr):
@@ -368,13 +468,15 @@ func (e *Engine) Compile(ctx context.Context, wasm []byte) (*Class, error) {
 		return nil, refuse("%v", err)
 	}
 	c := &Class{
-		e:        e,
-		Hash:     Hash(wasm),
-		ABI:      version,
-		Size:     len(wasm),
-		compiled: compiled,
-		info:     info,
-		closed:   make(chan struct{}),
+		e:         e,
+		Hash:      Hash(wasm),
+		ABI:       version,
+		Size:      len(wasm),
+		rt:        rt,
+		compiled:  compiled,
+		interrupt: interrupt,
+		info:      info,
+		closed:    make(chan struct{}),
 	}
 	for _, g := range info.Globals {
 		c.globals = append(c.globals, g.ExportName)

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"unicode/utf8"
 
+	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 
 	"github.com/wasmkeep/wasmkeep/abi"
@@ -20,9 +21,9 @@ import (
 // function validates the guest's pointers and lengths and answers a status
 // rather than trapping: a hostile or buggy guest gets an error code, the host
 // never reads outside the guest's memory.
-func (e *Engine) instantiateHostModule(ctx context.Context) error {
+func (e *Engine) instantiateHostModule(ctx context.Context, rt wazero.Runtime) error {
 	i32, i64 := api.ValueTypeI32, api.ValueTypeI64
-	b := e.rt.NewHostModuleBuilder(abi.ImportModule)
+	b := rt.NewHostModuleBuilder(abi.ImportModule)
 	def := func(name string, fn api.GoModuleFunc, params ...api.ValueType) {
 		b.NewFunctionBuilder().WithGoModuleFunction(fn, params, []api.ValueType{i32}).Export(name)
 	}
@@ -400,6 +401,7 @@ type guestOutput struct {
 	class  string
 	mu     sync.Mutex
 	room   abi.RoomInfo
+	muted  bool // a probe's output (Class.Handoff): nobody's room, and its refusals are expected
 }
 
 func (o *guestOutput) setRoom(h Host) {
@@ -437,8 +439,12 @@ func (w *lineWriter) Write(p []byte) (int, error) {
 
 func (w *lineWriter) flush() {
 	w.out.mu.Lock()
-	room := w.out.room
+	room, muted := w.out.room, w.out.muted
 	w.out.mu.Unlock()
+	if muted {
+		w.buf = w.buf[:0]
+		return
+	}
 	w.out.logger.Info("guest output", "stream", w.stream, "class", room.Class, "room", room.Name, "line", string(w.buf))
 	w.buf = w.buf[:0]
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/tetratelabs/wazero/sys"
 
 	"github.com/wasmkeep/wasmkeep/abi"
+	"github.com/wasmkeep/wasmkeep/host/engine/wasmrw"
 	"github.com/wasmkeep/wasmkeep/host/snapshot"
 )
 
@@ -78,6 +79,10 @@ type Instance struct {
 	fnEvent [numEvents]api.Function
 	globals []api.Global
 	stack   [4]uint64
+	// interrupt is the global the guest checks at every loop header
+	// (wasmrw.InterruptExport), nil if its class has none. Only
+	// interruptCall sets it, once: an instance it is set in is dead.
+	interrupt api.MutableGlobal
 
 	// offset turns the host monotonic clock into this guest's clock.
 	offset atomic.Int64
@@ -137,7 +142,7 @@ func (c *Class) instantiate(ctx context.Context) (*Instance, error) {
 		WithRandSource(rand.Reader).
 		WithStdout(inst.out.stream("stdout")).
 		WithStderr(inst.out.stream("stderr"))
-	mod, err := e.rt.InstantiateModule(c.withMemory(inst.ctx), c.compiled, cfg)
+	mod, err := c.rt.InstantiateModule(c.withMemory(inst.ctx), c.compiled, cfg)
 	if err != nil {
 		inst.cancel()
 		return nil, err
@@ -157,6 +162,15 @@ func (c *Class) instantiate(ctx context.Context) (*Instance, error) {
 			inst.cancel()
 			return nil, fmt.Errorf("rewritten module lacks export %s", name)
 		}
+	}
+	if c.interrupt {
+		g, ok := mod.ExportedGlobal(wasmrw.InterruptExport).(api.MutableGlobal)
+		if !ok {
+			mod.Close(ctx)
+			inst.cancel()
+			return nil, fmt.Errorf("rewritten module lacks the mutable global %s", wasmrw.InterruptExport)
+		}
+		inst.interrupt = g
 	}
 	e.track(inst)
 	return inst, nil
@@ -553,12 +567,28 @@ func (i *Instance) call(fn api.Function) error {
 	i.callStart.Store(i.class.e.nanotime())
 	err := fn.CallWithStack(i.ctx, i.stack[:])
 	i.callStart.Store(0)
-	if err == nil {
+	if err == nil && !i.timedOut.Load() {
 		return nil
 	}
+	// A call interrupted just as it returned counts as timed out too: its
+	// context is cancelled (sleeps would return at once) and its interrupt
+	// global set, so the instance is of no more use.
 	err = i.classify(err)
 	i.Close()
 	return err
+}
+
+// interruptCall ends the running call, on the watchdog's goroutine (or
+// Engine.Close's): the guest traps at the next loop header it reaches
+// (the interrupt global) or, for a class without the check, wazero closes
+// the module at the next back-edge (its context); a sleep in the host
+// returns (its context).
+func (i *Instance) interruptCall() {
+	i.timedOut.Store(true)
+	if i.interrupt != nil {
+		i.interrupt.Set(1)
+	}
+	i.cancel()
 }
 
 func (i *Instance) classify(err error) error {

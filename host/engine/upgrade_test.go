@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/wasmkeep/wasmkeep/abi"
 )
@@ -67,5 +68,19 @@ func TestUpgradeRefusals(t *testing.T) {
 	c, _ := chat.Start(context.Background(), &fakeHost{})
 	if err := c.StartFrom(echo.Hash, []byte("not a history")); !errors.Is(err, ErrTrap) {
 		t.Errorf("chat from garbage: %v, want a trap", err)
+	}
+}
+
+// TestUpgradeTimeLimit: a start that never returns is ended by the event
+// time limit, as any event.
+func TestUpgradeTimeLimit(t *testing.T) {
+	e := newEngine(t, Config{EventTimeout: 200 * time.Millisecond})
+	fail := compile(t, e, "./testdata/guests/startfail")
+	inst, err := fail.Start(context.Background(), &fakeHost{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := inst.StartFrom("sha256:00", []byte("loop")); !errors.Is(err, ErrTimeout) {
+		t.Fatalf("a start that spins: %v, want ErrTimeout", err)
 	}
 }

@@ -2,6 +2,8 @@ package node
 
 import (
 	"bytes"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -12,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/wasmkeep/wasmkeep/abi"
+	"github.com/wasmkeep/wasmkeep/host/engine"
 	"github.com/wasmkeep/wasmkeep/internal/testwasm"
 	"github.com/wasmkeep/wasmkeep/internal/wasmbuild"
 	"github.com/wasmkeep/wasmkeep/internal/wstest"
@@ -23,8 +26,9 @@ import (
 // is not installed).
 
 const (
-	asChat  = "examples/chat/index.ts"
-	asGuest = "test/guest.ts"
+	asChat   = "examples/chat/index.ts"
+	asChatV2 = "test/chatv2.ts" // testdata/guests/chatv2 in AssemblyScript
+	asGuest  = "test/guest.ts"
 )
 
 func putAS(t *testing.T, n *Node, name, entry string, args ...string) {
@@ -330,6 +334,7 @@ func TestAssemblyScriptNames(t *testing.T) {
 		abi.ImportHTTPRespond: true, abi.ImportSocketSend: true, abi.ImportSocketClose: true,
 		abi.ImportSocketList: true, abi.ImportBroadcast: true, abi.ImportRoomInfo: true, abi.ImportLog: true,
 		abi.ImportCheckpoint: true, abi.ImportStateDelete: true, abi.ImportAlarmSet: true, abi.ImportAlarmClear: true,
+		abi.ImportUpgradeState: true, abi.ImportUpgradeAccept: true,
 		abi.ImportChannelReply: true, abi.ImportChannelPush: true, abi.ImportChannelBroadcast: true,
 		abi.ImportChannelClose: true, abi.ImportPresenceTrack: true, abi.ImportPresenceUntrack: true,
 	}
@@ -348,6 +353,7 @@ func TestAssemblyScriptNames(t *testing.T) {
 		abi.VersionExport: true, abi.ExportAlloc: true, abi.ExportOnRequest: true,
 		abi.ExportOnSocketOpen: true, abi.ExportOnSocketMessage: true, abi.ExportOnSocketMessages: true, abi.ExportOnSocketClose: true,
 		abi.ExportOnJoin: true, abi.ExportOnChannelMessage: true, abi.ExportOnLeave: true,
+		abi.ExportOnUpgrade: true, abi.ExportOnStartFrom: true,
 	}
 	for _, m := range regexp.MustCompile(`export function (wasmkeep_[a-z0-9_]+)\(`).FindAllStringSubmatch(read("exports.ts"), -1) {
 		if !exports[m[1]] {
@@ -371,5 +377,157 @@ func TestAssemblyScriptNames(t *testing.T) {
 		if st < 0 && !strings.Contains(index, fmt.Sprintf("case Status.%s: return %q;", name, st.String())) {
 			t.Errorf("index.ts: statusText(Status.%s) is not %q", name, st.String())
 		}
+	}
+}
+
+// putVersion uploads wasm as a new version of class with the upload's
+// query and returns its hash.
+func putVersion(t *testing.T, n *Node, class string, wasm []byte, query string) string {
+	t.Helper()
+	expect(t, http.StatusCreated, http.MethodPut, n.AdminURL()+"/admin/classes/"+class+"?"+query, wasm)
+	return engine.Hash(wasm)
+}
+
+// TestAssemblyScriptUpgrade is TestUpgradeKeepsHistoryAndSockets with the
+// AssemblyScript chat and its second version (test/chatv2.ts), and across
+// languages: both SDKs speak the same handoff, and both chats write the
+// same history format, so an AssemblyScript room moves to a Go version and
+// back with its history and its sockets.
+func TestAssemblyScriptUpgrade(t *testing.T) {
+	var (
+		asV1 = func(t *testing.T) []byte { return testwasm.AssemblyScript(t, asChat) }
+		asV2 = func(t *testing.T) []byte { return testwasm.AssemblyScript(t, asChatV2) }
+		goV1 = func(t *testing.T) []byte { return testwasm.Build(t, "./examples/chat") }
+		goV2 = func(t *testing.T) []byte { return testwasm.Build(t, "./testdata/guests/chatv2") }
+	)
+	for _, c := range []struct {
+		name, policy string
+		v1, v2       func(*testing.T) []byte
+	}{
+		{"AS to AS, lazy", "lazy", asV1, asV2},
+		{"AS to AS, now", "now", asV1, asV2},
+		{"AS to Go", "lazy", asV1, goV2},
+		{"Go to AS", "now", goV1, asV2},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			n := startNode(t, Config{})
+			v1 := putVersion(t, n, "chat", c.v1(t), "")
+			url := n.URL() + "/actor/chat/lobby"
+			a, b := chatWithHistory(t, url)
+			if c.policy == "lazy" {
+				hibernate(t, n, "chat", "lobby")
+			}
+			if row := upgradeRowOf(t, n, "chat", "lobby"); row.Version != v1 {
+				t.Fatalf("the room runs %q, want v1 %s", row.Version, v1)
+			}
+			v2 := putVersion(t, n, "chat", c.v2(t), "upgrade="+c.policy)
+			if c.policy == "now" {
+				waitFor(t, "the room on v2", func() bool { return upgradeRowOf(t, n, "chat", "lobby").Version == v2 })
+			}
+			// v2 answers the sockets v1 had, with no open event replaying
+			// the history to them.
+			b.Send("three")
+			everyoneReads(t, "v2: three", a, b)
+			if got := expect(t, 200, "GET", url+"/history", nil); got != "one\ntwo\nv2: three" {
+				t.Fatalf("v2's history is %q", got)
+			}
+			if row := upgradeRowOf(t, n, "chat", "lobby"); row.Version != v2 || row.Sockets != 2 || row.Upgrade != nil {
+				t.Fatalf("after the upgrade: %+v", row)
+			}
+			// The upgraded state was written: a wake restores v2, and a new
+			// socket gets its history.
+			hibernate(t, n, "chat", "lobby")
+			if got := expect(t, 200, "GET", url+"/version", nil); got != "v2" {
+				t.Fatalf("after another wake the room answers %q", got)
+			}
+			d := wstest.Dial(t, url)
+			for _, want := range []string{"one", "two", "v2: three"} {
+				if got := d.ReadText(); got != want {
+					t.Fatalf("a new socket's history: %q, want %q", got, want)
+				}
+			}
+		})
+	}
+}
+
+// TestAssemblyScriptUpgradeWithoutHandlers: the SDK exports both upgrade
+// functions whatever a room registers, and without handlers they offer no
+// handoff and accept none, as the Go SDK's do. The test guest registers
+// neither: a room of it stays on its version when the chat's v2 comes, and
+// a chat room stays on the chat when the guest comes as its v2. A start
+// that aborts (chatv2 given a state it cannot read) is a trap.
+func TestAssemblyScriptUpgradeWithoutHandlers(t *testing.T) {
+	n := startNode(t, Config{})
+	guest, chat, chatV2 := testwasm.AssemblyScript(t, asGuest), testwasm.AssemblyScript(t, asChat), testwasm.AssemblyScript(t, asChatV2)
+
+	// What the versions list says each can do.
+	handoff := map[string][2]bool{}
+	for _, c := range []struct {
+		class string
+		wasm  []byte
+	}{{"g", guest}, {"c", chat}} {
+		putVersion(t, n, c.class, c.wasm, "")
+		var vs struct {
+			Versions []struct {
+				Hash   string
+				Offers bool `json:"offers_handoff"`
+				Takes  bool `json:"takes_handoff"`
+			}
+		}
+		if err := json.Unmarshal([]byte(expect(t, 200, "GET", n.AdminURL()+"/admin/classes/"+c.class+"/versions", nil)), &vs); err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range vs.Versions {
+			handoff[v.Hash] = [2]bool{v.Offers, v.Takes}
+		}
+	}
+	if got := handoff[engine.Hash(guest)]; got != [2]bool{false, false} {
+		t.Errorf("the guest without handlers: offers, takes %v, want neither", got)
+	}
+	if got := handoff[engine.Hash(chat)]; got != [2]bool{true, true} {
+		t.Errorf("the chat: offers, takes %v, want both", got)
+	}
+
+	// A guest room offers nothing to chatv2: it stays, and keeps its state.
+	room := n.URL() + "/actor/g/r"
+	expect(t, 200, "POST", room, nil)
+	hibernate(t, n, "g", "r")
+	putVersion(t, n, "g", chatV2, "")
+	if got := expect(t, 200, "GET", room, nil); got != "1" {
+		t.Fatalf("the guest room after chatv2's upload answers %q, want its counter", got)
+	}
+	if u := upgradeRowOf(t, n, "g", "r").Upgrade; u == nil || u.State != "no-handoff" || !strings.Contains(u.Error, engine.ErrNoHandoff.Error()) {
+		t.Fatalf("the guest room's upgrade: %+v, want no-handoff (%v)", u, engine.ErrNoHandoff)
+	}
+
+	// The guest as the chat's v2 takes nothing over: the chat stays.
+	url := n.URL() + "/actor/c/lobby"
+	a, b := chatWithHistory(t, url)
+	hibernate(t, n, "c", "lobby")
+	putVersion(t, n, "c", guest, "")
+	a.Send("three")
+	everyoneReads(t, "three", a, b)
+	if u := upgradeRowOf(t, n, "c", "lobby").Upgrade; u == nil || u.State != "no-handoff" || !strings.Contains(u.Error, engine.ErrNotTakenOver.Error()) {
+		t.Fatalf("the chat room's upgrade: %+v, want no-handoff (%v)", u, engine.ErrNotTakenOver)
+	}
+
+	// chatv2 refuses a state it cannot read by aborting: a trap, and the
+	// instance is dead.
+	e, err := engine.New(t.Context(), engine.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(t.Context())
+	class, err := e.Compile(t.Context(), chatV2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst, err := class.Start(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inst.Close()
+	if err := inst.StartFrom(engine.Hash(guest), []byte("not a history")); !errors.Is(err, engine.ErrTrap) || !inst.Dead() {
+		t.Fatalf("chatv2 from garbage: %v (dead %v), want a trap", err, inst.Dead())
 	}
 }

@@ -129,6 +129,10 @@ func TestUpgradeWithoutHandoffStaysThenResets(t *testing.T) {
 	}
 	hibernate(t, n, "c", "r")
 	v2 := uploadVersion(t, n, "c", "./testdata/guests/chatv2", "")
+	// Listed as staying before any wake tried: echo hands over nothing.
+	if row := upgradeRowOf(t, n, "c", "r"); row.Upgrade == nil || row.Upgrade.State != "no-handoff" {
+		t.Fatalf("before a wake, a room on a version without handoff: %+v", row)
+	}
 	s.Send("ping")
 	if got := s.ReadText(); got != "ping" {
 		t.Fatalf("the room on v1 answers %q, want echo's", got)
@@ -158,6 +162,17 @@ func TestUpgradeWithoutHandoffStaysThenResets(t *testing.T) {
 	s.Send("after")
 	if got := s.ReadText(); got != "v2: after" {
 		t.Fatalf("the reset room answers %q", got)
+	}
+	// No room uses v1 now: it is collected (its grace cut to nothing).
+	var col struct{ Collected []string }
+	if err := json.Unmarshal([]byte(expect(t, 200, "POST", n.AdminURL()+"/admin/classes/c/collect?grace=0s", nil)), &col); err != nil {
+		t.Fatal(err)
+	}
+	if len(col.Collected) != 1 || col.Collected[0] != v1 {
+		t.Fatalf("collected %v, want v1 %s", col.Collected, v1)
+	}
+	if err := json.Unmarshal([]byte(expect(t, 200, "POST", n.AdminURL()+"/admin/classes/c/collect?grace=0s", nil)), &col); err != nil || len(col.Collected) != 0 {
+		t.Fatalf("a second collection: %v (%v)", col.Collected, err)
 	}
 }
 

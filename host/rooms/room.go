@@ -987,6 +987,7 @@ func (r *Room) dropInstance(why life.EndReason) {
 // (keepInstance), and ends the hold for why.
 func (r *Room) leaveMemory(why life.EndReason) {
 	r.inst, r.man, r.manBody, r.pages = nil, nil, nil, nil
+	r.version.Store(nil)
 	r.endHold(why)
 	r.isResident.Store(false)
 	r.m.noLongerResident(r)

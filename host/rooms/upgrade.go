@@ -418,6 +418,12 @@ func (m *Manager) upgradeRoom(ctx context.Context, key Key, to string) string {
 	} else if m.storedVersion(ctx, key) == to {
 		return "done"
 	}
+	// A room another node runs (or would wake, holding its sockets) is
+	// that node's to move, at its next wake there: waking it here would
+	// take it from the node its clients are on.
+	if route, err := m.place.Route(ctx, key); err == nil && route.Kind != RouteHere {
+		return "elsewhere"
+	}
 	m.upgrades.forgetBackoff(key)
 	err := m.Wake(ctx, key)
 	switch {

@@ -117,6 +117,7 @@ func (s *Server) listRooms(w http.ResponseWriter, r *http.Request) {
 	if list == nil {
 		list = []rooms.RoomInfo{}
 	}
+	s.foreseeUpgrades(r.Context(), list)
 	writeJSON(w, http.StatusOK, list)
 }
 

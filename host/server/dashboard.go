@@ -97,6 +97,9 @@ type Overview struct {
 	Sockets     int              `json:"sockets_open"`
 	Totals      rooms.Totals     `json:"totals"`
 	Classes     []classes.Record `json:"classes"`
+	// Upgrades is the latest upgrade job (upload --upgrade now) of each
+	// class that had one on this node.
+	Upgrades []rooms.UpgradeJob `json:"upgrades"`
 	// ClusterNode is the node's name in its cluster; empty (and left out)
 	// without one, and the dashboard then shows no Cluster panel.
 	ClusterNode string `json:"cluster_node,omitempty"`
@@ -136,6 +139,7 @@ func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
 		Sockets:     s.hub.Count(),
 		Totals:      s.rooms.Totals(),
 		Classes:     recs,
+		Upgrades:    s.rooms.UpgradeJobs(),
 		ClusterNode: node,
 	})
 }
@@ -269,6 +273,7 @@ func (s *Server) Close() {
 	s.closeOnce.Do(func() {
 		close(s.series.stop)
 		<-s.series.done
+		s.sweeps.Wait()
 	})
 }
 

@@ -69,7 +69,10 @@ type Config struct {
 	MaxRoomName int
 	// Cluster, if set, makes the node a member of a cluster (cluster.go).
 	Cluster *Cluster
-	Logger  *slog.Logger
+	// BuildErrors, if set, are the build errors of a dev loop (`wasmkeep
+	// dev`), shown on the pages of the rooms of their class (dev.go).
+	BuildErrors *BuildErrors
+	Logger      *slog.Logger
 }
 
 func (c Config) withDefaults() Config {
@@ -126,6 +129,7 @@ type Server struct {
 	started   time.Time
 	series    *series
 	closeOnce sync.Once
+	sweeps    sync.WaitGroup // the version sweeper (versions.go)
 }
 
 // New builds the handler. set holds the node's metrics; /metrics writes it
@@ -150,9 +154,10 @@ func New(cfg Config, reg *classes.Registry, mgr *rooms.Manager, hub *socket.Hub,
 	s.mux.HandleFunc("/actor/{class}/{name}", s.actor)
 	s.mux.HandleFunc("/actor/{class}/{name}/{rest...}", s.actor)
 	s.mux.HandleFunc("GET /healthz", healthz)
-	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		textError(w, http.StatusNotFound, "not found: rooms live at /actor/<class>/<name>")
-	})
+	// GET / exactly is the landing page, on loopback only (landing.go);
+	// every other path that is nothing is a bare 404.
+	s.mux.HandleFunc("GET /{$}", s.landing)
+	s.mux.HandleFunc("/", notFound)
 	admin := s.mux
 	if cfg.SeparateAdmin {
 		s.adminMux = http.NewServeMux()
@@ -172,6 +177,8 @@ func New(cfg Config, reg *classes.Registry, mgr *rooms.Manager, hub *socket.Hub,
 	s.clusterRoutes(admin)
 	s.series.stop, s.series.done = make(chan struct{}), make(chan struct{})
 	go s.sampler()
+	s.sweeps.Add(1)
+	go s.versionSweeper()
 	return s
 }
 
@@ -320,6 +327,10 @@ func (s *Server) actor(w http.ResponseWriter, r *http.Request) {
 	}
 	class, err := s.classes.Current(r.Context(), key.Class)
 	if err != nil {
+		if msg := s.cfg.BuildErrors.Get(key.Class); msg != "" && errors.Is(err, classes.ErrUnknownClass) && !isUpgrade(r) {
+			buildErrorPage(w, key.Class, msg)
+			return
+		}
 		s.roomError(w, err)
 		return
 	}
@@ -354,6 +365,9 @@ func (s *Server) actor(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		s.roomError(w, err)
 		return
+	}
+	if msg := s.cfg.BuildErrors.Get(key.Class); msg != "" {
+		resp = withBuildError(resp, msg)
 	}
 	writeResponse(w, resp)
 }

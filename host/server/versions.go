@@ -1,9 +1,11 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/wasmkeep/wasmkeep/host/classes"
 	"github.com/wasmkeep/wasmkeep/host/rooms"
@@ -14,6 +16,80 @@ func (s *Server) versionRoutes(mux *http.ServeMux) {
 	mux.Handle("GET /admin/classes/{name}/versions", s.admin(http.HandlerFunc(s.classVersions)))
 	mux.Handle("POST /admin/classes/{name}/rollback", s.admin(http.HandlerFunc(s.rollbackClass)))
 	mux.Handle("GET /admin/classes/{name}/upgrade", s.admin(http.HandlerFunc(s.upgradeProgress)))
+	mux.Handle("POST /admin/classes/{name}/collect", s.admin(http.HandlerFunc(s.collectClass)))
+}
+
+// VersionSweep is how often a node collects the versions no room uses
+// any more (classes.Registry.Collect, after classes.DefaultVersionGrace).
+const VersionSweep = 10 * time.Minute
+
+// versionSweeper collects unused versions of every class every
+// VersionSweep until the server closes.
+func (s *Server) versionSweeper() {
+	defer s.sweeps.Done()
+	t := time.NewTicker(VersionSweep)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.series.stop:
+			return
+		case <-t.C:
+			ctx, cancel := context.WithTimeout(context.Background(), VersionSweep)
+			recs, err := s.classes.List(ctx)
+			for _, rec := range recs {
+				if err == nil {
+					_, err = s.collectVersions(ctx, rec.Name, classes.DefaultVersionGrace)
+				}
+			}
+			cancel()
+			if err != nil {
+				s.log.Warn("collecting unused class versions failed; tried again later", "err", err)
+			}
+		}
+	}
+}
+
+// collectVersions collects the versions of class that no room known here
+// uses: none resident on this node, none whose stored snapshot names it.
+func (s *Server) collectVersions(ctx context.Context, class string, grace time.Duration) ([]string, error) {
+	list, err := s.rooms.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	used := map[string]bool{}
+	for _, ri := range list {
+		if ri.Class == class {
+			used[ri.Version] = true
+		}
+	}
+	gone, err := s.classes.Collect(ctx, class, func(h string) bool { return used[h] }, grace)
+	if len(gone) > 0 {
+		s.log.Info("class versions collected: no room uses them", "class", class, "versions", gone)
+	}
+	return gone, err
+}
+
+// collectClass collects now the versions of a class no room uses, those
+// retired longer than ?grace ago (default classes.DefaultVersionGrace).
+func (s *Server) collectClass(w http.ResponseWriter, r *http.Request) {
+	grace := classes.DefaultVersionGrace
+	if g := r.URL.Query().Get("grace"); g != "" {
+		d, err := time.ParseDuration(g)
+		if err != nil || d < 0 {
+			jsonError(w, http.StatusBadRequest, "grace: want a duration such as 24h or 0s")
+			return
+		}
+		grace = d
+	}
+	gone, err := s.collectVersions(r.Context(), r.PathValue("name"), grace)
+	if err != nil {
+		s.classError(w, err)
+		return
+	}
+	if gone == nil {
+		gone = []string{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"class": r.PathValue("name"), "collected": gone})
 }
 
 // uploadOptions reads the choices of an upload or rollback from its query:
@@ -91,6 +167,37 @@ func (s *Server) upgradeProgress(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, j)
 }
 
+// foreseeUpgrades marks the listed rooms that will not move to their
+// class's current version, before any wake has tried: a room on a version
+// that hands over nothing, or of a class whose current version takes
+// nothing, is listed as without handoff (unless the upload resets such
+// rooms: they move at their next wake). What a wake found takes
+// precedence: the versions' handoff is a probe's hint.
+func (s *Server) foreseeUpgrades(ctx context.Context, list []rooms.RoomInfo) {
+	recs := map[string]*classes.Record{}
+	for i := range list {
+		ri := &list[i]
+		if ri.Upgrade != nil || ri.Version == "" {
+			continue
+		}
+		rec, ok := recs[ri.Class]
+		if !ok {
+			if got, err := s.classes.Get(ctx, ri.Class); err == nil {
+				rec = &got
+			}
+			recs[ri.Class] = rec
+		}
+		if rec == nil || rec.Hash == ri.Version || rec.Policy() == classes.UpgradeNever || rec.ResetWithoutHandoff {
+			continue
+		}
+		from, known := rec.Version(ri.Version)
+		to, _ := rec.Version(rec.Hash)
+		if (known && !from.Offers) || !to.Takes {
+			ri.Upgrade = &rooms.RoomUpgrade{To: rec.Hash, State: rooms.UpgradeNoHandoff, Error: "its version hands over no state, or the current one takes none"}
+		}
+	}
+}
+
 // VersionInfo is one kept version of a class as the versions listing
 // shows it.
 type VersionInfo struct {
@@ -125,6 +232,7 @@ func (s *Server) classVersions(w http.ResponseWriter, r *http.Request) {
 		s.unavailable(w, "listing rooms", err)
 		return
 	}
+	s.foreseeUpgrades(r.Context(), list)
 	writeJSON(w, http.StatusOK, s.versionsOf(rec, list))
 }
 

@@ -61,6 +61,24 @@ func Build(pkg string) ([]byte, error) {
 	return os.ReadFile(out)
 }
 
+// BuildIn returns the module built from the Go package in the directory
+// dir, in whichever module dir belongs to (its own go.mod, or one above
+// it), as the go command finds it from there: `wasmkeep dev` builds a
+// room of the user's own module with it. Errors carry the compiler's
+// output, with file names relative to dir.
+func BuildIn(dir string) ([]byte, error) {
+	tmp, err := os.MkdirTemp("", "wasmkeep-build-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	out := filepath.Join(tmp, "out.wasm")
+	if err := goBuild(dir, ".", out); err != nil {
+		return nil, err
+	}
+	return os.ReadFile(out)
+}
+
 // ModuleRoot returns the nearest directory at or above the current
 // directory that contains a go.mod file.
 func ModuleRoot() (string, error) {

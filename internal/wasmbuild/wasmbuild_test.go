@@ -47,3 +47,26 @@ func TestFilterFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestBuildIn: a package built from its directory is the one built by
+// path from the module root, and a directory with no package fails.
+func TestBuildIn(t *testing.T) {
+	root, err := ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := BuildIn(filepath.Join(root, "examples", "counter"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := Build("./examples/counter")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Error("BuildIn and Build differ")
+	}
+	if _, err := BuildIn(t.TempDir()); err == nil || !strings.Contains(err.Error(), "go build .") {
+		t.Errorf("building an empty directory: %v", err)
+	}
+}

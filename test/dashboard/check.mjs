@@ -7,7 +7,9 @@
 // "awake": ..., "sockets": N}], "classes": [...]}. The script checks the
 // rooms table (states, why awake, sockets), the classes, sorting and
 // filtering, that the charts get new points without a reload, that the
-// page loads nothing from elsewhere and logs no error; it saves a
+// page loads nothing from elsewhere and logs no error, and that the
+// node's landing page (/) lists the classes, renders under its own
+// policy and links to the dashboard; it saves a
 // screenshot per viewport into the artifact dir, prints "ok dashboard" and
 // exits 0, or prints why it failed and exits 1. Every wait has a deadline.
 //
@@ -52,6 +54,7 @@ try {
   for (const view of views) {
     await checkView(view);
   }
+  await checkLanding();
   console.log("ok dashboard");
 } catch (err) {
   console.error(err.stack || String(err));
@@ -114,6 +117,12 @@ async function checkView(view) {
       const sum = await page.evaluate(async (cls) => (await (await fetch("/admin/rooms")).json())
         .filter((r) => r.class === cls).reduce((a, r) => a + (r.snapshot_bytes || 0), 0), c);
       check(stored !== null && (Number(stored) > 0) === (sum > 0), `class ${c} shows its stored bytes (${stored}; its rooms' snapshots take ${sum})`);
+      // Its versions: as many as the node keeps, and its rooms per version.
+      const versions = await page.getAttribute(`#classes [data-class="${c}"] .class-versions`, "data-versions");
+      const kept = await page.evaluate(async (cls) => ((await (await fetch("/admin/classes/" + cls)).json()).versions || []).length, c);
+      check(Number(versions) === kept, `class ${c} shows ${versions} versions, the node keeps ${kept}`);
+      const line = await page.textContent(`#classes [data-class="${c}"] .class-versions`);
+      check(/rooms per version: \w{8} ×\d+ \(current\)/.test(line), `class ${c} shows its rooms per version: ${JSON.stringify(line)}`);
     }
 
     if (view.full) {
@@ -164,6 +173,33 @@ async function checkView(view) {
 
     check(foreign.length === 0, "the page loads nothing from elsewhere: " + foreign.join(", "));
     check(problems.length === 0, "no console errors or warnings: " + problems.join("; "));
+  } finally {
+    await page.close();
+  }
+}
+
+// checkLanding loads the node's landing page, /: it lists every class,
+// its style passes its Content-Security-Policy (a blocked style is a
+// console error), it loads nothing from elsewhere, and its dashboard link
+// leads to the dashboard.
+async function checkLanding() {
+  const page = await context.newPage();
+  const problems = [];
+  page.on("console", (m) => { if (m.type() === "error" || m.type() === "warning") problems.push(m.type() + ": " + m.text()); });
+  page.on("pageerror", (e) => problems.push("page error: " + e.message));
+  const foreign = [];
+  page.on("request", (r) => { if (!r.url().startsWith(origin + "/")) foreign.push(r.url()); });
+  try {
+    const resp = await page.goto(origin + "/", { waitUntil: "load", timeout: 30000 });
+    check(resp && resp.status() === 200, "the landing page answers 200, not " + (resp && resp.status()));
+    const shown = await page.evaluate(() => [...document.querySelectorAll("table tr td:first-child")].map((td) => td.textContent.trim()));
+    for (const c of want.classes) check(shown.includes(c), "the landing page lists the class " + c + " (it lists " + JSON.stringify(shown) + ")");
+    const styled = await page.evaluate(() => getComputedStyle(document.body).maxWidth);
+    check(styled !== "none", "the landing page's style applies (body max-width is " + styled + ")");
+    await Promise.all([page.waitForURL(origin + "/admin/", { timeout: 10000 }), page.click('a[href="/admin/"]')]);
+    await page.waitForSelector("body[data-ready=true]", { timeout: 30000 });
+    check(problems.length === 0, "the landing page logs no error or warning: " + problems.join("; "));
+    check(foreign.length === 0, "the landing page loads nothing from elsewhere: " + foreign.join(", "));
   } finally {
     await page.close();
   }

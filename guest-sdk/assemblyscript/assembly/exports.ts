@@ -7,7 +7,8 @@
 // The SDK always exports every event entry point, like the Go SDK, so the
 // host accepts WebSockets and Phoenix sockets for every class built with
 // it; events without a registered handler are ignored (a request gets 404,
-// a join is refused).
+// a join is refused, an upgrade hands over no state and a start from an
+// older version's takes none over).
 
 import * as host from "./host";
 import { Reader, out } from "./records";
@@ -240,5 +241,42 @@ export function wasmkeep_on_leave(socket: u32, ptr: usize, len: u32): void {
     let h = state.onLeave;
     if (h !== null) h(new Socket(socket), topic, reason);
   }
+  endEvent();
+}
+
+/**
+ * Hands the room's state to its next version, if the room offers one
+ * (handleUpgrade); returning without a call to upgrade_state offers none,
+ * and the room stays on this version. The host drops this instance
+ * afterwards whatever happens, so there is nothing to collect.
+ */
+export function wasmkeep_on_upgrade(): void {
+  let h = state.onUpgrade;
+  if (h === null) return;
+  let b = h();
+  if (b === null) return;
+  let st = host.upgrade_state(b.dataStart, <usize>b.byteLength);
+  if (st < 0) error("wasmkeep: upgrade_state: " + statusText(st));
+}
+
+/**
+ * Starts this version from an older one's state (handleStartFrom). The
+ * state is a copy the handler may keep, and the version takes it over
+ * only if the handler returns: without one, upgrade_accept is never
+ * called and the room stays on the older version.
+ */
+export function wasmkeep_on_start_from(ptr: usize, len: u32): void {
+  let h = state.onStartFrom;
+  if (h === null) return;
+  let rd = new Reader(ptr, len);
+  let from = rd.str();
+  let prev = rd.bytes();
+  if (!rd.finish()) {
+    error("wasmkeep: malformed start-from record from the host");
+    return;
+  }
+  h(prev, from);
+  let st = host.upgrade_accept();
+  if (st < 0) error("wasmkeep: upgrade_accept: " + statusText(st));
   endEvent();
 }

@@ -41,6 +41,14 @@ export declare function checkpoint(): i32;
 export declare function state_delete(): i32;
 
 // @ts-ignore: decorator
+@external("wasmkeep", "upgrade_state")
+export declare function upgrade_state(ptr: usize, len: usize): i32;
+
+// @ts-ignore: decorator
+@external("wasmkeep", "upgrade_accept")
+export declare function upgrade_accept(): i32;
+
+// @ts-ignore: decorator
 @external("wasmkeep", "alarm_set")
 export declare function alarm_set(atMs: i64): i32;
 

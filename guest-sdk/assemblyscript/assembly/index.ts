@@ -654,6 +654,44 @@ export function deleteState(): i32 {
   return host.state_delete();
 }
 
+// ---------------------------------------------------------------------------
+// Upgrades: handing the room's state to the next version of its class
+
+/**
+ * Offers the room's state to the next version of its class. When a newer
+ * version is uploaded, the host calls h on the room's current version and
+ * starts the new version from the bytes it returns (see handleStartFrom);
+ * the room's sockets stay open through the change. h should encode what
+ * the room must keep (a history, scores) in a form the next version can
+ * read, a format tag or version number first being the usual way: only
+ * this version knows how its memory is laid out. Returning null offers no
+ * handoff: the room stays on this version. Anything else h does (sends,
+ * checkpoints, changes to the room's variables) is dropped with the
+ * instance it ran in, whatever the outcome: the room either continues on
+ * the new version or stays exactly as it was. Without a handler, rooms of
+ * this version offer no handoff and stay on it until an operator resets
+ * them.
+ */
+export function handleUpgrade(h: () => Uint8Array | null): void {
+  state.setOnUpgrade(h);
+}
+
+/**
+ * Registers how this version takes over a room from an older one: h gets
+ * the state that version's handleUpgrade returned (a copy h may keep) and
+ * that version's hash ("sha256:<hex>"), and runs instead of the room's
+ * first event, after the top-level statements. The room's open sockets
+ * are carried over: their ids stay valid and no open event comes for
+ * them. If h aborts (AssemblyScript cannot catch, so a state it cannot
+ * read is refused with abort() or assert), the upgrade fails and the room
+ * stays on the older version with its state (the host tries again later).
+ * Without a handler, this version takes over no state and rooms of older
+ * versions stay where they are.
+ */
+export function handleStartFrom(h: (prev: Uint8Array, fromVersion: string) => void): void {
+  state.setOnStartFrom(h);
+}
+
 /** Reserved: v1 hosts answer Status.Unsupported. */
 export function setAlarm(atMs: i64): i32 {
   return host.alarm_set(atMs);

@@ -9,6 +9,8 @@ export let onSocketClose: ((s: Socket, code: i32, reason: string) => void) | nul
 export let onJoin: ((s: Socket, j: Join) => Reply | null) | null = null;
 export let onChannelMessage: ((s: Socket, m: ChannelMessage) => Reply | null) | null = null;
 export let onLeave: ((s: Socket, topic: string, reason: string) => void) | null = null;
+export let onUpgrade: (() => Uint8Array | null) | null = null;
+export let onStartFrom: ((prev: Uint8Array, fromVersion: string) => void) | null = null;
 
 export function setOnRequest(h: (r: Request) => Response | null): void { onRequest = h; }
 export function setOnSocketOpen(h: (s: Socket, o: SocketOpen) => void): void { onSocketOpen = h; }
@@ -17,3 +19,5 @@ export function setOnSocketClose(h: (s: Socket, code: i32, reason: string) => vo
 export function setOnJoin(h: (s: Socket, j: Join) => Reply | null): void { onJoin = h; }
 export function setOnChannelMessage(h: (s: Socket, m: ChannelMessage) => Reply | null): void { onChannelMessage = h; }
 export function setOnLeave(h: (s: Socket, topic: string, reason: string) => void): void { onLeave = h; }
+export function setOnUpgrade(h: () => Uint8Array | null): void { onUpgrade = h; }
+export function setOnStartFrom(h: (prev: Uint8Array, fromVersion: string) => void): void { onStartFrom = h; }

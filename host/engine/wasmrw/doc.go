@@ -30,6 +30,12 @@
 // Every other section is copied byte for byte; only the export and data
 // sections are re-encoded.
 //
+// AddInterrupt is a second, optional rewrite of Rewrite's output, done at
+// compile time rather than at upload: one more global (InterruptExport)
+// and a check of it at the start of every loop body, so that a host can stop
+// a running guest by setting the global instead of having wazero check for a
+// closed module at every loop back-edge. It decodes every instruction.
+//
 // Names starting with "__wk_" are reserved: a module that already exports
 // one is refused. Rewrite also refuses what cannot be snapshotted (imported,
 // shared, 64-bit or several memories, v128 globals, mutable reference-typed

@@ -45,11 +45,16 @@ func init() {
 		if !strings.HasPrefix(string(prev), tag) {
 			panic("chatv2: not a chat history")
 		}
-		b := prev[len(tag):]
+		// Every length is checked against what is left: a short handoff
+		// panics (the upgrade fails) rather than reading past its end.
+		b := prev[len(tag):len(prev):len(prev)]
 		count := binary.LittleEndian.Uint32(b)
 		at := 4
 		for i := uint32(0); i < count; i++ {
 			size := int(binary.LittleEndian.Uint32(b[at:]))
+			if size > len(b)-at-4 {
+				panic("chatv2: a truncated history")
+			}
 			history = append(history, string(b[at+4:at+4+size]))
 			at += 4 + size
 		}

@@ -13,6 +13,13 @@
 // socket with 4009; other paths answer 404 (and their sockets are closed
 // with 4004).
 //
+// When a new version of the class is uploaded, a room hands its history to
+// it (handleUpgrade) and takes one over from an older version
+// (handleStartFrom), in the Go chat's format: the "chat-history-1" tag, a
+// count, then each message, lengths as u32 little-endian. So a class can
+// move between this chat and the Go one in either direction, its rooms
+// keeping their history and their sockets.
+//
 // Build it from guest-sdk/assemblyscript with:
 //
 //	npx asc examples/chat/index.ts --config asconfig.json -o chat.wasm
@@ -60,4 +67,53 @@ wk.handleSocketMessage((s: wk.Socket, m: wk.Message): void => {
   history.push(text);
   let n = wk.broadcastUTF8(text);
   if (n < 0) wk.warn("chat: broadcast: " + wk.statusText(n));
+});
+
+/** Tags the handoff (the Go chat's historyFormat). */
+const historyFormat = "chat-history-1";
+
+wk.handleUpgrade((): Uint8Array | null => {
+  let tag = String.UTF8.encode(historyFormat);
+  let size = tag.byteLength + 4;
+  for (let i = 0; i < history.length; i++) size += 4 + history[i].byteLength;
+  let b = new Uint8Array(size);
+  b.set(Uint8Array.wrap(tag));
+  let at = tag.byteLength;
+  store<u32>(b.dataStart + <usize>at, <u32>history.length);
+  at += 4;
+  for (let i = 0; i < history.length; i++) {
+    let m = history[i];
+    store<u32>(b.dataStart + <usize>at, <u32>m.byteLength);
+    b.set(m, at + 4);
+    at += 4 + m.byteLength;
+  }
+  return b;
+});
+
+/**
+ * Reads what handleUpgrade wrote, from this chat, the Go one or an older
+ * version of either. A handoff it cannot read aborts, which fails the
+ * upgrade: the room stays on its version with its history rather than
+ * losing it. An older version may have kept more than maxHistory
+ * messages; the newest are kept.
+ */
+wk.handleStartFrom((prev: Uint8Array, from: string): void => {
+  let tag = String.UTF8.encode(historyFormat);
+  let n = tag.byteLength;
+  if (prev.byteLength < n + 4 || memory.compare(prev.dataStart, changetype<usize>(tag), <usize>n) != 0) {
+    abort("chat: unknown handoff from " + from);
+  }
+  let count = load<u32>(prev.dataStart + <usize>n);
+  let at = n + 4;
+  let h = new Array<Uint8Array>();
+  for (let i: u32 = 0; i < count; i++) {
+    if (prev.byteLength - at < 4) abort("chat: truncated handoff from " + from);
+    let size = <i32>load<u32>(prev.dataStart + <usize>at);
+    at += 4;
+    if (size < 0 || size > prev.byteLength - at) abort("chat: truncated handoff from " + from);
+    h.push(prev.slice(at, at + size));
+    at += size;
+  }
+  if (h.length > maxHistory) h = h.slice(h.length - maxHistory);
+  history = h;
 });
