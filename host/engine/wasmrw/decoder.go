@@ -78,16 +78,20 @@ func (d *decoder) u32() (uint32, error) {
 	return 0, d.lebTooLong() // unreachable: the 5th byte was checked above
 }
 
-// s32 skips a signed LEB128 integer of at most 32 bits.
-func (d *decoder) s32() error {
+// s32 skips a signed LEB128 integer of at most 32 bits: in its 5th byte
+// bits 0..3 are payload and bits 4..6 repeat the sign (bit 3).
+func (d *decoder) s32() error { return d.signed5(0x08, 0x70) }
+
+// signed5 skips a signed LEB128 integer of at most five bytes whose last
+// byte has the sign bit sign and the bits ext that must repeat it.
+func (d *decoder) signed5(sign, ext byte) error {
 	for i := 0; i < 5; i++ {
 		b, err := d.readByte()
 		if err != nil {
 			return err
 		}
 		if i == 4 {
-			// Bits 28..31 are payload; bits 4..6 must repeat the sign (bit 3).
-			if b&0x80 != 0 || (b&0x08 == 0 && b&0x70 != 0) || (b&0x08 != 0 && b&0x70 != 0x70) {
+			if b&0x80 != 0 || (b&sign == 0 && b&ext != 0) || (b&sign != 0 && b&ext != ext) {
 				return d.lebTooLong()
 			}
 			return nil

@@ -319,26 +319,9 @@ func (d *decoder) instrumentExpr(out, check []byte) ([]byte, error) {
 }
 
 // s33 skips a signed LEB128 integer of at most 33 bits (a block type's type
-// index, a heap type).
-func (d *decoder) s33() error {
-	for i := 0; i < 5; i++ {
-		b, err := d.readByte()
-		if err != nil {
-			return err
-		}
-		if i == 4 {
-			// Bits 28..32 are payload; bits 5..6 must repeat the sign (bit 4).
-			if b&0x80 != 0 || (b&0x10 == 0 && b&0x60 != 0) || (b&0x10 != 0 && b&0x60 != 0x60) {
-				return d.lebTooLong()
-			}
-			return nil
-		}
-		if b&0x80 == 0 {
-			return nil
-		}
-	}
-	return nil
-}
+// index, a heap type): in its 5th byte bits 0..4 are payload and bits 5..6
+// repeat the sign (bit 4).
+func (d *decoder) s33() error { return d.signed5(0x10, 0x60) }
 
 // blockType skips a block type: 0x40, a value type or a type index.
 func (d *decoder) blockType() error {
