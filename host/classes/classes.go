@@ -166,9 +166,9 @@ type Registry struct {
 	maxBytes int
 
 	mu       sync.Mutex
-	names    map[string]cachedRecord // cache of classes/<name>
-	compiled map[string]*compiling   // by hash
-	asks     uint64                  // counts compile calls, for compiling.asked
+	names    map[string]*cachedRecord // cache of classes/<name>; entries are replaced, never changed
+	compiled map[string]*compiling    // by hash
+	asks     uint64                   // counts compile calls, for compiling.asked
 }
 
 // cachedRecord is a class record as read from the bucket, and when (on the
@@ -176,12 +176,6 @@ type Registry struct {
 type cachedRecord struct {
 	rec  Record
 	read int64
-}
-
-// same reports whether c is the very entry o was (a record holds a slice,
-// so entries are compared by what identifies a read).
-func (c cachedRecord) same(o cachedRecord) bool {
-	return c.read == o.read && c.rec.Hash == o.rec.Hash && c.rec.Uploaded.Equal(o.rec.Uploaded) && len(c.rec.Versions) == len(o.rec.Versions)
 }
 
 // RecordTTL is how long a class record read from the bucket is used
@@ -214,7 +208,7 @@ func New(bucket store.Bucket, eng *engine.Engine, maxBytes int) *Registry {
 		bucket:   bucket,
 		engine:   eng,
 		maxBytes: maxBytes,
-		names:    map[string]cachedRecord{},
+		names:    map[string]*cachedRecord{},
 		compiled: map[string]*compiling{},
 	}
 }
@@ -313,12 +307,12 @@ func (r *Registry) Collect(ctx context.Context, name string, inUse func(hash str
 			kept = append(kept, v)
 		}
 		if len(gone) == 0 {
-			return errNothingToCollect
+			return errUnchanged
 		}
 		rec.Versions = kept
 		return nil
 	})
-	if errors.Is(err, errNothingToCollect) {
+	if errors.Is(err, errUnchanged) {
 		return nil, nil
 	}
 	if err != nil {
@@ -345,9 +339,9 @@ func (r *Registry) Collect(ctx context.Context, name string, inUse func(hash str
 	return gone, nil
 }
 
-// errNothingToCollect ends an update without a write: the record already
+// errUnchanged ends an update without a write: the record already
 // says what the caller wants.
-var errNothingToCollect = errors.New("classes: nothing to change")
+var errUnchanged = errors.New("classes: nothing to change")
 
 // recordWrites bounds the attempts of a conditional update of a class
 // record that other writers keep overtaking.
@@ -416,7 +410,7 @@ func (rec *Record) upgradeFormat() {
 func (r *Registry) remember(rec Record) {
 	r.mu.Lock()
 	prev, had := r.names[rec.Name]
-	r.names[rec.Name] = cachedRecord{rec, r.now()}
+	r.names[rec.Name] = &cachedRecord{rec, r.now()}
 	r.mu.Unlock()
 	if had && prev.rec.Hash != rec.Hash {
 		r.retireIdle()
@@ -518,7 +512,7 @@ func (r *Registry) Get(ctx context.Context, name string) (Record, error) {
 	body, _, err := r.bucket.Get(ctx, nameKey(name))
 	if errors.Is(err, store.ErrNotFound) {
 		r.mu.Lock()
-		removed := ok && r.names[name].same(cached)
+		removed := ok && r.names[name] == cached
 		if removed {
 			delete(r.names, name)
 		}
@@ -539,8 +533,8 @@ func (r *Registry) Get(ctx context.Context, name string) (Record, error) {
 		if ok && ctx.Err() == nil {
 			// Read again after another RecordTTL, not at every call.
 			r.mu.Lock()
-			if r.names[name].same(cached) {
-				r.names[name] = cachedRecord{cached.rec, now}
+			if r.names[name] == cached {
+				r.names[name] = &cachedRecord{cached.rec, now}
 			}
 			r.mu.Unlock()
 			return cached.rec, nil
@@ -667,13 +661,13 @@ func (r *Registry) StoreModule(ctx context.Context, name string, wasm []byte) er
 	now := r.wall()
 	_, err = r.update(ctx, name, false, func(rec *Record) error {
 		if _, ok := rec.Version(hash); ok {
-			return errNothingToCollect // nothing to write
+			return errUnchanged // nothing to write
 		}
 		rec.Versions = append(rec.Versions, Version{Hash: hash, ABI: class.ABI, Size: len(wasm), Uploaded: now,
 			Offers: offers, Takes: takes, Retired: &now})
 		return nil
 	})
-	if errors.Is(err, errNothingToCollect) {
+	if errors.Is(err, errUnchanged) {
 		err = nil
 	}
 	return err
