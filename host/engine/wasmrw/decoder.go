@@ -348,14 +348,22 @@ func (d *decoder) funcType() error {
 		return d.fail("type form 0x%02x is not supported (only function types are)", form)
 	}
 	for _, what := range [2]string{"parameters", "results"} {
-		n, err := d.count(what, 1)
-		if err != nil {
+		if err := d.valTypes(what); err != nil {
 			return err
 		}
-		for range n {
-			if _, err := d.valType(); err != nil {
-				return err
-			}
+	}
+	return nil
+}
+
+// valTypes skips a vector of value types (what names it in errors).
+func (d *decoder) valTypes(what string) error {
+	n, err := d.count(what, 1)
+	if err != nil {
+		return err
+	}
+	for range n {
+		if _, err := d.valType(); err != nil {
+			return err
 		}
 	}
 	return nil

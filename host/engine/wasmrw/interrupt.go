@@ -344,18 +344,7 @@ func (d *decoder) brTable() error {
 	return nil
 }
 
-func (d *decoder) typedSelect() error {
-	n, err := d.count("select types", 1)
-	if err != nil {
-		return err
-	}
-	for range n {
-		if _, err := d.valType(); err != nil {
-			return err
-		}
-	}
-	return nil
-}
+func (d *decoder) typedSelect() error { return d.valTypes("select types") }
 
 // tryTable skips try_table's block type and catch clauses.
 func (d *decoder) tryTable() error {
