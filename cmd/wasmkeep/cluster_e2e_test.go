@@ -671,8 +671,8 @@ func TestDemoCluster(t *testing.T) {
 		args:     []string{"--data", data, "--nodes", "3", "--lease-ttl", "2s", "--idle-timeout", "1h"},
 		dir:      moduleRoot(t),
 		deadline: demoDeadline,
+		ready:    "Ctrl-C stops every node cleanly", // the banner's last line
 	})
-	n.waitOutput("Ctrl-C stops every node cleanly", demoDeadline) // the banner's last line
 	out := n.stdout.String()
 	host, port, err := net.SplitHostPort(strings.TrimPrefix(n.url, "http://"))
 	if err != nil {

@@ -238,6 +238,27 @@ func (p *proc) waitHealthy(deadline time.Duration) error {
 	}
 }
 
+// waitReady waits until the process has printed want on stdout, and says
+// why not: errAddrInUse if it exited for lack of a port.
+func (p *proc) waitReady(want string, deadline time.Duration) error {
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	timeout := time.After(deadline)
+	for !strings.Contains(p.stdout.String(), want) {
+		select {
+		case <-p.exited:
+			if strings.Contains(p.stderr.String(), errAddrInUse.Error()) {
+				return errAddrInUse
+			}
+			return fmt.Errorf("exited with code %d before printing %q", p.cmd.ProcessState.ExitCode(), want)
+		case <-timeout:
+			return fmt.Errorf("did not print %q within %v", want, deadline)
+		case <-tick.C:
+		}
+	}
+	return nil
+}
+
 // waitOutput waits until the process has printed want, on stdout or stderr.
 func (p *proc) waitOutput(want string, deadline time.Duration) {
 	p.t.Helper()
@@ -272,6 +293,10 @@ type nodeOpts struct {
 	listenEnv bool   // give the address as WASMKEEP_LISTEN rather than --listen
 	goRun     bool   // start it with go run ./cmd/wasmkeep, in the module root
 	deadline  time.Duration
+	// ready, when set, is what the process prints once it is all up (a
+	// demo cluster's banner: its other nodes listen on the next ports,
+	// which someone else may have taken too).
+	ready string
 }
 
 // startNode starts a node on a free loopback port and waits until it
@@ -305,6 +330,9 @@ func startNode(t testing.TB, o nodeOpts) *proc {
 		}
 		p.url = "http://" + addr
 		err := p.waitHealthy(o.deadline)
+		if err == nil && o.ready != "" {
+			err = p.waitReady(o.ready, o.deadline)
+		}
 		if err == nil {
 			return p
 		}
