@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -90,7 +91,9 @@ type fakeInstance struct {
 	mem                     []byte
 	restored                []uint64
 	checkpoint, deleteState bool
-	closed                  bool
+	// closed is read by tests while the manager's sweeper may close the
+	// instance.
+	closed atomic.Bool
 }
 
 var errFakeTrap = fmt.Errorf("fake guest: %w", engine.ErrTrap)
@@ -188,7 +191,7 @@ func (i *fakeInstance) DeleteRequested() bool {
 func (i *fakeInstance) MemorySize() uint32 { return uint32(len(i.mem)) }
 
 func (i *fakeInstance) Snapshot(enc *snapshot.Encoder, prev *snapshot.Manifest, prevPages []uint64, roomState []byte, generation uint64, segmentID string, full bool) (*snapshot.Delta, error) {
-	if i.closed {
+	if i.closed.Load() {
 		return nil, engine.ErrClosed
 	}
 	return enc.Snapshot(prev, &snapshot.Capture{
@@ -207,7 +210,7 @@ func (i *fakeInstance) Upgrade() ([]byte, error) { return nil, engine.ErrNoHando
 
 func (i *fakeInstance) StartFrom(string, []byte) error { return engine.ErrNotTakenOver }
 
-func (i *fakeInstance) Close() { i.closed = true }
+func (i *fakeInstance) Close() { i.closed.Store(true) }
 
 // fakeClasses is a class registry of fake classes, by name.
 type fakeClasses struct {

@@ -64,7 +64,7 @@ func TestWarmResumesTheKeptInstance(t *testing.T) {
 	}
 	poke(k, 41)
 	h.expect("a", "GET", "/", "41") // resumed, not restored
-	if k.closed {
+	if k.closed.Load() {
 		t.Fatal("the resumed instance was closed")
 	}
 	if got := h.counter(`wasmkeep_room_resumes_total`); got != 1 {
@@ -106,11 +106,11 @@ func TestWarmExpires(t *testing.T) {
 		t.Fatal("no instance kept")
 	}
 	h.clock.Advance(2 * time.Second)
-	if h.kept("a") == nil || k.closed {
+	if h.kept("a") == nil || k.closed.Load() {
 		t.Fatal("expired before WarmFor")
 	}
 	h.clock.Advance(time.Second)
-	h.waitFor("the kept instance to expire", func() bool { return h.kept("a") == nil && k.closed && h.state("a") == StateHibernated })
+	h.waitFor("the kept instance to expire", func() bool { return h.kept("a") == nil && k.closed.Load() && h.state("a") == StateHibernated })
 	if got := h.counter(`wasmkeep_rooms_warm_dropped_total{reason="expired"}`); got != 1 {
 		t.Fatalf("expired: %v", got)
 	}
@@ -134,7 +134,7 @@ func TestWarmMemoryBound(t *testing.T) {
 	h.idle("a")
 	a := h.kept("a")
 	h.idle("b")
-	if a == nil || !a.closed || h.kept("a") != nil {
+	if a == nil || !a.closed.Load() || h.kept("a") != nil {
 		t.Fatal("the oldest kept instance stayed past WarmMemory")
 	}
 	if h.kept("b") == nil {
@@ -188,7 +188,7 @@ func TestWarmRestoresAnotherWritersState(t *testing.T) {
 		}
 	}
 	h.expect("a", "GET", "/", "3")
-	if !k.closed {
+	if !k.closed.Load() {
 		t.Fatal("the stale kept instance was not closed")
 	}
 	if got := h.counter(`wasmkeep_rooms_warm_dropped_total{reason="changed"}`); got != 1 {
@@ -207,7 +207,7 @@ func TestWarmDeleteDropsTheKeptInstance(t *testing.T) {
 	if err := h.m.Delete(context.Background(), Key{"c", "a"}); err != nil {
 		t.Fatal(err)
 	}
-	if k == nil || !k.closed || h.kept("a") != nil {
+	if k == nil || !k.closed.Load() || h.kept("a") != nil {
 		t.Fatal("a deleted room's kept instance stayed")
 	}
 	h.expect("a", "POST", "/", "1") // started fresh
@@ -249,7 +249,7 @@ func TestWarmStopClosesKeptInstances(t *testing.T) {
 	if err := h.m.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if k == nil || !k.closed {
+	if k == nil || !k.closed.Load() {
 		t.Fatal("a kept instance outlived the stop")
 	}
 }
