@@ -158,8 +158,8 @@ func putClass(t *testing.T, n *Node, name, pkg string) {
 }
 
 type roomRow struct {
-	Class, Name, State string
-	Sockets            int
+	Class, Name, State, Awake string
+	Sockets                   int
 }
 
 func listRooms(t *testing.T, n *Node) []roomRow {
