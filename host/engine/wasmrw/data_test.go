@@ -202,7 +202,7 @@ func TestLiftedDataGivesTheSameMemory(t *testing.T) {
 		if len(info.Data) == 0 {
 			t.Fatal("nothing lifted from a Go module")
 		}
-		wasi := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigCompiler())
+		wasi := wazero.NewRuntimeWithConfig(ctx, cachedCompiler(t))
 		defer wasi.Close(ctx)
 		if _, err := wasi_snapshot_preview1.Instantiate(ctx, wasi); err != nil {
 			t.Fatal(err)

@@ -11,8 +11,6 @@ import (
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
-
-	"github.com/wasmkeep/wasmkeep/internal/testwasm"
 )
 
 // checkSeq is the sequence AddInterrupt inserts for a module with g globals.
@@ -312,11 +310,7 @@ func TestGoGuestRunsInterruptible(t *testing.T) {
 	// Through the cache all test processes share: compiling a Go guest
 	// takes a minute under -race on a loaded machine.
 	ctx := context.Background()
-	cache, err := wazero.NewCompilationCacheWithDir(testwasm.CompileCacheDir(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigCompiler().WithCompilationCache(cache))
+	r := wazero.NewRuntimeWithConfig(ctx, cachedCompiler(t))
 	defer r.Close(ctx)
 	wasi_snapshot_preview1.MustInstantiate(ctx, r)
 	run := func(wasm []byte) []uint64 {
