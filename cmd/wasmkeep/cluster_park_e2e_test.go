@@ -24,7 +24,6 @@ import (
 
 	"github.com/wasmkeep/wasmkeep/abi"
 	"github.com/wasmkeep/wasmkeep/cluster"
-	"github.com/wasmkeep/wasmkeep/clusternode"
 	"github.com/wasmkeep/wasmkeep/host/server"
 	"github.com/wasmkeep/wasmkeep/internal/wstest"
 )
@@ -32,6 +31,11 @@ import (
 // parkIdle is the idle timeout of the nodes: a room with a socket open
 // parks a moment after its last event.
 const parkIdle = 300 * time.Millisecond
+
+// parkSweep is the nodes' owner sweep interval: the calls go on until a's
+// sweep has had a pass, and at the default (a minute) that was most of
+// the test's time.
+const parkSweep = 5 * time.Second
 
 // TestClusterParkedRoom: the parked-record scenario on the store
 // WASMKEEP_TEST_STORE names.
@@ -58,7 +62,7 @@ func TestClusterParkedRoomOnS3(t *testing.T) {
 func parkedRoomScenario(t *testing.T, onS3 bool) {
 	began := time.Now()
 	c := newTestCluster(t, e2eTTL, onS3)
-	c.args = []string{"--idle-timeout", parkIdle.String()}
+	c.args = []string{"--idle-timeout", parkIdle.String(), "--owner-sweep-interval", parkSweep.String()}
 	via := proxyPoint(c)
 	proxies := map[string]*keyCounts{}
 	var aStarted, aJoined time.Time
@@ -74,10 +78,11 @@ func parkedRoomScenario(t *testing.T, onS3 bool) {
 			aJoined = time.Now()
 		}
 	}
-	// a's owner sweep and its sweep of orphaned segments both run their
-	// first pass a minute after a started; the latter reads the record
-	// of every room with segments (R's too).
-	firstSweeps := [2]time.Time{aStarted.Add(clusternode.DefaultSweepInterval), aJoined.Add(clusternode.DefaultSweepInterval + 5*time.Second)}
+	// a's sweep of orphaned segments runs its first pass a minute after a
+	// started and reads the record of every room with segments (R's too).
+	// The calls end before it, a while after a's owner sweep (every
+	// parkSweep) had its first pass, which reads no parked record.
+	firstSweeps := [2]time.Time{aStarted.Add(time.Minute), aJoined.Add(time.Minute + 5*time.Second)}
 	a, b, cc := c.node("a"), c.node("b"), c.node("c")
 	c.putClass(a, "echo", "./testdata/guests/echo", true)
 	acquired := map[string]float64{}
@@ -117,7 +122,7 @@ func parkedRoomScenario(t *testing.T, onS3 bool) {
 	// turn until a's owner sweep has had a pass (it runs once an
 	// interval, the first an interval after a joined).
 	phase = time.Now()
-	sweptBy := aJoined.Add(clusternode.DefaultSweepInterval + 2*time.Second)
+	sweptBy := aJoined.Add(parkSweep + 2*time.Second)
 	calls := 0
 	var wakes []time.Duration
 	othersPuts := map[string]int{}
