@@ -15,9 +15,19 @@ import (
 )
 
 // defaultSeeds is how many seeds TestSim runs unless WASMKEEP_SIM_SEEDS
-// says otherwise: enough to catch every broken variant, few enough for
-// the package's tests to take seconds under -race.
-const defaultSeeds = 200
+// says otherwise: enough to catch every broken variant and to exercise
+// every part of the protocol, in seconds. Under -race, which makes a run
+// ten times slower, a quarter of them: each seed runs on one goroutine,
+// so what the race detector can find (state shared between runs, the
+// pool of runs itself) a few seeds find as well as many. CI runs the
+// full count again without -race (.ci/run).
+var defaultSeeds uint64 = 200
+
+func init() {
+	if raceEnabled {
+		defaultSeeds /= 4
+	}
+}
 
 func envInt(t *testing.T, name string, def uint64) uint64 {
 	t.Helper()
