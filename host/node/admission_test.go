@@ -18,6 +18,7 @@ import (
 	"github.com/wasmkeep/wasmkeep/abi"
 	"github.com/wasmkeep/wasmkeep/host/socket"
 	"github.com/wasmkeep/wasmkeep/internal/limits"
+	"github.com/wasmkeep/wasmkeep/internal/testwasm"
 	"github.com/wasmkeep/wasmkeep/internal/wstest"
 )
 
@@ -187,10 +188,11 @@ func (c *rawClient) expectEOF() {
 }
 
 // TestSocketLimits runs the admission, limit and hostile-input cases, each
-// on its own node with the echo guest; the nodes share a compilation cache
-// so that the guest is compiled once.
+// on its own node with the echo guest, through the compilation cache every
+// test process shares (a cache of its own compiled the guest afresh every
+// run: 7 s under -race).
 func TestSocketLimits(t *testing.T) {
-	cache := t.TempDir()
+	cache := testwasm.CompileCacheDir(t)
 	for _, tc := range []struct {
 		name string
 		run  func(*testing.T, string)
