@@ -97,6 +97,7 @@ func (c *slowClient) answer(t *testing.T, within time.Duration) slowAnswer {
 // bodies arriving at once (429 past them), while other addresses are
 // served.
 func TestRequestBodyDeadlines(t *testing.T) {
+	t.Parallel()
 	const timeout = 4 * time.Second
 	const perIP = 20
 	wasm := buildGuest(t, "./testdata/guests/echo")

@@ -222,6 +222,7 @@ func TestChannelCrashClosesOnlyTheTopic(t *testing.T) {
 // passed on, the room hears of every join that ends (a leave, a rejoin, a
 // server close, a socket close, and a node restart while it slept).
 func TestChannelJoinsAndLeaves(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	n := startNode(t, Config{DataDir: dir})
 	putClass(t, n, "channels", "./testdata/guests/channels")

@@ -32,6 +32,7 @@ const slowEvent = 20 * time.Second
 // what it shows. Screenshots go to $WASMKEEP_ARTIFACTS, or
 // .build/artifacts/ at the module's root.
 func TestDashboard(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, Config{Engine: engine.Config{EventTimeout: slowEvent}})
 	putClass(t, n, "counter", "./examples/counter")
 	putClass(t, n, "chat", "./examples/chat")

@@ -187,6 +187,7 @@ func TestForwardHTTP(t *testing.T) {
 // A's; A's cap on relayed sockets is its socket cap; an Origin A refuses
 // never reaches B.
 func TestForwardWebSocket(t *testing.T) {
+	t.Parallel()
 	p := startPair(t, Config{Sockets: socket.Config{MaxSockets: 2}}, Config{Sockets: socket.Config{MaxSocketsPerIP: 1}})
 	p.onB("away")
 	url := p.a.URL() + "/actor/echo/away/ws?x=1"

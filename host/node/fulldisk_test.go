@@ -26,6 +26,7 @@ func outOfSpace(op store.Op) store.Fault {
 // echoes the same message again) needs no write and is answered; and a
 // clean stop names every room whose latest state it could not write.
 func TestFullDiskAnswers(t *testing.T) {
+	t.Parallel()
 	faulty := store.WithFaults(store.NewMem(), nil)
 	n := startNode(t, Config{Bucket: faulty})
 	expect(t, http.StatusCreated, "PUT", n.URL()+"/admin/classes/durable?durability=event", buildGuest(t, "./examples/counter"))

@@ -39,6 +39,7 @@ func originHeader(origin string) http.Header {
 // sees the Origin of those it gets, and may refuse them by closing the
 // socket in its open handler.
 func TestUpgradeOrigins(t *testing.T) {
+	t.Parallel()
 	own := func(n *Node) string { return "http://" + n.Addr() }
 	expectOrigin := func(n *Node, room, origin string) {
 		t.Helper()

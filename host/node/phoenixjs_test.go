@@ -17,6 +17,7 @@ import (
 // server closes the socket. The packages come from test/phoenix's lock
 // file (testenv.NPMPackages).
 func TestPhoenixJSClient(t *testing.T) {
+	t.Parallel()
 	node := testenv.Tool(t, "node")
 	dir := testenv.NPMPackages(t, "test/phoenix", "phoenix")
 	n := startNode(t, Config{})

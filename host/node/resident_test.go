@@ -153,6 +153,7 @@ func TestWakeRefusedWhenNoPlaceFrees(t *testing.T) {
 // failure and doubling, with one log line per attempt; once the store
 // takes writes again, the room hibernates at its next attempt.
 func TestFailedHibernationsBackOff(t *testing.T) {
+	t.Parallel()
 	faulty := store.WithFaults(store.NewMem(), nil)
 	logs := &testenv.Buffer{}
 	n := startNode(t, Config{Bucket: faulty, Logger: slog.New(slog.NewTextHandler(logs, nil)),

@@ -42,6 +42,7 @@ func roomObjects(t *testing.T, n *Node, class, name string) (man *snapshot.Manif
 // segments are deleted, and the room's state survives all of it and a
 // restart.
 func TestDeltaSnapshotsAndCollection(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	n := startNode(t, Config{DataDir: dir, Rooms: rooms.Config{MaxChain: 4}})
 	putClass(t, n, "chat", "./examples/chat")

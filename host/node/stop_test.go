@@ -24,6 +24,7 @@ import (
 // what they woke: every message a client saw relayed is still in its
 // room's history after a restart.
 func TestStopWaitsForWakesUnderWay(t *testing.T) {
+	t.Parallel()
 	const roomCount = 20
 	dir := t.TempDir()
 	bucket, err := store.OpenDir(dir + "/store")
