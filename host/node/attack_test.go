@@ -185,6 +185,7 @@ func serveOn(t *testing.T, ip string, h http.Handler) string {
 // grows by at least the number of requests that could not fail in the
 // browser before they were sent.
 func TestAdminRefusesOtherSites(t *testing.T) {
+	t.Parallel()
 	driver := findChromiumDriver(t)
 	n := startNode(t, Config{})
 	putClass(t, n, "counter", "./examples/counter")
