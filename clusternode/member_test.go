@@ -35,21 +35,6 @@ import (
 // asks).
 var testSecret = []byte("member-test-secret-0123456789")
 
-// sharedCacheDir is the test binary's compilation cache: each class is
-// compiled once, not once per node (minutes under -race).
-var sharedCacheDir string
-
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "wasmkeep-clusternode-test-cache-")
-	if err != nil {
-		panic(err)
-	}
-	sharedCacheDir = dir
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
-
 // link is one node's way to the shared bucket: it counts the node's
 // requests for ownership records and can refuse every request (the node
 // cut off the bucket), or only the writes of chosen keys.
@@ -143,8 +128,12 @@ func startMember(t *testing.T, bucket store.Bucket, name string, ttl time.Durati
 	l := newLink(bucket)
 	cfg := node.Config{
 		DataDir: t.TempDir(), Listen: "127.0.0.1:0", Bucket: l, Logger: testLogger(),
-		Rooms:  rooms.Config{IdleTimeout: time.Hour}, // rooms hibernate when told to
-		Engine: engineConfig(),
+		Rooms: rooms.Config{IdleTimeout: time.Hour}, // rooms hibernate when told to
+		// Every node compiles through the compilation cache the test
+		// processes of this user share (testwasm.CompileCacheDir): under
+		// -race a Go guest takes seconds to compile, and with a cache of
+		// the binary's own every run compiled each class again.
+		Engine: engine.Config{CacheDir: testwasm.CompileCacheDir(t)},
 		Cluster: &node.ClusterConfig{
 			Secret:       testSecret,
 			FailoverWait: time.Second,
@@ -598,5 +587,3 @@ func TestConcurrentWakesOneHolder(t *testing.T) {
 		t.Fatal("no request was served")
 	}
 }
-
-func engineConfig() engine.Config { return engine.Config{CacheDir: sharedCacheDir} }
