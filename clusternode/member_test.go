@@ -125,6 +125,7 @@ func testLogger() *slog.Logger {
 // test if still running.
 func startMember(t *testing.T, bucket store.Bucket, name string, ttl time.Duration, edit ...func(*node.Config)) *member {
 	t.Helper()
+	compileGuests(t)
 	l := newLink(bucket)
 	cfg := node.Config{
 		DataDir: t.TempDir(), Listen: "127.0.0.1:0", Bucket: l, Logger: testLogger(),
@@ -159,6 +160,49 @@ func startMember(t *testing.T, bucket store.Bucket, name string, ttl time.Durati
 	})
 	waitFor(t, 10*time.Second, name+"'s lease valid", func() bool { return m.mem().Status().LeaseValid })
 	return m
+}
+
+// guests are the packages the tests upload as classes.
+var guests = []string{"./examples/counter", "./examples/chat", "./testdata/guests/chatv2", "./testdata/guests/echo"}
+
+var (
+	compileOnce sync.Once
+	compileErr  error
+)
+
+// compileGuests compiles every guest once into the shared compilation
+// cache before the first node of the process starts. The tests run in
+// parallel, each with leases of a second or two renewed every third of
+// it: a compile missing the cache (a first run, a new wazero) costs
+// seconds of both cores under -race, and done by a node while another
+// test's nodes run it could delay their renewals past their leases'
+// validity. From a warm cache this takes a fraction of a second.
+func compileGuests(t *testing.T) {
+	t.Helper()
+	dir := testwasm.CompileCacheDir(t)
+	wasms := make([][]byte, len(guests))
+	for i, pkg := range guests {
+		wasms[i] = testwasm.Build(t, pkg)
+	}
+	compileOnce.Do(func() {
+		// As a node makes its engine (node.Start): the same
+		// configuration, so the same cache entries.
+		e, err := engine.New(context.Background(), engine.Config{CacheDir: dir, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			compileErr = err
+			return
+		}
+		defer e.Close(context.Background())
+		for i, wasm := range wasms {
+			if _, err := e.Compile(context.Background(), wasm); err != nil {
+				compileErr = errors.New(guests[i] + ": " + err.Error())
+				return
+			}
+		}
+	})
+	if compileErr != nil {
+		t.Fatalf("compiling the guests: %v", compileErr)
+	}
 }
 
 // cluster starts the named nodes on one store.Mem and waits until each
@@ -270,13 +314,19 @@ func holds(m *member, class, name string) bool {
 	return false
 }
 
-// The tests run one at a time: leases of a second are renewed every
-// third of it, which a machine busy with other nodes' compilations could
-// delay past the lease's validity.
+// Most tests run in parallel: they spend their time waiting on leases,
+// idle timeouts and the class record's cache, and each has a bucket,
+// nodes, ports and metrics of its own. No node compiles a guest while
+// another test's leases run (compileGuests). The tests that bound how
+// long a lapse or a fence takes (TestLapseDropsRooms,
+// TestLapseWithAParkedRoom, TestFenceByHand) run one at a time, with no
+// other test beside them, so that another cluster's load cannot stretch
+// what they measure.
 
 // TestRouteToHolder: a room held by a routes to a from b and c, naming a's
 // address, for one GET of its record each; on a itself it costs nothing.
 func TestRouteToHolder(t *testing.T) {
+	t.Parallel()
 	_, ms := startCluster(t, time.Second, "a", "b", "c")
 	a, b, c := ms[0], ms[1], ms[2]
 	putClass(t, a, "counter", "./examples/counter", true)
@@ -318,6 +368,7 @@ func TestRouteToHolder(t *testing.T) {
 // another node after a release each cost one GET and one conditional PUT
 // of the record, on the waking node only.
 func TestWakeCost(t *testing.T) {
+	t.Parallel()
 	bucket, ms := startCluster(t, time.Second, "a", "b")
 	a, b := ms[0], ms[1]
 	putClass(t, a, "counter", "./examples/counter", true)
@@ -357,6 +408,7 @@ func TestWakeCost(t *testing.T) {
 // the generation of the hold) and its lease released; another node then
 // takes the room at once with its state.
 func TestCleanStopFrees(t *testing.T) {
+	t.Parallel()
 	bucket, ms := startCluster(t, time.Second, "a", "b")
 	a, b := ms[0], ms[1]
 	putClass(t, a, "counter", "./examples/counter", true)
@@ -447,6 +499,7 @@ func TestLapseDropsRooms(t *testing.T) {
 // held, no release pending, no record naming it; the rooms answer through
 // the other node with their state.
 func TestDrainLeavesNothing(t *testing.T) {
+	t.Parallel()
 	bucket, ms := startCluster(t, time.Second, "a", "b")
 	a, b := ms[0], ms[1]
 	putClass(t, a, "counter", "./examples/counter", true)
@@ -478,6 +531,7 @@ func TestDrainLeavesNothing(t *testing.T) {
 // TestMoveHandsOver: a move hands a room to the target, which holds it
 // at once (before any event), with its state.
 func TestMoveHandsOver(t *testing.T) {
+	t.Parallel()
 	bucket, ms := startCluster(t, time.Second, "a", "b", "c")
 	a, c := ms[0], ms[2]
 	putClass(t, a, "counter", "./examples/counter", true)
@@ -539,6 +593,7 @@ func TestFenceByHand(t *testing.T) {
 // three nodes at once: exactly one node holds it, and the counts it
 // answers are 1..n with none twice.
 func TestConcurrentWakesOneHolder(t *testing.T) {
+	t.Parallel()
 	bucket, ms := startCluster(t, time.Second, "a", "b", "c")
 	putClass(t, ms[0], "counter", "./examples/counter", true)
 	var mu sync.Mutex

@@ -81,6 +81,7 @@ func takeBehindBack(t *testing.T, b store.Bucket, room cluster.Room, h cluster.H
 // while refused, and lands once the bucket accepts it (the record free at
 // the parked generation, nothing pending, nothing parked).
 func TestLastSocketGoneWhileWritesAreRefused(t *testing.T) {
+	t.Parallel()
 	start := time.Now()
 	bucket, ms := startClusterWith(t, 2*time.Second, idleSoon, "a", "b")
 	a := ms[0]
@@ -142,6 +143,7 @@ func TestLastSocketGoneWhileWritesAreRefused(t *testing.T) {
 // release lands, the move loop asks the target, which takes the room,
 // and the socket closes with 1012 (no owner sweep runs in this test).
 func TestMoveOfAParkedRoomWaitsForItsRelease(t *testing.T) {
+	t.Parallel()
 	start := time.Now()
 	bucket, ms := startClusterWith(t, 2*time.Second, idleSoon, "a", "b")
 	a, b := ms[0], ms[1]
@@ -201,6 +203,7 @@ func TestMoveOfAParkedRoomWaitsForItsRelease(t *testing.T) {
 // waits, socket open, until a's resolver releases the landed wake, then
 // the target takes the room and the socket closes with 1012.
 func TestMoveOfAParkedRoomWaitsOutALaterGeneration(t *testing.T) {
+	t.Parallel()
 	bucket, ms := startClusterWith(t, 2*time.Second, idleSoon, "a", "b")
 	a, b := ms[0], ms[1]
 	putClass(t, a, "echo", "./testdata/guests/echo", true)
@@ -237,6 +240,7 @@ func TestMoveOfAParkedRoomWaitsOutALaterGeneration(t *testing.T) {
 // c takes the free room there: the move is over, reported as taken by c
 // (not moved to b), and a's socket closes with 1012.
 func TestAMovingRoomTakenByAnotherNodeFirst(t *testing.T) {
+	t.Parallel()
 	bucket, ms := startClusterWith(t, 2*time.Second, idleSoon, "a", "b", "c")
 	a, b, c := ms[0], ms[1], ms[2]
 	putClass(t, a, "echo", "./testdata/guests/echo", true)
@@ -325,6 +329,7 @@ func sweepUntil(t *testing.T, m *member, what string, done func() bool) int {
 // dropped, the socket closes with 1012 (counted as the sweep's), and a
 // writes nothing to the record.
 func TestSweepFindsAParkedRoomTakenElsewhere(t *testing.T) {
+	t.Parallel()
 	start := time.Now()
 	bucket, ms := startClusterWith(t, 2*time.Second, idleSoon, "a", "b")
 	a, b := ms[0], ms[1]
@@ -401,6 +406,7 @@ func (h countingHandler) WithGroup(g string) slog.Handler {
 // the next re-reading pass counts the first again without logging it
 // again. Its socket stays open throughout.
 func TestSweepPassesOverAnUndecodableRecord(t *testing.T) {
+	t.Parallel()
 	start := time.Now()
 	var logged atomic.Int64
 	quietCounting := func(cfg *node.Config) {

@@ -34,6 +34,7 @@ func parkedOn(t *testing.T, m *member, room cluster.Room) cluster.Hold {
 // gets what the call broadcast; once the socket closes (its close woken
 // at home too) the record names nobody.
 func TestAParkedRoomWakesWhereItsSocketsAre(t *testing.T) {
+	t.Parallel()
 	bucket, ms := startClusterWith(t, 2*time.Second, idleSoon, "a", "b")
 	a, b := ms[0], ms[1]
 	putClass(t, a, "echo", "./testdata/guests/echo", true)
@@ -89,6 +90,7 @@ func TestAParkedRoomWakesWhereItsSocketsAre(t *testing.T) {
 // TestADrainReleasesParkedRecords: a drain releases the parked record,
 // closes the room's socket with 1012, and is drained only then.
 func TestADrainReleasesParkedRecords(t *testing.T) {
+	t.Parallel()
 	bucket, ms := startClusterWith(t, 2*time.Second, idleSoon, "a", "b")
 	a := ms[0]
 	putClass(t, a, "echo", "./testdata/guests/echo", true)
@@ -114,6 +116,7 @@ func TestADrainReleasesParkedRecords(t *testing.T) {
 // TestAParkedRoomMoves: a move of a parked room releases its record, has
 // the target take it, and closes the socket with 1012 after.
 func TestAParkedRoomMoves(t *testing.T) {
+	t.Parallel()
 	bucket, ms := startClusterWith(t, 2*time.Second, idleSoon, "a", "b")
 	a, b := ms[0], ms[1]
 	putClass(t, a, "echo", "./testdata/guests/echo", true)
@@ -139,6 +142,7 @@ func keyOf(r cluster.Room) rooms.Key { return rooms.Key{Class: r.Class, Name: r.
 // released, and its socket closes with 1012 rather than staying on a
 // room the node no longer holds.
 func TestARefusedParkClosesTheSockets(t *testing.T) {
+	t.Parallel()
 	idle := func(cfg *node.Config) { cfg.Rooms.IdleTimeout = 3 * time.Second } // time to set the drain first
 	bucket, ms := startClusterWith(t, 2*time.Second, idle, "a", "b")
 	a := ms[0]
@@ -166,6 +170,7 @@ func TestARefusedParkClosesTheSockets(t *testing.T) {
 // pass releases it, an event reaching the draining node for a room parked
 // there releases the record, and goes to the peer, which takes the room.
 func TestAnEventForAParkedRoomOfADrainingNodeReleasesItFirst(t *testing.T) {
+	t.Parallel()
 	bucket, ms := startClusterWith(t, 2*time.Second, idleSoon, "a", "b")
 	a, b := ms[0], ms[1]
 	putClass(t, a, "echo", "./testdata/guests/echo", true)

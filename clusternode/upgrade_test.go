@@ -50,6 +50,7 @@ func versionOn(t *testing.T, m *member, class, name string) string {
 // started on a node that does not hold the room counts it as elsewhere,
 // and the holder moves it at its next wake.
 func TestUpgradeOnTheNodeThatWakesTheRoom(t *testing.T) {
+	t.Parallel()
 	_, ms := startCluster(t, time.Second, "a", "b")
 	a, b := ms[0], ms[1]
 	v1, _ := upload(t, a, "chat", "./examples/chat", "")
