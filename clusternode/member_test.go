@@ -563,6 +563,9 @@ func TestMoveHandsOver(t *testing.T) {
 // its room is taken at once by the fencer, long before the automatic fence
 // (ttl + grace of silence) could have landed.
 func TestFenceByHand(t *testing.T) {
+	// In parallel: the bound it checks (over 4 s) is ten times what the
+	// fence by hand takes.
+	t.Parallel()
 	const ttl = 5 * time.Second
 	bucket, ms := startCluster(t, ttl, "a", "b")
 	a, b := ms[0], ms[1]
