@@ -325,10 +325,10 @@ func holds(m *member, class, name string) bool {
 // idle timeouts and the class record's cache, and each has a bucket,
 // nodes, ports and metrics of its own. No node compiles a guest while
 // another test's leases run (compileGuests). The tests that bound how
-// long a lapse or a fence takes (TestLapseDropsRooms,
-// TestLapseWithAParkedRoom, TestFenceByHand) run one at a time, with no
-// other test beside them, so that another cluster's load cannot stretch
-// what they measure.
+// long a lapse takes (TestLapseDropsRooms, TestLapseWithAParkedRoom) run
+// one at a time, with no other test beside them, so that another
+// cluster's load cannot stretch what they measure; TestFenceByHand's
+// bound is ten times what it takes, and it runs in parallel.
 
 // TestRouteToHolder: a room held by a routes to a from b and c, naming a's
 // address, for one GET of its record each; on a itself it costs nothing.
