@@ -448,22 +448,35 @@ func testSlowReaderEvictedFromBroadcasts(t *testing.T, cache string) {
 			body := []byte(strings.Repeat("x", 32<<10))
 			var slowest time.Duration
 			sent := 0
-			// The last time the client was seen to take something (the
-			// queues shrank), or was sent something.
-			last, queued := time.Now(), 0.0
-			for metric(t, n, evictions) == 0 {
+			// The last time the queues were seen to hold less than the
+			// budget: the slow socket's stall clock cannot have started
+			// before it (the queue reaches its budget after, or came down
+			// under it by the client taking bytes, which restarts the
+			// clock). Takes that leave the queue at its budget are not
+			// seen here (the other socket's last broadcast may still be
+			// counted in the sum, so a smaller sum proves nothing), which
+			// only ever makes the check weaker. The queue is read before
+			// the evictions, so that the queue dropped by the eviction
+			// itself is never taken for the client taking something.
+			last := time.Now()
+			for {
 				if tc.topUp {
-					// The fast socket's queue holds a broadcast at most:
-					// above this the slow one is at its budget.
+					read := time.Now()
 					q := metric(t, n, "wasmkeep_socket_outbound_queued_bytes")
-					if q < queued {
-						last = time.Now()
+					if metric(t, n, evictions) != 0 {
+						break
 					}
-					if queued = q; q >= budget+2*float64(len(body)) {
+					if q < budget {
+						last = read
+					}
+					// The other socket's queue holds a broadcast at most:
+					// above this the slow one is at its budget.
+					if q >= budget+2*float64(len(body)) {
 						time.Sleep(5 * time.Millisecond) // polling the queues
 						continue
 					}
-					last = time.Now()
+				} else if metric(t, n, evictions) != 0 {
+					break
 				}
 				if sent == 5000 {
 					t.Fatalf("no eviction after %d broadcasts of %d bytes", sent, len(body))
@@ -479,9 +492,9 @@ func testSlowReaderEvictedFromBroadcasts(t *testing.T, cache string) {
 			}
 			waited := time.Since(last)
 			if tc.topUp && waited < slow*3/4 {
-				t.Errorf("evicted %v after the client last took something, want %v", waited, slow)
+				t.Errorf("evicted %v after the queues were last under the budget, want %v", waited, slow)
 			}
-			t.Logf("evicted after %d broadcasts of %d bytes, %v after the last; slowest broadcast to the other socket %v",
+			t.Logf("evicted after %d broadcasts of %d bytes, %v after the queues were last under the budget; slowest broadcast to the other socket %v",
 				sent, len(body), waited, slowest)
 			if slowest > time.Second {
 				t.Errorf("a broadcast took %v to reach the other socket", slowest)
