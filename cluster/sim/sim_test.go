@@ -17,7 +17,7 @@ import (
 // defaultSeeds is how many seeds TestSim runs unless WASMKEEP_SIM_SEEDS
 // says otherwise: enough to catch every broken variant and to exercise
 // every part of the protocol, in seconds. Under -race, which makes a run
-// ten times slower, a quarter of them: each seed runs on one goroutine,
+// ten times slower, an eighth of them: each seed runs on one goroutine,
 // so what the race detector can find (state shared between runs, the
 // pool of runs itself) a few seeds find as well as many. CI runs the
 // full count again without -race (.ci/run).
@@ -25,7 +25,8 @@ var defaultSeeds uint64 = 200
 
 func init() {
 	if raceEnabled {
-		defaultSeeds /= 4
+		defaultSeeds /= 8
+		checkSeeds = 1
 	}
 }
 
@@ -230,6 +231,11 @@ func TestSimReplaysExactly(t *testing.T) {
 	}
 }
 
+// checkSeeds is how many seeds of each variant (and of the correct code)
+// TestChecksOfWhatChangedFindWhatCheckingEverythingFinds runs; one under
+// -race, for the reason defaultSeeds gives, and CI runs it again without.
+var checkSeeds uint64 = 3
+
 // TestChecksOfWhatChangedFindWhatCheckingEverythingFinds: the checks
 // after each step look only at what the step changed; looking at
 // everything finds the same first violation on the same step.
@@ -245,7 +251,7 @@ func TestChecksOfWhatChangedFindWhatCheckingEverythingFinds(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for seed := range uint64(3) {
+		for seed := range checkSeeds {
 			cfg.Seed = seed
 			runs = append(runs, &run{name: name, cfg: cfg})
 		}
