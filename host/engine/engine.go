@@ -128,6 +128,10 @@ type Engine struct {
 	provided  map[string]map[string]bool // module → function names the host provides
 	clock     clock.Clock
 
+	// addInterrupt is wasmrw.AddInterrupt; a test replaces it on its own
+	// engine to see a refusal.
+	addInterrupt func([]byte) ([]byte, error)
+
 	mu      sync.Mutex
 	live    map[*Instance]struct{} // instances the watchdog looks at
 	closed  uint64                 // instances closed, for Stats
@@ -141,12 +145,13 @@ type Engine struct {
 func New(ctx context.Context, cfg Config) (*Engine, error) {
 	cfg = cfg.withDefaults()
 	e := &Engine{
-		cfg:     cfg,
-		clock:   cfg.Clock,
-		live:    map[*Instance]struct{}{},
-		classes: map[*Class]struct{}{},
-		stop:    make(chan struct{}),
-		done:    make(chan struct{}),
+		cfg:          cfg,
+		clock:        cfg.Clock,
+		addInterrupt: wasmrw.AddInterrupt,
+		live:         map[*Instance]struct{}{},
+		classes:      map[*Class]struct{}{},
+		stop:         make(chan struct{}),
+		done:         make(chan struct{}),
 	}
 	// The event timeout is enforced by a global the engine sets and the
 	// guest checks at every loop header (wasmrw.AddInterrupt), not by
@@ -172,9 +177,6 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	}
 	return e, nil
 }
-
-// addInterrupt is wasmrw.AddInterrupt; tests replace it to see a refusal.
-var addInterrupt = wasmrw.AddInterrupt
 
 // ownInterrupt reports whether the event timeout is enforced with the
 // engine's interrupt global rather than wazero's checks. Not on the
@@ -445,7 +447,7 @@ func (e *Engine) Compile(ctx context.Context, wasm []byte) (*Class, error) {
 	}
 	rt, interrupt := e.rt, false
 	if e.cfg.EventTimeout > 0 && e.cfg.ownInterrupt() {
-		if instrumented, err := addInterrupt(out); err == nil {
+		if instrumented, err := e.addInterrupt(out); err == nil {
 			out, interrupt = instrumented, true
 		} else {
 			// Valid modules AddInterrupt does not decode run with

@@ -180,10 +180,13 @@ func TestSnapshotsCrossInterruptModes(t *testing.T) {
 // runs on a runtime with wazero's checks, compiled into a cache of its
 // own, and its loops are still ended by the time limit.
 func TestRefusedModuleFallsBackToWazeroChecks(t *testing.T) {
-	addInterrupt = func([]byte) ([]byte, error) { return nil, fmt.Errorf("test: %w", wasmrw.ErrUnsupported) }
-	t.Cleanup(func() { addInterrupt = wasmrw.AddInterrupt })
+	// Its own cache, so that the fallback runtime is seen to compile and
+	// keep the module; that compile of a Go guest is most of the package's
+	// time under -race, so the other tests run beside it.
+	t.Parallel()
 	cache := t.TempDir()
 	e := newEngine(t, Config{EventTimeout: 200 * time.Millisecond, CacheDir: cache})
+	e.addInterrupt = func([]byte) ([]byte, error) { return nil, fmt.Errorf("test: %w", wasmrw.ErrUnsupported) }
 	c := compile(t, e, "./testdata/guests/hostile")
 	if c.interrupt || c.rt != e.checked || e.checked == nil {
 		t.Fatal("the refused module was not compiled on the runtime with wazero's checks")
