@@ -133,11 +133,16 @@ func openDir(t testing.TB, path string, o store.DirOptions) *store.Dir {
 	return d
 }
 
+// The suites below and TestDirCrash mostly wait on the disk (fsync), each
+// on directories of its own, so they run side by side.
+
 func TestDir(t *testing.T) {
+	t.Parallel()
 	storetest.Run(t, func(t *testing.T) store.Bucket { return openDir(t, t.TempDir(), store.DirOptions{}) })
 }
 
 func TestDirNoSync(t *testing.T) {
+	t.Parallel()
 	storetest.Run(t, func(t *testing.T) store.Bucket { return openDir(t, t.TempDir(), store.DirOptions{NoSync: true}) })
 }
 
@@ -145,6 +150,7 @@ func TestDirNoSync(t *testing.T) {
 // call going to one of them in turn: what one process writes, the other
 // sees, and their locks exclude each other.
 func TestDirTwoHandles(t *testing.T) {
+	t.Parallel()
 	storetest.Run(t, func(t *testing.T) store.Bucket {
 		path := t.TempDir()
 		return &alternating{bs: [2]store.Bucket{openDir(t, path, store.DirOptions{}), openDir(t, path, store.DirOptions{})}}
@@ -403,6 +409,7 @@ func TestDirCrash(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes")
 	}
+	t.Parallel()
 	seed := rand.Uint64()
 	t.Logf("seed %d", seed)
 	r := rand.New(rand.NewPCG(seed, 0))

@@ -66,7 +66,8 @@ func (o Options) fileTreeKeys(keys []string) []string {
 }
 
 // Run runs the suite with the zero Options. newBucket must return an empty
-// bucket for each subtest; it may register cleanups with t.
+// bucket for each subtest, and may be called from several subtests at once;
+// it may register cleanups with t.
 func Run(t *testing.T, newBucket func(t *testing.T) store.Bucket) {
 	RunWith(t, newBucket, Options{})
 }
@@ -106,8 +107,11 @@ func RunWith(t *testing.T, newBucket func(t *testing.T) store.Bucket, o Options)
 		{"LinearizableOneKey", testLinearizableOneKey},
 		{"LinearizableKeys", testLinearizableKeys},
 	}
+	// Each subtest has a bucket of its own, and most of them wait on the
+	// store (a disk's fsync, an S3 server's answers): they run side by side.
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			tc.fn(t, newBucket(t), o)
 		})
 	}
