@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -126,24 +127,33 @@ func TestImportPathAndMemo(t *testing.T) {
 // TestSDKImports checks every host function the SDK (and the hostile
 // fixture's raw declarations) import against abi.go's signatures.
 func TestSDKImports(t *testing.T) {
+	var mu sync.Mutex
 	seen := map[string]bool{}
-	for _, pkg := range []string{"./testdata/guests/echo", "./testdata/guests/hostile", "./examples/chat", "./examples/counter", "./testdata/guests/channels"} {
-		for _, f := range compile(t, Build(t, pkg)).ImportedFunctions() {
-			mod, name, _ := f.Import()
-			if mod != abi.ImportModule {
-				continue
-			}
-			want, ok := wantImports[name]
-			if !ok {
-				t.Errorf("%s imports unknown %s.%s", pkg, mod, name)
-				continue
-			}
-			if got := sig(f.ParamTypes(), f.ResultTypes()); got != want {
-				t.Errorf("%s imports %s as %s, want %s", pkg, name, got, want)
-			}
-			seen[name] = true
+	// Each fixture's compile (seconds under -race) runs beside the others.
+	t.Run("fixtures", func(t *testing.T) {
+		for _, pkg := range []string{"./testdata/guests/echo", "./testdata/guests/hostile", "./examples/chat", "./examples/counter", "./testdata/guests/channels"} {
+			t.Run(strings.TrimPrefix(pkg, "./"), func(t *testing.T) {
+				t.Parallel()
+				for _, f := range compile(t, Build(t, pkg)).ImportedFunctions() {
+					mod, name, _ := f.Import()
+					if mod != abi.ImportModule {
+						continue
+					}
+					want, ok := wantImports[name]
+					if !ok {
+						t.Errorf("%s imports unknown %s.%s", pkg, mod, name)
+						continue
+					}
+					if got := sig(f.ParamTypes(), f.ResultTypes()); got != want {
+						t.Errorf("%s imports %s as %s, want %s", pkg, name, got, want)
+					}
+					mu.Lock()
+					seen[name] = true
+					mu.Unlock()
+				}
+			})
 		}
-	}
+	})
 	for name := range wantImports {
 		if !seen[name] && name != abi.ImportAlarmClear {
 			t.Errorf("no fixture imports %s", name)
