@@ -43,6 +43,7 @@ func putAS(t *testing.T, n *Node, name, entry string, args ...string) {
 // is served by the room. The chat is built with the SDK's runtime (minimal)
 // and with AssemblyScript's default one (incremental).
 func TestAssemblyScriptChatAcrossHibernation(t *testing.T) {
+	t.Parallel()
 	t.Run("minimal", func(t *testing.T) { testASChatAcrossHibernation(t) })
 	t.Run("incremental", func(t *testing.T) { testASChatAcrossHibernation(t, "--runtime", "incremental") })
 }
@@ -80,6 +81,7 @@ func testASChatAcrossHibernation(t *testing.T, args ...string) {
 // directory the room wakes from its snapshot with its history, and no room
 // cold-starts.
 func TestAssemblyScriptChatSurvivesRestart(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	n := startNode(t, Config{DataDir: dir})
 	putAS(t, n, "aschat", asChat)
@@ -119,6 +121,7 @@ func TestAssemblyScriptChatSurvivesRestart(t *testing.T) {
 // closes, checkpoints, the reserved alarm, WASI clocks and randomness, a
 // trap rolling the room back, and Phoenix channels.
 func TestAssemblyScriptSDK(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, Config{})
 	putAS(t, n, "asguest", asGuest)
 	room := n.URL() + "/actor/asguest/r"
@@ -394,6 +397,7 @@ func putVersion(t *testing.T, n *Node, class string, wasm []byte, query string) 
 // same history format, so an AssemblyScript room moves to a Go version and
 // back with its history and its sockets.
 func TestAssemblyScriptUpgrade(t *testing.T) {
+	t.Parallel()
 	var (
 		asV1 = func(t *testing.T) []byte { return testwasm.AssemblyScript(t, asChat) }
 		asV2 = func(t *testing.T) []byte { return testwasm.AssemblyScript(t, asChatV2) }
@@ -457,6 +461,7 @@ func TestAssemblyScriptUpgrade(t *testing.T) {
 // a chat room stays on the chat when the guest comes as its v2. A start
 // that aborts (chatv2 given a state it cannot read) is a trap.
 func TestAssemblyScriptUpgradeWithoutHandlers(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, Config{})
 	guest, chat, chatV2 := testwasm.AssemblyScript(t, asGuest), testwasm.AssemblyScript(t, asChat), testwasm.AssemblyScript(t, asChatV2)
 

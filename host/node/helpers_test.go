@@ -22,10 +22,12 @@ import (
 	"github.com/wasmkeep/wasmkeep/internal/testwasm"
 )
 
-// Tests that mostly wait (on deadlines, backoffs, a browser) call
-// t.Parallel(), so that their waits overlap; the tests that read the
-// process as a whole (RSS, Pss, goroutines) or load it on purpose stay
-// sequential, and Go runs those before any parallel one starts.
+// Tests that mostly wait (on deadlines, backoffs, a browser), and those
+// whose checks hold whatever else runs (the KV model, upgrades,
+// AssemblyScript rooms), call t.Parallel(), so that their waits overlap;
+// the tests that read the process as a whole (RSS, Pss, goroutines), load
+// it on purpose or bound how long something takes stay sequential, and Go
+// runs those before any parallel one starts.
 func TestMain(m *testing.M) {
 	if urls := os.Getenv(envClientURLs); urls != "" {
 		n, _ := strconv.Atoi(os.Getenv(envClientN))

@@ -70,6 +70,7 @@ func modelSeed(t *testing.T) uint64 {
 // through the test's own requests to it, one at a time, so checking before
 // every operation catches every snapshot that matters.
 func TestKVModel(t *testing.T) {
+	t.Parallel()
 	seed := modelSeed(t)
 	// 3000 operations take about 20 s on 2 idle cores. On a busy machine
 	// the run stops early at the budget (saying so), unless the number of

@@ -20,6 +20,7 @@ import (
 //
 //	WASMKEEP_UPGRADE_ROOMS=400 go test -run TestUpgradeNowAtScale -count 1 -v ./host/node/
 func TestUpgradeNowAtScale(t *testing.T) {
+	t.Parallel()
 	rooms := 40
 	if v := os.Getenv("WASMKEEP_UPGRADE_ROOMS"); v != "" {
 		n, err := strconv.Atoi(v)

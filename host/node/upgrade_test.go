@@ -72,6 +72,7 @@ func everyoneReads(t *testing.T, want string, cs ...*wstest.Client) {
 }
 
 func TestUpgradeKeepsHistoryAndSockets(t *testing.T) {
+	t.Parallel()
 	for _, policy := range []string{"lazy", "now"} {
 		t.Run(policy, func(t *testing.T) {
 			n := startNode(t, Config{})
@@ -120,6 +121,7 @@ func TestUpgradeKeepsHistoryAndSockets(t *testing.T) {
 }
 
 func TestUpgradeWithoutHandoffStaysThenResets(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, Config{})
 	v1 := uploadVersion(t, n, "c", "./testdata/guests/echo", "")
 	url := n.URL() + "/actor/c/r"
@@ -177,6 +179,7 @@ func TestUpgradeWithoutHandoffStaysThenResets(t *testing.T) {
 }
 
 func TestFailedUpgradeKeepsTheRoomOnItsVersion(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, Config{})
 	// Every event durable: what a client was answered is in the store.
 	v1 := uploadVersion(t, n, "chat", "./examples/chat", "durability=event")
