@@ -7,7 +7,9 @@ package main
 // runDocs, in order per doc, in a fresh directory of symbolic links to the
 // repository's top-level files (commands that build run as shown, but what
 // they write stays out of the tree), with this test's wasmkeep first on
-// PATH. The conventions (also written out for readers at the end of
+// PATH, GOFLAGS=-trimpath, and each node's compilation cache linked to the
+// tests' shared one (so that a run builds and compiles only what changed
+// since the last). The conventions (also written out for readers at the end of
 // docs/getting-started.md):
 //
 //   - A command that starts a node (wasmkeep serve, demo or dev, however
@@ -47,6 +49,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wasmkeep/wasmkeep/host/node"
 	"github.com/wasmkeep/wasmkeep/internal/testenv"
 	"github.com/wasmkeep/wasmkeep/internal/testwasm"
 )
@@ -340,6 +343,7 @@ func (r *docRunner) shell(command string) (stdout, stderr string, err error) {
 // startNode starts a node command in the background and waits until it
 // serves.
 func (r *docRunner) startNode(command string) error {
+	r.shareCompileCache(command)
 	p := &proc{t: r.t, exited: make(chan struct{}), url: "http://" + r.addr}
 	// exec: the shell becomes the command, so that Ctrl-C's SIGINT ends
 	// the command, not a shell that waits for it (dash dies of it).
@@ -406,6 +410,20 @@ func waitFor(p *proc, want string, deadline time.Duration) error {
 		}
 	}
 	return nil
+}
+
+// shareCompileCache links the compilation cache of the data directory a
+// node command is about to use (its --data, or the default) to the one all
+// test processes share, as shareCompileCache does for the other tests'
+// nodes. With the builds' -trimpath (see runDoc), the modules a doc
+// builds and uploads are the same bytes in every run, so a -race node
+// finds them compiled instead of compiling each for seconds.
+func (r *docRunner) shareCompileCache(command string) {
+	o := nodeOpts{dir: r.dir, args: strings.Fields(command)}
+	if !slices.ContainsFunc(o.args, func(a string) bool { return a == "--data" || strings.HasPrefix(a, "--data=") }) {
+		o.args = append(o.args, "--data", node.DefaultDataDir)
+	}
+	shareCompileCache(r.t, o)
 }
 
 // stopNode stops the running node as Ctrl-C in its terminal would, and
@@ -493,6 +511,10 @@ func runDoc(t *testing.T, root string, script docScript) (*docRunner, error) {
 	r := &docRunner{t: t, script: script, dir: dir, addr: addr, env: []string{
 		"PATH=" + bin + string(os.PathListSeparator) + os.Getenv("PATH"),
 		"GOBIN=" + bin, // a doc's `go install` lands first on PATH, not in your GOBIN
+		// The doc's directory is new every run: without -trimpath its path
+		// would be in every binary and module the doc builds, which would
+		// then never be found in Go's build cache or the compilation cache.
+		"GOFLAGS=" + strings.TrimSpace(os.Getenv("GOFLAGS")+" -trimpath"),
 		"WASMKEEP_LISTEN=" + addr,
 		"WASMKEEP_SERVER=http://" + addr,
 	}}
