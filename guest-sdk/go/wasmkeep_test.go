@@ -216,9 +216,12 @@ func TestSockets(t *testing.T) {
 	// A batch is handled as its messages one by one, in order.
 	p, n = deliver(abi.AppendBatchedMessage(abi.AppendBatchedMessage(nil, abi.MessageText, []byte("b1")), abi.MessageBinary, []byte{9}))
 	onSocketMessages(3, p, n)
+	if err := Socket(3).SendText([]byte("raw")); err != nil {
+		t.Fatal(err)
+	}
 	p, n = deliver([]byte("bye"))
 	onSocketClose(3, 1001, p, n)
-	want := []string{"1:hi 7", "1:txt", "2:\x00\x01", "1:b1", "2:\x09"}
+	want := []string{"1:hi 7", "1:txt", "2:\x00\x01", "1:b1", "2:\x09", "1:raw"}
 	if !slices.Equal(h.sends, want) {
 		t.Fatalf("sends %q, want %q", h.sends, want)
 	}

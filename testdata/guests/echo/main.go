@@ -26,8 +26,8 @@
 // status=N on an echoed request makes the answer's status N.
 //
 // Sockets: on open the socket is sent "open <path>?<query>"; every message
-// is sent back to its socket with the same kind (text or binary); closes are
-// ignored.
+// is sent back to its socket with the same kind (text or binary), as it came
+// (SendText, not Send(m.Text())); closes are ignored.
 package main
 
 import (
@@ -45,7 +45,7 @@ func init() {
 	})
 	wk.HandleSocketMessage(func(s wk.Socket, m wk.Message) {
 		if m.IsText() {
-			s.Send(m.Text())
+			s.SendText(m.Data) // valid UTF-8 already: no copy into a string
 		} else {
 			s.SendBinary(m.Data)
 		}
