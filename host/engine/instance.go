@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -220,6 +221,38 @@ func (c *Class) Start(ctx context.Context, host Host) (*Instance, error) {
 // guest clock come back; no start or initialize function runs. segs holds
 // the segments the manifest references, by id.
 func (c *Class) Restore(ctx context.Context, man *snapshot.Manifest, segs map[string]*snapshot.Segment, host Host) (*Instance, error) {
+	return c.restore(ctx, man, host, func(inst *Instance, view []byte) ([]uint64, error) {
+		return man.Restore(view, segs, c.isDirty, c.basePages)
+	})
+}
+
+// ErrNoImage: the instance's memory cannot map a file (it is not a mapped
+// memory, or not on linux); restore from the segments instead.
+var ErrNoImage = errors.New("engine: the memory cannot map an image")
+
+// RestoreImage creates a room instance from a snapshot whose memory is
+// the first man.MemorySize() bytes of img (host/images), with page hashes
+// pages: the file is mapped copy-on-write over the memory, so nothing is
+// decoded or copied now, a page is read in when the guest first touches
+// it, and one it writes becomes the instance's own (the file is never
+// changed through the mapping). Globals and the guest clock come back as
+// in Restore. It fails with ErrNoImage where memories cannot map files.
+func (c *Class) RestoreImage(ctx context.Context, man *snapshot.Manifest, img *os.File, pages []uint64, host Host) (*Instance, error) {
+	if len(pages) != int(man.MemorySize()/pageSize) {
+		return nil, fmt.Errorf("engine: %d page hashes for a memory of %d bytes", len(pages), man.MemorySize())
+	}
+	return c.restore(ctx, man, host, func(inst *Instance, view []byte) ([]uint64, error) {
+		if err := inst.mapImage(view, img); err != nil {
+			return nil, err
+		}
+		return pages, nil
+	})
+}
+
+// restore checks the snapshot against the class, takes a blank instance,
+// grows its memory to the snapshot's, has fill write it (returning its
+// page hashes), and sets the globals and the clock.
+func (c *Class) restore(ctx context.Context, man *snapshot.Manifest, host Host, fill func(inst *Instance, view []byte) ([]uint64, error)) (*Instance, error) {
 	if man.ModuleHash != c.Hash {
 		return nil, fmt.Errorf("snapshot was taken with module %s, not %s", man.ModuleHash, c.Hash)
 	}
@@ -230,7 +263,7 @@ func (c *Class) Restore(ctx context.Context, man *snapshot.Manifest, segs map[st
 	if err != nil {
 		return nil, err
 	}
-	if err := inst.load(man, segs); err != nil {
+	if err := inst.load(man, fill); err != nil {
 		inst.Close()
 		return nil, err
 	}
@@ -259,7 +292,7 @@ func (c *Class) handOut(ctx context.Context) (*Instance, error) {
 	return inst, nil
 }
 
-func (i *Instance) load(man *snapshot.Manifest, segs map[string]*snapshot.Segment) error {
+func (i *Instance) load(man *snapshot.Manifest, fill func(inst *Instance, view []byte) ([]uint64, error)) error {
 	size, want := i.mem.Size(), man.MemorySize()
 	switch {
 	case want < size:
@@ -273,7 +306,7 @@ func (i *Instance) load(man *snapshot.Manifest, segs map[string]*snapshot.Segmen
 	if !ok {
 		return errors.New("memory view out of range")
 	}
-	pages, err := man.Restore(view, segs, i.class.isDirty, i.class.basePages)
+	pages, err := fill(i, view)
 	if err != nil {
 		return err
 	}
@@ -289,6 +322,20 @@ func (i *Instance) load(man *snapshot.Manifest, segs map[string]*snapshot.Segmen
 		g.(api.MutableGlobal).Set(man.Globals[n])
 	}
 	return nil
+}
+
+// ReadMemory calls f with the instance's memory, for saving it
+// (host/images). The instance must not run meanwhile, and f must not keep
+// the slice.
+func (i *Instance) ReadMemory(f func(mem []byte) error) error {
+	if i.dead {
+		return ErrClosed
+	}
+	view, ok := i.mem.Read(0, i.mem.Size())
+	if !ok {
+		return errors.New("memory view out of range")
+	}
+	return f(view)
 }
 
 // RestoredPages returns the page hashes of the memory as restored from its

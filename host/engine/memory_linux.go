@@ -5,6 +5,7 @@ package engine
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"os"
 	"runtime"
 	"strconv"
@@ -44,6 +45,7 @@ type mappedMemory struct {
 	data      []wasmrw.DataSegment
 	image     *classImage // mapped over the first imageSize bytes, or nil
 	imageSize uintptr
+	file      bool // a room's image file is mapped over its start (mapImage)
 	cleanup   runtime.Cleanup
 }
 
@@ -334,15 +336,50 @@ func (i *Instance) trimMemory() {
 	if !ok || len(view) == 0 {
 		return
 	}
+	if m := mappedOf(view); m != nil && !m.file {
+		m.trim(view)
+	}
+}
+
+// mappedOf returns the mapped memory view is, or nil (a memory on the Go
+// heap, or one freed).
+func mappedOf(view []byte) *mappedMemory {
+	if len(view) == 0 {
+		return nil
+	}
 	v, ok := liveMappings.Load(unsafe.Pointer(unsafe.SliceData(view)))
 	if !ok {
-		return
+		return nil
 	}
 	m := v.(weak.Pointer[mappedMemory]).Value()
 	if m == nil || m.base != unsafe.Pointer(unsafe.SliceData(view)) || uintptr(len(view)) > m.usable {
-		return // not this instance's memory (it was freed)
+		return nil // not this instance's memory (it was freed)
 	}
-	m.trim(view)
+	return m
+}
+
+// mapImage maps the first len(view) bytes of img privately over the
+// instance's memory, whose whole view it is (already grown to the size):
+// what was mapped there (the class image, zeros) is replaced, nothing is
+// read now, and the guest's writes stay the instance's own. A memory that
+// is not mapped, or whose first pages are not where wasm sees them, fails
+// with ErrNoImage.
+func (i *Instance) mapImage(view []byte, img *os.File) error {
+	m := mappedOf(view)
+	if m == nil || uint64(len(view))%osPageSize != 0 {
+		return ErrNoImage
+	}
+	if _, err := unix.MmapPtr(int(img.Fd()), 0, m.base, uintptr(len(view)), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_FIXED|unix.MAP_NORESERVE); err != nil {
+		// MAP_FIXED replaces the old mapping only on success: the memory
+		// is as it was, and the caller closes the instance.
+		return fmt.Errorf("%w: %v", ErrNoImage, err)
+	}
+	// The class image no longer lies under the memory: trimming against
+	// it would drop the file's pages, and a freed page of a file mapping
+	// reads back as the file's, not as the class image's.
+	m.image, m.imageSize, m.file = nil, 0, true
+	runtime.KeepAlive(img)
+	return nil
 }
 
 func (m *mappedMemory) trim(view []byte) {

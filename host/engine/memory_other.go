@@ -3,6 +3,8 @@
 package engine
 
 import (
+	"os"
+
 	"github.com/tetratelabs/wazero/experimental"
 
 	"github.com/wasmkeep/wasmkeep/host/engine/wasmrw"
@@ -21,3 +23,6 @@ func (c *Class) releaseMemoryImage() {}
 // trimMemory has nothing to give back: a memory on the Go heap is
 // returned by the garbage collector.
 func (i *Instance) trimMemory() {}
+
+// mapImage: memories on the Go heap cannot map a file.
+func (i *Instance) mapImage([]byte, *os.File) error { return ErrNoImage }
