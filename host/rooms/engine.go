@@ -5,6 +5,7 @@ import (
 
 	"github.com/wasmkeep/wasmkeep/abi"
 	"github.com/wasmkeep/wasmkeep/host/engine"
+	"github.com/wasmkeep/wasmkeep/host/images"
 	"github.com/wasmkeep/wasmkeep/host/snapshot"
 )
 
@@ -20,6 +21,10 @@ type Class interface {
 	// Restore makes an instance from a snapshot: nothing of the guest
 	// runs.
 	Restore(ctx context.Context, man *snapshot.Manifest, segs map[string]*snapshot.Segment, host engine.Host) (Instance, error)
+	// RestoreImage makes an instance from a snapshot whose memory is in
+	// img (host/images), as Restore would from its segments; it fails
+	// with engine.ErrNoImage where an image cannot be used.
+	RestoreImage(ctx context.Context, man *snapshot.Manifest, img *images.Image, host engine.Host) (Instance, error)
 	// Hash is the version's module hash.
 	Hash() string
 }
@@ -46,6 +51,9 @@ type Instance interface {
 	// RestoredPages are the page hashes of a restored memory (nil after a
 	// Start).
 	RestoredPages() []uint64
+	// ReadMemory calls f with the instance's memory (engine.Instance's
+	// contract: not while it runs, and f keeps nothing).
+	ReadMemory(f func(mem []byte) error) error
 	// Upgrade asks the guest for the state its next version starts from,
 	// and StartFrom starts a fresh instance from it (engine.Instance's
 	// contract: engine.ErrNoHandoff, engine.ErrNotTakenOver).
@@ -105,6 +113,14 @@ func (c engineClass) Hash() string { return c.c.Hash }
 
 func (c engineClass) Start(ctx context.Context, host engine.Host) (Instance, error) {
 	inst, err := c.c.Start(ctx, host)
+	if err != nil {
+		return nil, err
+	}
+	return inst, nil
+}
+
+func (c engineClass) RestoreImage(ctx context.Context, man *snapshot.Manifest, img *images.Image, host engine.Host) (Instance, error) {
+	inst, err := c.c.RestoreImage(ctx, man, img.File, img.Pages, host)
 	if err != nil {
 		return nil, err
 	}

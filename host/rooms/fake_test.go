@@ -18,6 +18,7 @@ import (
 
 	"github.com/wasmkeep/wasmkeep/abi"
 	"github.com/wasmkeep/wasmkeep/host/engine"
+	"github.com/wasmkeep/wasmkeep/host/images"
 	"github.com/wasmkeep/wasmkeep/host/rooms/life"
 	"github.com/wasmkeep/wasmkeep/host/snapshot"
 	"github.com/wasmkeep/wasmkeep/host/store"
@@ -85,7 +86,22 @@ func (c *fakeClass) Restore(_ context.Context, man *snapshot.Manifest, segs map[
 	return inst, nil
 }
 
+// RestoreImage reads the image into a memory of the fake's own: the
+// lifecycle's use of images is what these tests see, not the mapping.
+func (c *fakeClass) RestoreImage(_ context.Context, man *snapshot.Manifest, img *images.Image, host engine.Host) (Instance, error) {
+	if man.ModuleHash != c.hash {
+		return nil, fmt.Errorf("snapshot of %s restored on %s", man.ModuleHash, c.hash)
+	}
+	inst := &fakeInstance{class: c, host: host, mem: make([]byte, man.MemorySize()), fromImage: true}
+	if _, err := img.File.ReadAt(inst.mem, 0); err != nil {
+		return nil, err
+	}
+	inst.restored = slices.Clone(img.Pages)
+	return inst, nil
+}
+
 type fakeInstance struct {
+	fromImage               bool // restored by RestoreImage
 	class                   *fakeClass
 	host                    engine.Host
 	mem                     []byte
@@ -205,6 +221,13 @@ func (i *fakeInstance) Snapshot(enc *snapshot.Encoder, prev *snapshot.Manifest, 
 }
 
 func (i *fakeInstance) RestoredPages() []uint64 { return i.restored }
+
+func (i *fakeInstance) ReadMemory(f func([]byte) error) error {
+	if i.closed.Load() {
+		return engine.ErrClosed
+	}
+	return f(i.mem)
+}
 
 func (i *fakeInstance) Upgrade() ([]byte, error) { return nil, engine.ErrNoHandoff }
 

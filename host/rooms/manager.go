@@ -28,6 +28,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/wasmkeep/wasmkeep/abi"
+	"github.com/wasmkeep/wasmkeep/host/images"
 	"github.com/wasmkeep/wasmkeep/host/rooms/life"
 	"github.com/wasmkeep/wasmkeep/host/snapshot"
 	"github.com/wasmkeep/wasmkeep/host/store"
@@ -97,6 +98,20 @@ type Config struct {
 	// WarmFor is how long after its hibernation an instance is kept at
 	// most (DefaultWarmFor; limits.Off: none are kept).
 	WarmFor time.Duration
+	// ImageDir, if set, is where the node keeps the memories of rooms it
+	// hibernated (host/images), so that a wake here maps the memory
+	// rather than decoding the snapshot; it should be on local disk.
+	// Empty: no images.
+	ImageDir string
+	// ImageBytes bounds the images' memory bytes together
+	// (DefaultImageBytes; limits.Off: no images).
+	ImageBytes int64
+	// ImageFiles bounds how many images are kept, each an open file
+	// (DefaultImageFiles).
+	ImageFiles int
+	// ImageMinBytes: smaller memories get no image, since they restore
+	// from the store in well under a millisecond (DefaultImageMinBytes).
+	ImageMinBytes int64
 	// Framer encodes socket messages (default: Message values).
 	Framer  Framer
 	Logger  *slog.Logger
@@ -118,6 +133,9 @@ func (c Config) withDefaults() Config {
 	limits.Default(&c.SweepLimit, DefaultSweepLimit)
 	limits.DefaultOrOff(&c.WarmMemory, DefaultWarmMemory)
 	limits.DefaultOrOff(&c.WarmFor, DefaultWarmFor)
+	limits.DefaultOrOff(&c.ImageBytes, DefaultImageBytes)
+	limits.Default(&c.ImageFiles, DefaultImageFiles)
+	limits.Default(&c.ImageMinBytes, DefaultImageMinBytes)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -164,6 +182,11 @@ const (
 	// idle hibernation, and gives the memory back soon after a burst of
 	// them: by then the node's reclaim after the burst has run.
 	DefaultWarmFor = 3 * time.Second
+	// DefaultImageBytes, DefaultImageFiles and DefaultImageMinBytes are
+	// the image cache's own defaults (host/images).
+	DefaultImageBytes    = images.DefaultMaxBytes
+	DefaultImageFiles    = images.DefaultMaxFiles
+	DefaultImageMinBytes = images.DefaultMinBytes
 	// DefaultWakeWait rides out a burst of wakes (a place frees up in the
 	// time one idle room takes to hibernate, a few milliseconds) while
 	// still answering a client well before its own timeouts.
@@ -226,6 +249,9 @@ type Manager struct {
 
 	snaps snapFacts // what listings know of rooms' snapshots (facts.go)
 	warm  warmSet   // instances of idle-hibernated rooms kept (warm.go)
+	// images are the memories of rooms hibernated here (image.go); nil:
+	// none are kept.
+	images *images.Cache
 
 	upgrades *upgradeBook // rooms that did not move to a new version (upgrade.go)
 	jobs     upgradeJobs  // UpgradeAll's progress
@@ -281,6 +307,7 @@ func NewManager(ctx context.Context, cfg Config, classes Classes, bucket store.B
 		}
 	}
 	m.gc = newCollector(m, bucket)
+	m.openImages()
 	m.met = newRoomMetrics(cfg.Metrics, m)
 	m.upgrades = newUpgradeBook(cfg.Metrics)
 	if !limits.IsOff(cfg.WarmMemory) && !limits.IsOff(cfg.WarmFor) {
@@ -765,6 +792,9 @@ func (m *Manager) Close(ctx context.Context) error {
 	m.closed.Store(true)
 	err := m.workers.wait(ctx) // one that started before the flag was seen
 	m.dropAllKept()            // none may outlive the manager: the engine closes next
+	if m.images != nil {
+		m.images.Close()
+	}
 	return err
 }
 

@@ -3,6 +3,7 @@ package rooms
 import (
 	"github.com/VictoriaMetrics/metrics"
 
+	"github.com/wasmkeep/wasmkeep/host/images"
 	"github.com/wasmkeep/wasmkeep/host/rooms/life"
 )
 
@@ -12,6 +13,8 @@ type roomMetrics struct {
 	wakes              *metrics.Counter
 	resumes            *metrics.Counter
 	restores           *metrics.Counter
+	imageRestores      *metrics.Counter
+	imageFallbacks     *metrics.Counter
 	warmDropped        map[string]*metrics.Counter
 	coldStarts         *metrics.Counter
 	wakeErrors         *metrics.Counter
@@ -46,6 +49,8 @@ func newRoomMetrics(set *metrics.Set, m *Manager) *roomMetrics {
 		wakes:              set.NewCounter(`wasmkeep_room_wakes_total`),
 		resumes:            set.NewCounter(`wasmkeep_room_resumes_total`),
 		restores:           set.NewCounter(`wasmkeep_room_restores_total`),
+		imageRestores:      set.NewCounter(`wasmkeep_room_image_restores_total`),
+		imageFallbacks:     set.NewCounter(`wasmkeep_room_image_fallbacks_total`),
 		warmDropped:        map[string]*metrics.Counter{},
 		coldStarts:         set.NewCounter(`wasmkeep_room_cold_starts_total`),
 		wakeErrors:         set.NewCounter(`wasmkeep_room_wake_errors_total`),
@@ -94,6 +99,20 @@ func newRoomMetrics(set *metrics.Set, m *Manager) *roomMetrics {
 		_, b := m.warmCounts()
 		return float64(b)
 	})
+	imageStat := func(f func(images.Stats) int64) func() float64 {
+		return func() float64 {
+			if m.images == nil {
+				return 0
+			}
+			return float64(f(m.images.Stats()))
+		}
+	}
+	set.NewGauge(`wasmkeep_images`, imageStat(func(s images.Stats) int64 { return int64(s.Files) }))
+	set.NewGauge(`wasmkeep_images_bytes`, imageStat(func(s images.Stats) int64 { return s.Bytes }))
+	set.NewGauge(`wasmkeep_image_writes_total`, imageStat(func(s images.Stats) int64 { return s.Writes }))
+	set.NewGauge(`wasmkeep_image_bytes_written_total`, imageStat(func(s images.Stats) int64 { return s.BytesWritten }))
+	set.NewGauge(`wasmkeep_image_evictions_total`, imageStat(func(s images.Stats) int64 { return s.Evictions }))
+	set.NewGauge(`wasmkeep_image_errors_total`, imageStat(func(s images.Stats) int64 { return s.Errors }))
 	for k, name := range eventNames {
 		if name != "" {
 			rm.events[eventKind(k)] = set.NewCounter(`wasmkeep_room_events_total{kind="` + name + `"}`)

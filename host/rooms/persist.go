@@ -12,6 +12,7 @@ import (
 
 	"github.com/wasmkeep/wasmkeep/abi"
 	"github.com/wasmkeep/wasmkeep/host/engine"
+	"github.com/wasmkeep/wasmkeep/host/images"
 	"github.com/wasmkeep/wasmkeep/host/rooms/life"
 	"github.com/wasmkeep/wasmkeep/host/snapshot"
 	"github.com/wasmkeep/wasmkeep/host/store"
@@ -87,11 +88,25 @@ func (r *Room) load(ctx context.Context, hold Hold) (inst Instance, restored boo
 		man  *snapshot.Manifest
 		segs map[string]*snapshot.Segment
 		st   savedState
+		img  *images.Image // the memory's image, if this node has it (image.go)
 	)
-	if resume {
+	defer func() {
+		if img != nil {
+			img.Close()
+		}
+	}()
+	if !resume {
+		img = r.lookupImage(body)
+	}
+	switch {
+	case resume:
 		man = warm.man
 		st, err = decodeState(man.RoomState)
-	} else {
+	case img != nil:
+		if man, err = snapshot.DecodeManifest(body); err == nil {
+			st, err = decodeState(man.RoomState)
+		}
+	default:
 		man, segs, st, err = r.readSnapshot(ctx, body)
 	}
 	if err != nil {
@@ -113,7 +128,8 @@ func (r *Room) load(ctx context.Context, hold Hold) (inst Instance, restored boo
 			"snapshot_generation", man.Generation, "hold_generation", hold.Generation)
 		return nil, false, fmt.Errorf("%w: %w (snapshot generation %d, hold %d)", ErrUnavailable, ErrFenced, man.Generation, hold.Generation)
 	}
-	resumed := false // inst is the kept one, whose page hashes are warm.pages
+	resumed := false   // inst is the kept one, whose page hashes are warm.pages
+	image := uint64(0) // the image inst was restored from
 	restore := func() (Instance, error) {
 		if resume {
 			// The class lookup a restore makes, so that a version no
@@ -125,13 +141,27 @@ func (r *Room) load(ctx context.Context, hold Hold) (inst Instance, restored boo
 				return nil, fmt.Errorf("%w: its module version: %v", ErrUnavailable, err)
 			}
 			resumed = true
+			image = warm.image
 			m.met.resumes.Inc()
 			return warm.inst, nil
 		}
-		resumed = false
+		resumed, image = false, 0
+		if img != nil {
+			// Once: a second restore (after a failed upgrade) reads the
+			// segments, as does a class that cannot map the image.
+			from := img
+			img = nil
+			inst, err := r.restoreImage(ctx, man, from)
+			from.Close()
+			if err == nil {
+				image = from.ID
+				return inst, nil
+			}
+		}
 		if segs == nil {
-			// A second restore after a resume (a failed upgrade ran
-			// the kept instance): the segments are read now.
+			// A second restore after a resume or an image (a failed
+			// upgrade ran the instance), or an image that could not be
+			// mapped: the segments are read now.
 			var err error
 			if segs, err = r.readSegments(ctx, man); err != nil {
 				m.unreadable(r.key, err)
@@ -177,13 +207,14 @@ func (r *Room) load(ctx context.Context, hold Hold) (inst Instance, restored boo
 			return nil, false, err
 		}
 	}
-	r.man, r.manBody, r.etag, r.pages = man, body, etag, inst.RestoredPages()
+	r.man, r.manBody, r.etag, r.pages, r.image = man, body, etag, inst.RestoredPages(), image
 	if resumed {
 		r.pages = warm.pages
 	}
 	r.setVersion(man.ModuleHash)
 	if r.upgraded {
 		r.pages = nil // a new version's memory: the next snapshot is whole
+		r.image = 0
 		r.setVersion(to)
 	}
 	r.everStored.Store(true)
@@ -221,7 +252,7 @@ func (r *Room) startFresh(ctx context.Context) (Instance, bool, error) {
 		r.crashedAtStart(err)
 		return nil, false, fmt.Errorf("%w: the room crashed while initializing: %v", ErrUnavailable, err)
 	}
-	r.man, r.manBody, r.etag, r.pages = nil, nil, "", nil
+	r.man, r.manBody, r.etag, r.pages, r.image = nil, nil, "", nil, 0
 	r.known = map[uint32]bool{}
 	r.joins = map[joinKey]bool{}
 	return inst, false, nil
@@ -609,8 +640,9 @@ func (r *Room) deleteStored(ctx context.Context) error {
 	if err := m.bucket.Delete(ctx, r.key.manifestKey(), ""); err != nil {
 		return fmt.Errorf("deleting its manifest: %w", err)
 	}
-	r.man, r.manBody, r.etag, r.pages = nil, nil, "", nil
+	r.man, r.manBody, r.etag, r.pages, r.image = nil, nil, "", nil, 0
 	m.dropKept(r, warmChanged)
+	m.forgetImage(r.key)
 	if r.everStored.Swap(false) {
 		m.snapshotDeleted()
 	}

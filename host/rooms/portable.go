@@ -246,8 +246,9 @@ func (m *Manager) Import(ctx context.Context, bd *Bundle, mods Modules, opts Imp
 		return key, fmt.Errorf("writing the manifest: %w", err)
 	}
 	m.snaps.invalidate(key)
+	m.forgetImage(key) // as a kept instance, a wake would restore the import anyway
 	if r != nil {
-		m.dropKept(r, warmChanged) // a wake would restore the import anyway
+		m.dropKept(r, warmChanged)
 	}
 	if old == nil {
 		m.snapshotCreated()

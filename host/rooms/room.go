@@ -188,6 +188,7 @@ type Room struct {
 	man        *snapshot.Manifest // the latest snapshot's manifest, while resident
 	manBody    []byte             // man as stored (encoded), for keepInstance
 	pages      []uint64           // the page hashes of the memory as man has it
+	image      uint64             // the image (host/images) inst was restored from or saved to, or 0
 	etag       string             // its version in the bucket
 	segSeq     uint64             // names this room's segments within a hold's generation
 	durable    bool               // the class asks for a checkpoint after every event
@@ -941,6 +942,7 @@ func (r *Room) hibernate(why life.EndReason) error {
 	}
 	r.writeFailures = 0
 	r.retryAt.Store(0)
+	r.saveImage(why)
 	if r.keepInstance(why) {
 		r.leaveMemory(why)
 	} else {
@@ -986,7 +988,7 @@ func (r *Room) dropInstance(why life.EndReason) {
 // leaveMemory makes the room hibernated, its instance closed or kept
 // (keepInstance), and ends the hold for why.
 func (r *Room) leaveMemory(why life.EndReason) {
-	r.inst, r.man, r.manBody, r.pages = nil, nil, nil, nil
+	r.inst, r.man, r.manBody, r.pages, r.image = nil, nil, nil, nil, 0
 	r.version.Store(nil)
 	r.endHold(why)
 	r.isResident.Store(false)

@@ -52,6 +52,7 @@ type kept struct {
 	// still has these bytes.
 	body  []byte
 	pages []uint64
+	image uint64 // Room.image
 }
 
 // Why kept instances are closed without being resumed, as metric labels.
@@ -79,7 +80,7 @@ func (r *Room) keepInstance(why life.EndReason) bool {
 	if why != life.EndIdle || r.inst == nil || r.man == nil || r.manBody == nil || r.etag == "" || r.changed || m.isStopping() {
 		return false
 	}
-	k := kept{inst: r.inst, man: r.man, body: r.manBody, pages: r.pages}
+	k := kept{inst: r.inst, man: r.man, body: r.manBody, pages: r.pages, image: r.image}
 	cost := int64(r.inst.MemorySize()) + keptOverhead
 	w := &m.warm
 	w.mu.Lock()
