@@ -68,6 +68,8 @@ func serveFlags() []cli.Flag {
 		&cli.StringFlag{Name: "socket-reader", Value: socket.ReadAuto.String(), Usage: "how idle WebSockets wait for their next frame: epoll (one epoll instance for all, no goroutine per idle socket; Linux), goroutine (a goroutine per socket), or auto (epoll where available)", EnvVars: env("socket-reader")},
 		&cli.DurationFlag{Name: "socket-write-timeout", Value: socket.DefaultWriteTimeout, Usage: "time one write to a WebSocket client may take before the client is evicted as a slow reader", EnvVars: env("socket-write-timeout")},
 		&cli.IntFlag{Name: "mailbox-size", Value: rooms.DefaultMailboxSize, Usage: "pending events per room", EnvVars: env("mailbox-size")},
+		&cli.IntFlag{Name: "image-cache", Value: rooms.DefaultImageBytes / mib, Usage: "MiB of memory images of rooms hibernated here, kept in unnamed files under --data so that a room wakes here by mapping its memory rather than decoding its snapshot (0: none)", EnvVars: env("image-cache")},
+		&cli.IntFlag{Name: "image-files", Value: rooms.DefaultImageFiles, Usage: "memory images kept at most, each an open file", EnvVars: env("image-files")},
 		&cli.IntFlag{Name: "pool-size", Value: flagLimit(engine.DefaultPoolSize), Usage: "blank instances kept ready per class to speed up wakes (0 disables)", EnvVars: env("pool-size")},
 		&cli.BoolFlag{Name: "interpreter", Usage: "run guests with wazero's interpreter instead of its compiler", EnvVars: env("interpreter")},
 		&cli.StringFlag{Name: "log-level", Value: defaultLogLevel, Usage: "debug, info, warn or error", EnvVars: env("log-level")},
@@ -134,6 +136,8 @@ func nodeConfig(c *cli.Context) (node.Config, error) {
 			MaxResident: c.Int("max-resident"),
 			WakeWait:    c.Duration("wake-wait"),
 			MailboxSize: c.Int("mailbox-size"),
+			ImageBytes:  limitOf(int64(c.Int("image-cache")) * mib),
+			ImageFiles:  c.Int("image-files"),
 		},
 		Sockets: socket.Config{
 			MaxMessage:        c.Int("max-message"),
@@ -171,6 +175,11 @@ func nodeConfig(c *cli.Context) (node.Config, error) {
 
 // The command line's own defaults, which no package has.
 const (
+	// mib is the unit of the flags given in MiB.
+	mib = 1 << 20
+	// maxImageCacheMiB keeps --image-cache's bytes well inside an int64.
+	maxImageCacheMiB = 1 << 30
+
 	defaultLogLevel  = "info"
 	defaultLogFormat = "text"
 )
@@ -201,8 +210,12 @@ func checkLimits(c *cli.Context) error {
 	if mem := c.Int("max-room-memory"); mem < 1 || mem > 4096 {
 		return fmt.Errorf("--max-room-memory must be 1–4096 MiB, not %d", mem)
 	}
+	if v := c.Int("image-cache"); v < 0 || v > maxImageCacheMiB {
+		return fmt.Errorf("--image-cache must be 0 (none) to %d MiB, not %d", maxImageCacheMiB, v)
+	}
 	for _, name := range []string{"max-resident", "max-module-size", "max-response", "max-message", "max-sockets", "mailbox-size",
-		"upgrade-burst-per-ip", "socket-message-burst", "socket-queue-frames", "socket-queue-bytes", "upload-min-rate", "max-bodies-per-ip"} {
+		"upgrade-burst-per-ip", "socket-message-burst", "socket-queue-frames", "socket-queue-bytes", "upload-min-rate", "max-bodies-per-ip",
+		"image-files"} {
 		if v := c.Int(name); v < 1 {
 			return fmt.Errorf("--%s must be at least 1, not %d", name, v)
 		}

@@ -100,7 +100,8 @@ func TestServeFlagDefaults(t *testing.T) {
 		t.Errorf("engine:\n got %+v\nwant %+v", cfg.Engine, wantEngine)
 	}
 	r := cfg.Rooms
-	if r.IdleTimeout != rooms.DefaultIdleTimeout || r.MaxResident != rooms.DefaultMaxResident || r.WakeWait != rooms.DefaultWakeWait || r.MailboxSize != rooms.DefaultMailboxSize {
+	if r.IdleTimeout != rooms.DefaultIdleTimeout || r.MaxResident != rooms.DefaultMaxResident || r.WakeWait != rooms.DefaultWakeWait || r.MailboxSize != rooms.DefaultMailboxSize ||
+		r.ImageBytes != rooms.DefaultImageBytes || r.ImageFiles != rooms.DefaultImageFiles {
 		t.Errorf("rooms: %+v", r)
 	}
 	srv := cfg.Server
@@ -111,5 +112,11 @@ func TestServeFlagDefaults(t *testing.T) {
 	off := parseServe(t, "--event-timeout", "0", "--pool-size", "0").Engine
 	if off.EventTimeout != limits.Off || off.PoolSize != limits.Off {
 		t.Errorf("--event-timeout 0 --pool-size 0: %v, %d; want both off", off.EventTimeout, off.PoolSize)
+	}
+	if r := parseServe(t, "--image-cache", "0").Rooms; r.ImageBytes != limits.Off {
+		t.Errorf("--image-cache 0: %d, want off", r.ImageBytes)
+	}
+	if r := parseServe(t, "--image-cache", "64", "--image-files", "9").Rooms; r.ImageBytes != 64<<20 || r.ImageFiles != 9 {
+		t.Errorf("--image-cache 64 --image-files 9: %d bytes, %d files", r.ImageBytes, r.ImageFiles)
 	}
 }
