@@ -42,18 +42,21 @@ func TestBurstMemory(t *testing.T) {
 	}
 	switch os.Getenv("WASMKEEP_BURST_RECLAIM") {
 	case "", "on":
-		burstMemory(t, 0, 0) // the node's default: it reclaims after the burst
+		burstMemory(t, 0, 0, 0) // the node's default: it reclaims after the burst
 	case "off":
-		burstMemory(t, limits.Off, 0)
+		burstMemory(t, limits.Off, 0, 0)
 	case "nowarm":
-		burstMemory(t, 0, limits.Off) // reclaims, and no instance kept
+		burstMemory(t, 0, limits.Off, 0) // reclaims, and no instance kept
+	case "noimages":
+		burstMemory(t, 0, 0, limits.Off) // the default, saving no memory images
 	case "compare":
 		// Before and after in one run, each in a process of its own (this
 		// test binary again), so that neither starts on a heap that the
 		// other's burst left: first the node left to the Go runtime's
 		// pacing, then reclaiming but keeping no instance
-		// (rooms.Config.WarmMemory off), then the node as it is.
-		for _, mode := range []string{"off", "nowarm", "on"} {
+		// (rooms.Config.WarmMemory off), then saving no memory images
+		// (--image-cache 0), then the node as it is.
+		for _, mode := range []string{"off", "nowarm", "noimages", "on"} {
 			cmd := exec.Command(os.Args[0], "-test.run", "^TestBurstMemory$", "-test.count", "1", "-test.v")
 			cmd.Env = append(os.Environ(), "WASMKEEP_BURST_RECLAIM="+mode)
 			out, err := cmd.CombinedOutput()
@@ -67,11 +70,11 @@ func TestBurstMemory(t *testing.T) {
 			}
 		}
 	default:
-		t.Fatalf("WASMKEEP_BURST_RECLAIM=%q: want on, off, nowarm or compare", os.Getenv("WASMKEEP_BURST_RECLAIM"))
+		t.Fatalf("WASMKEEP_BURST_RECLAIM=%q: want on, off, nowarm, noimages or compare", os.Getenv("WASMKEEP_BURST_RECLAIM"))
 	}
 }
 
-func burstMemory(t *testing.T, reclaim int, warm int64) {
+func burstMemory(t *testing.T, reclaim int, warm, images int64) {
 	n := burstEnv(t, "WASMKEEP_BURST_SOCKETS", 2000)
 	nrooms := burstEnv(t, "WASMKEEP_BURST_ROOMS", 200)
 	if limit := memtest.RaiseFileLimit(t, uint64(n)+2000); limit < uint64(n)+2000 {
@@ -80,7 +83,7 @@ func burstMemory(t *testing.T, reclaim int, warm int64) {
 	}
 	node := startNode(t, Config{
 		Sockets:       socket.Config{PingInterval: time.Hour, MaxSockets: n + 10},
-		Rooms:         rooms.Config{MaxResident: nrooms + 10, WarmMemory: warm},
+		Rooms:         rooms.Config{MaxResident: nrooms + 10, WarmMemory: warm, ImageBytes: images},
 		ReclaimCloses: reclaim,
 	})
 	putClass(t, node, "chat", "./examples/chat")
@@ -116,6 +119,7 @@ func burstMemory(t *testing.T, reclaim int, warm int64) {
 	// (rooms.Config.WarmMemory, WarmFor) as it would after a real one.
 	var wg sync.WaitGroup
 	errs := make(chan error, nrooms)
+	start := time.Now()
 	for i := range nrooms {
 		wg.Go(func() {
 			errs <- node.Rooms.HandOver(context.Background(), rooms.Key{Class: "chat", Name: fmt.Sprint("b", i)}, life.EndIdle)
@@ -129,6 +133,8 @@ func burstMemory(t *testing.T, reclaim int, warm int64) {
 		}
 	}
 	hibernated := time.Now()
+	t.Logf("%d rooms hibernated in %v, %.0f MiB of memory images written (%v kept)", nrooms, hibernated.Sub(start).Round(time.Millisecond),
+		metric(t, node, `wasmkeep_image_bytes_written_total`)/(1<<20), metric(t, node, `wasmkeep_images`))
 	if c := node.Rooms.Counts(); c.Resident != 0 || c.HibernatedWithSockets != nrooms {
 		t.Fatalf("rooms not all hibernated with sockets: %+v", c)
 	}

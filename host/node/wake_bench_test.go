@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/bits"
 	"net/http"
+	"slices"
 	"testing"
 	"time"
 
@@ -21,25 +22,30 @@ import (
 // (examples/chat) with 100 messages of history waits for after an idle
 // hibernation, on a node with the local directory store (issue 13 §2):
 // warm, the room's instance kept since its hibernation (rooms.Config
-// WarmMemory, WarmFor) and resumed; cold, restored from the store, as
-// after a long idle. Every wake serves the page, which changes the room's
-// memory, so every hibernation writes a delta and the chain of segments
-// grows until the next compaction: chain=1 compacts at every hibernation
+// WarmMemory, WarmFor) and resumed; image, its memory mapped from the
+// image the node saved at the hibernation (rooms.Config.ImageDir, as after
+// an idle longer than WarmFor); store, restored from the store's segments
+// with no image (as on a node that did not hibernate it, or after a
+// restart). Every wake serves the page, which changes the room's memory,
+// so every hibernation writes a delta and the chain of segments grows
+// until the next compaction: chain=1 compacts at every hibernation
 // (MaxChain 1), chain=8 is the default bound, chain=32 a long one (up to
 // the dead-bytes rule). segments is the mean chain a wake read,
 // stored-pages the 4 KiB pages its manifest stores, decoded-pages those a
-// restore decompresses (the blobs' pages, dead ones included).
+// restore from the store decompresses (the blobs' pages, dead ones
+// included); resumed and imaged are the shares of wakes that resumed a
+// kept instance and that mapped an image.
 //
 //	go test -run '^$' -bench GoChatWake -benchtime 500x -count 2 ./host/node/
 func BenchmarkGoChatWake(b *testing.B) {
 	for _, chain := range []int{1, 8, 32} {
-		for _, wake := range []string{"cold", "warm"} {
+		for _, wake := range []string{"store", "image", "warm"} {
 			b.Run(fmt.Sprintf("chain=%d/%s", chain, wake), func(b *testing.B) { benchGoChatWake(b, chain, wake) })
 		}
 	}
-	// A cold path's option, against chain=8/cold of the same run: S2
-	// segments instead of zstd.
-	b.Run("chain=8/cold-s2", func(b *testing.B) { benchGoChatWake(b, 8, "cold-s2") })
+	// An option for the store's path, against chain=8/store of the same
+	// run: S2 segments instead of zstd.
+	b.Run("chain=8/store-s2", func(b *testing.B) { benchGoChatWake(b, 8, "store-s2") })
 }
 
 func benchGoChatWake(b *testing.B, chain int, wake string) {
@@ -48,7 +54,10 @@ func benchGoChatWake(b *testing.B, chain int, wake string) {
 	if wake != "warm" {
 		cfg.WarmMemory = limits.Off
 	}
-	if wake == "cold-s2" {
+	if wake != "image" {
+		cfg.ImageBytes = limits.Off
+	}
+	if wake == "store-s2" {
 		cfg.Codec = snapshot.S2
 	}
 	n := startNode(b, Config{Logger: quietLogger(), Rooms: cfg})
@@ -77,14 +86,17 @@ func benchGoChatWake(b *testing.B, chain int, wake string) {
 		}
 	}
 	resumes := func() float64 { return benchMetric(b, n, "wasmkeep_room_resumes_total") }
-	r0 := resumes()
-	var ds []time.Duration
+	imaged := func() float64 { return benchMetric(b, n, "wasmkeep_room_image_restores_total") }
+	r0, i0 := resumes(), imaged()
+	var ds, hs []time.Duration // wakes, hibernations
 	segments, stored, decoded := 0, 0, 0
 	for b.Loop() {
 		b.StopTimer()
+		hstart := time.Now()
 		if err := n.Rooms.HandOver(ctx, key, life.EndIdle); err != nil {
 			b.Fatal(err)
 		}
+		hs = append(hs, time.Since(hstart))
 		body, _, err := n.Bucket.Get(ctx, manifestKey)
 		if err != nil {
 			b.Fatal(err)
@@ -111,8 +123,11 @@ func benchGoChatWake(b *testing.B, chain int, wake string) {
 		ds = append(ds, time.Since(start))
 	}
 	reportPercentiles(b, ds)
+	slices.Sort(hs)
+	b.ReportMetric(float64(hs[len(hs)/2].Microseconds()), "hibernate-p50-µs")
 	b.ReportMetric(float64(segments)/float64(len(ds)), "segments")
 	b.ReportMetric((resumes()-r0)/float64(len(ds)), "resumed")
+	b.ReportMetric((imaged()-i0)/float64(len(ds)), "imaged")
 	b.ReportMetric(float64(stored)/float64(len(ds)), "stored-pages")
 	b.ReportMetric(float64(decoded)/float64(len(ds)), "decoded-pages")
 }
