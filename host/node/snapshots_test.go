@@ -11,6 +11,7 @@ import (
 	"github.com/wasmkeep/wasmkeep/host/rooms"
 	"github.com/wasmkeep/wasmkeep/host/snapshot"
 	"github.com/wasmkeep/wasmkeep/host/store"
+	"github.com/wasmkeep/wasmkeep/internal/limits"
 	"github.com/wasmkeep/wasmkeep/internal/wstest"
 )
 
@@ -106,7 +107,10 @@ func TestDeltaSnapshotsAndCollection(t *testing.T) {
 // TestUnreadableSnapshot: a corrupt or missing segment makes that room
 // refuse events with 503 (counted), never start blank; other rooms serve.
 func TestUnreadableSnapshot(t *testing.T) {
-	n := startNode(t, Config{})
+	// Without memory images: a wake from one reads no segment, so it
+	// would not see the damage (as a resumed kept instance does not); a
+	// wake from the store does, which is what this test is about.
+	n := startNode(t, Config{Rooms: rooms.Config{ImageBytes: limits.Off}})
 	putClass(t, n, "counter", "./examples/counter")
 	for _, name := range []string{"corrupt", "missing", "fine"} {
 		expect(t, 200, "POST", n.URL()+"/actor/counter/"+name, nil)
