@@ -173,59 +173,50 @@ func privatePages(t *testing.T, view []byte) int {
 // TestTrimMemory: trimming gives back private pages without changing what
 // the guest sees, on every backend (on the heap, it does nothing).
 func TestTrimMemory(t *testing.T) {
-	wasm := testwasm.Build(t, "./examples/counter")
-	for b := range numMemoryBackends {
-		t.Run(b.String(), func(t *testing.T) {
-			setMemoryBackend(t, b)
-			e := newEngine(t, Config{PoolSize: limits.Off})
-			c, err := e.Compile(context.Background(), wasm)
-			if err != nil {
-				t.Fatal(err)
-			}
-			inst, err := c.Start(context.Background(), &fakeHost{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer inst.Close()
-			request(t, inst, postRoot)
-			// A snapshot reads every page.
-			takeSnapshot(t, inst, nil)
-			view, _ := inst.mem.Read(0, inst.mem.Size())
-			// Start already trimmed; write 16 pages with what they hold,
-			// as an initializer does, so the trim has private pages equal
-			// to the image to give back.
-			for p := range 16 {
-				k := p * int(osPageSize)
-				v := view[k]
-				view[k] = v ^ 1
-				view[k] = v
-			}
-			before, private := bytes.Clone(view), privatePages(t, view)
-			inst.trimMemory()
-			after := privatePages(t, view)
-			t.Logf("%d pages, %d private before the trim, %d after", len(view)/int(osPageSize), private, after)
-			if !bytes.Equal(view, before) {
-				t.Fatal("the trim changed the memory")
-			}
-			if b != memoryHeap && after >= private {
-				t.Fatal("the trim gave nothing back")
-			}
-			if got := request(t, inst, postRoot); got != "2" {
-				t.Fatalf("after the trim: %q", got)
-			}
-			man, segs := takeSnapshot(t, inst, nil)
-			restored, err := c.Restore(context.Background(), man, segs, &fakeHost{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer restored.Close()
-			if got := request(t, restored, postRoot); got != "3" {
-				t.Fatalf("restored after the trim: %q", got)
-			}
-			inst.Close()
-			inst.trimMemory() // a closed instance is left alone
-		})
-	}
+	forEachBackend(t, "./examples/counter", func(t *testing.T, b memoryBackend, c *Class) {
+		inst, err := c.Start(context.Background(), &fakeHost{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer inst.Close()
+		request(t, inst, postRoot)
+		// A snapshot reads every page.
+		takeSnapshot(t, inst, nil)
+		view, _ := inst.mem.Read(0, inst.mem.Size())
+		// Start already trimmed; write 16 pages with what they hold,
+		// as an initializer does, so the trim has private pages equal
+		// to the image to give back.
+		for p := range 16 {
+			k := p * int(osPageSize)
+			v := view[k]
+			view[k] = v ^ 1
+			view[k] = v
+		}
+		before, private := bytes.Clone(view), privatePages(t, view)
+		inst.trimMemory()
+		after := privatePages(t, view)
+		t.Logf("%d pages, %d private before the trim, %d after", len(view)/int(osPageSize), private, after)
+		if !bytes.Equal(view, before) {
+			t.Fatal("the trim changed the memory")
+		}
+		if b != memoryHeap && after >= private {
+			t.Fatal("the trim gave nothing back")
+		}
+		if got := request(t, inst, postRoot); got != "2" {
+			t.Fatalf("after the trim: %q", got)
+		}
+		man, segs := takeSnapshot(t, inst, nil)
+		restored, err := c.Restore(context.Background(), man, segs, &fakeHost{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer restored.Close()
+		if got := request(t, restored, postRoot); got != "3" {
+			t.Fatalf("restored after the trim: %q", got)
+		}
+		inst.Close()
+		inst.trimMemory() // a closed instance is left alone
+	})
 }
 
 // TestMappingLimit: past the mappings vm.max_map_count allows, instances
@@ -259,4 +250,21 @@ func must(b []byte, ok bool) []byte {
 		panic("memory read out of range")
 	}
 	return b
+}
+
+// forEachBackend runs f once per memory backend, on the guest pkg
+// compiled by an engine with no pool.
+func forEachBackend(t *testing.T, pkg string, f func(t *testing.T, b memoryBackend, c *Class)) {
+	wasm := testwasm.Build(t, pkg)
+	for b := range numMemoryBackends {
+		t.Run(b.String(), func(t *testing.T) {
+			setMemoryBackend(t, b)
+			e := newEngine(t, Config{PoolSize: limits.Off})
+			c, err := e.Compile(context.Background(), wasm)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f(t, b, c)
+		})
+	}
 }

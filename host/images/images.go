@@ -34,6 +34,7 @@ import (
 	"sync"
 
 	"github.com/wasmkeep/wasmkeep/host/snapshot"
+	"github.com/wasmkeep/wasmkeep/internal/limits"
 )
 
 // Defaults of Config.
@@ -111,15 +112,9 @@ type entry struct {
 
 // New makes a cache in cfg.Dir. Zero bounds take the defaults.
 func New(cfg Config) (*Cache, error) {
-	if cfg.MaxBytes <= 0 {
-		cfg.MaxBytes = DefaultMaxBytes
-	}
-	if cfg.MaxFiles <= 0 {
-		cfg.MaxFiles = DefaultMaxFiles
-	}
-	if cfg.MinBytes <= 0 {
-		cfg.MinBytes = DefaultMinBytes
-	}
+	limits.Default(&cfg.MaxBytes, DefaultMaxBytes)
+	limits.Default(&cfg.MaxFiles, DefaultMaxFiles)
+	limits.Default(&cfg.MinBytes, DefaultMinBytes)
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("images: %w", err)
 	}
