@@ -7,6 +7,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// supported: the engine maps images on Linux.
+const supported = true
+
 // memoryBacked reports whether dir's file system keeps its files in
 // memory.
 func memoryBacked(dir string) (bool, error) {

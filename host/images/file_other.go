@@ -4,7 +4,10 @@ package images
 
 import "os"
 
-// memoryBacked: only Linux is asked (the engine maps images only there).
+// supported: the engine maps images only on Linux; elsewhere a cache
+// would write files no wake reads.
+const supported = false
+
 func memoryBacked(string) (bool, error) { return false, nil }
 
 func openUnlinked(dir string) (*os.File, error) { return openRemoved(dir) }

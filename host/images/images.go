@@ -57,6 +57,10 @@ const (
 // reclaim without swap.
 var ErrMemoryBacked = errors.New("images: the directory is on a memory-backed file system")
 
+// ErrUnsupported: memory images are Linux's (the engine maps them only
+// there).
+var ErrUnsupported = errors.New("images: memory images are not supported on this system")
+
 // Config is a cache's directory and bounds.
 type Config struct {
 	// Dir is where the (unlinked) files are made; it is created if
@@ -112,6 +116,9 @@ type entry struct {
 
 // New makes a cache in cfg.Dir. Zero bounds take the defaults.
 func New(cfg Config) (*Cache, error) {
+	if !supported {
+		return nil, ErrUnsupported
+	}
 	limits.Default(&cfg.MaxBytes, DefaultMaxBytes)
 	limits.Default(&cfg.MaxFiles, DefaultMaxFiles)
 	limits.Default(&cfg.MinBytes, DefaultMinBytes)
