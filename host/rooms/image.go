@@ -3,6 +3,7 @@ package rooms
 import (
 	"context"
 	"errors"
+	"log/slog"
 
 	"github.com/wasmkeep/wasmkeep/host/engine"
 	"github.com/wasmkeep/wasmkeep/host/images"
@@ -30,7 +31,11 @@ func (m *Manager) openImages() {
 	}
 	c, err := images.New(images.Config{Dir: m.cfg.ImageDir, MaxBytes: m.cfg.ImageBytes, MaxFiles: m.cfg.ImageFiles, MinBytes: m.cfg.ImageMinBytes})
 	if err != nil {
-		m.log.Warn("rooms: memory images are off; wakes restore from the store", "err", err)
+		level := slog.LevelWarn
+		if errors.Is(err, images.ErrUnsupported) {
+			level = slog.LevelInfo // nothing to fix: the platform has none
+		}
+		m.log.Log(context.Background(), level, "rooms: memory images are off; wakes restore from the store", "err", err)
 		return
 	}
 	m.images = c
