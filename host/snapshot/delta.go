@@ -312,11 +312,24 @@ func (m *Manifest) restoreChunks(dst []byte, resolved []*Segment, dirty func(pag
 			}
 		}
 		for _, part := range c.Parts {
+			size := bits.OnesCount16(part.Blob) * PageSize
+			blob := resolved[part.Seg].blobs[part.Off : part.Off+part.Len]
+			if first, ok := run(part.Blob); ok && part.Live == part.Blob {
+				// Every page of the blob is live and they are adjacent (a
+				// compacted chunk's usually are): decoded straight into
+				// place, without the copy out of the scratch buffer.
+				at := first * PageSize
+				if err := inflate(m.Codec, out[at:at+size:at+size], blob); err != nil {
+					return fmt.Errorf("%w: chunk %d: %v", ErrCorrupt, i, err)
+				}
+				for p := first; p < first+size/PageSize; p++ {
+					hashes[i*pagesPerChunk+p] = xxhash.Sum64(out[p*PageSize : (p+1)*PageSize])
+				}
+				continue
+			}
 			if scratch == nil {
 				scratch = scratchPool.Get().(*[ChunkSize]byte)
 			}
-			size := bits.OnesCount16(part.Blob) * PageSize
-			blob := resolved[part.Seg].blobs[part.Off : part.Off+part.Len]
 			if err := inflate(m.Codec, scratch[:size:size], blob); err != nil {
 				return fmt.Errorf("%w: chunk %d: %v", ErrCorrupt, i, err)
 			}
@@ -338,3 +351,14 @@ func (m *Manifest) restoreChunks(dst []byte, resolved []*Segment, dirty func(pag
 }
 
 var scratchPool = sync.Pool{New: func() any { return new([ChunkSize]byte) }}
+
+// run reports whether mask's pages are one run of adjacent pages, and
+// its first page.
+func run(mask uint16) (first int, ok bool) {
+	if mask == 0 {
+		return 0, false
+	}
+	first = bits.TrailingZeros16(mask)
+	m := mask >> first
+	return first, m&(m+1) == 0
+}

@@ -462,3 +462,19 @@ func TestRandomDeltas(t *testing.T) {
 		}
 	}
 }
+
+func TestRun(t *testing.T) {
+	for _, c := range []struct {
+		mask  uint16
+		first int
+		ok    bool
+	}{
+		{0, 0, false}, {1, 0, true}, {0xFFFF, 0, true}, {0x00F0, 4, true}, {0x8000, 15, true},
+		{0x0101, 0, false}, {0xF0F0, 4, false}, {0x7FFE, 1, true},
+	} {
+		first, ok := run(c.mask)
+		if ok != c.ok || (ok && first != c.first) {
+			t.Errorf("run(%#04x) = %d, %v; want %d, %v", c.mask, first, ok, c.first, c.ok)
+		}
+	}
+}
