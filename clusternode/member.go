@@ -236,8 +236,8 @@ func (m *Member) dropEverything(why string) {
 		m.log.Warn("cluster: dropping rooms after the lease ended", "err", err)
 	}
 	keys := mgr.RoomsWithSockets()
+	m.met.ownerCloses(why, len(keys)) // before the closes: whoever sees one sees it counted
 	m.closeSockets(ctx, keys, "the node lost its right to run the room")
-	m.met.ownerCloses(why, len(keys))
 }
 
 func (m *Member) closeSockets(ctx context.Context, keys []rooms.Key, reason string) {
@@ -371,8 +371,8 @@ func (m *Member) End(ctx context.Context, h rooms.Hold, why life.EndReason, open
 		m.loops.Add(1)
 		go func() {
 			defer m.loops.Done()
-			m.closeSockets(m.baseCtx(), []rooms.Key{h.Key}, "the room's node may not keep it")
 			m.met.ownerCloses("drain", 1)
+			m.closeSockets(m.baseCtx(), []rooms.Key{h.Key}, "the room's node may not keep it")
 		}()
 	}
 }
@@ -485,13 +485,13 @@ func (m *Member) drain() {
 		// may land after the first pass.
 		m.releaseParked(m.ctx, "drain")
 		withSockets := mgr.RoomsWithSockets()
-		m.closeSockets(m.ctx, withSockets, "the node is draining")
 		for _, k := range withSockets {
 			if !closed[k] {
 				closed[k] = true
 				m.met.ownerCloses("drain", 1)
 			}
 		}
+		m.closeSockets(m.ctx, withSockets, "the node is draining")
 		for _, h := range m.core.Status().Holds {
 			key := rooms.Key{Class: h.Room.Class, Name: h.Room.Name}
 			if err := mgr.HandOver(m.ctx, key, life.EndDrain); err != nil && !errors.Is(err, rooms.ErrUnknownRoom) {
@@ -695,8 +695,10 @@ func (m *Member) advanceMove(ctx context.Context, key rooms.Key) (by string, err
 // for reason, counted as a move's.
 func (m *Member) closeMovedSockets(ctx context.Context, key rooms.Key, reason string) {
 	if m.mgr.Load().SocketCount(key) > 0 {
-		m.closeSockets(ctx, []rooms.Key{key}, reason)
+		// Counted before the closes go out, so that a client (or a test)
+		// that sees its socket closed finds the close counted.
 		m.met.ownerCloses("move", 1)
+		m.closeSockets(ctx, []rooms.Key{key}, reason)
 	}
 }
 

@@ -117,13 +117,14 @@ func (m *Member) closeIfElsewhere(ctx context.Context, key rooms.Key) bool {
 	case err != nil:
 		return false
 	case w.Kind == cluster.Elsewhere:
-		m.closeSockets(ctx, []rooms.Key{key}, "the room runs on another node")
 		if !m.sweepClosed[key] {
-			// Counted once: sockets whose close is slow to finish are
-			// still listed at the next pass.
+			// Counted once (sockets whose close is slow to finish are
+			// still listed at the next pass), and before the close
+			// goes out.
 			m.sweepClosed[key] = true
 			m.met.ownerCloses("sweep", 1)
 		}
+		m.closeSockets(ctx, []rooms.Key{key}, "the room runs on another node")
 	}
 	return true
 }
