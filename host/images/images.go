@@ -141,7 +141,7 @@ func New(cfg Config) (*Cache, error) {
 	return &Cache{cfg: cfg, by: map[string]*entry{}}, nil
 }
 
-// Image is an open image: the file, whose first Size bytes are the
+// Image is an open image: the file, whose first len(Pages) pages are the
 // memory, and the memory's page hashes. Close it once mapped; a mapping
 // keeps the file's pages.
 type Image struct {
@@ -149,7 +149,6 @@ type Image struct {
 	// ID tells this file from others: pass it to Store when saving the
 	// memory of the instance restored from it.
 	ID    uint64
-	Size  int64
 	Pages []uint64
 	c     *Cache
 	e     *entry
@@ -168,10 +167,11 @@ func tagOf(manifest []byte) [sha256.Size]byte { return sha256.Sum256(manifest) }
 // Lookup returns key's image if it holds the memory of the manifest whose
 // stored bytes are manifest.
 func (c *Cache) Lookup(key string, manifest []byte) (*Image, bool) {
-	tag := tagOf(manifest)
 	c.mu.Lock()
 	e := c.by[key]
-	if e == nil || !e.valid || e.tag != tag {
+	// Hashed only for a room that has an image: most wakes' rooms (small
+	// memories) have none.
+	if e == nil || !e.valid || e.tag != tagOf(manifest) {
 		c.stats.Misses++
 		c.mu.Unlock()
 		return nil, false
@@ -183,15 +183,18 @@ func (c *Cache) Lookup(key string, manifest []byte) (*Image, bool) {
 	if err != nil {
 		c.release(e)
 		c.drop(key, e)
-		c.mu.Lock()
-		c.stats.Misses++
-		c.mu.Unlock()
-		return nil, false
 	}
 	c.mu.Lock()
-	c.stats.Hits++
+	if err != nil {
+		c.stats.Misses++
+	} else {
+		c.stats.Hits++
+	}
 	c.mu.Unlock()
-	return &Image{File: e.f, ID: e.id, Size: e.size, Pages: pages, c: c, e: e}, true
+	if err != nil {
+		return nil, false
+	}
+	return &Image{File: e.f, ID: e.id, Pages: pages, c: c, e: e}, true
 }
 
 // Store saves mem, the memory of the manifest whose stored bytes are
@@ -233,47 +236,43 @@ func (c *Cache) Store(key string, manifest []byte, mem []byte, pages []uint64, f
 	var (
 		written int64
 		err     error
+		f       *os.File
 	)
 	if inPlace {
 		written, err = c.update(e, mem, pages)
 		c.release(e)
-		if err == nil {
-			c.mu.Lock()
-			if c.by[key] == e {
-				c.bytes += size - e.size
-				e.size, e.tag, e.valid = size, tag, true
-				c.lru.MoveToFront(e.elem)
-			}
-			c.stats.Writes++
-			c.stats.BytesWritten += written
-			c.evict()
-			c.mu.Unlock()
-			return e.id, nil
-		}
 	} else {
-		var f *os.File
-		if f, written, err = c.write(mem, pages); err == nil {
-			c.mu.Lock()
-			c.nextID++
-			n := &entry{key: key, id: c.nextID, f: f, size: size, tag: tag, valid: true}
-			if old := c.by[key]; old != nil {
-				c.remove(old)
-			}
-			n.elem = c.lru.PushFront(n)
-			c.by[key] = n
-			c.bytes += size
-			c.stats.Writes++
-			c.stats.BytesWritten += written
-			c.evict()
-			c.mu.Unlock()
-			return n.id, nil
-		}
+		f, written, err = c.write(mem, pages)
 	}
-	c.Forget(key)
+	if err != nil {
+		c.Forget(key)
+		c.mu.Lock()
+		c.stats.Errors++
+		c.mu.Unlock()
+		return 0, fmt.Errorf("images: %w", err)
+	}
 	c.mu.Lock()
-	c.stats.Errors++
-	c.mu.Unlock()
-	return 0, fmt.Errorf("images: %w", err)
+	defer c.mu.Unlock()
+	switch {
+	case !inPlace:
+		c.nextID++
+		n := &entry{key: key, id: c.nextID, f: f, size: size, tag: tag, valid: true}
+		if old := c.by[key]; old != nil {
+			c.remove(old)
+		}
+		n.elem = c.lru.PushFront(n)
+		c.by[key] = n
+		c.bytes += size
+		e = n
+	case c.by[key] == e: // not dropped while it was written
+		c.bytes += size - e.size
+		e.size, e.tag, e.valid = size, tag, true
+		c.lru.MoveToFront(e.elem)
+	}
+	c.stats.Writes++
+	c.stats.BytesWritten += written
+	c.evict()
+	return e.id, nil
 }
 
 // write makes a new file holding mem and its page hashes. Zero pages are
@@ -288,9 +287,7 @@ func (c *Cache) write(mem []byte, pages []uint64) (*os.File, int64, error) {
 		f.Close()
 		return nil, 0, err
 	}
-	written, err := writeRuns(f, mem, func(p int) bool {
-		return pages[p] != snapshot.ZeroPageHash || !snapshot.IsZero(mem[p*snapshot.PageSize:(p+1)*snapshot.PageSize])
-	})
+	written, err := writeRuns(f, mem, func(p int) bool { return nonZero(mem, pages, p) })
 	if err == nil {
 		var n int64
 		n, err = writePages(f, size, pages)
@@ -329,13 +326,19 @@ func (c *Cache) update(e *entry, mem []byte, pages []uint64) (int64, error) {
 		if p < len(old) {
 			return old[p] != pages[p]
 		}
-		return pages[p] != snapshot.ZeroPageHash || !snapshot.IsZero(mem[p*snapshot.PageSize:(p+1)*snapshot.PageSize])
+		return nonZero(mem, pages, p)
 	})
 	if err != nil {
 		return written, err
 	}
 	n, err := writePages(e.f, size, pages)
 	return written + n, err
+}
+
+// nonZero reports whether page p of mem, whose hash is pages[p], holds
+// anything but zeros: the pages a file's hole (zeros) would not hold.
+func nonZero(mem []byte, pages []uint64, p int) bool {
+	return pages[p] != snapshot.ZeroPageHash || !snapshot.IsZero(mem[p*snapshot.PageSize:(p+1)*snapshot.PageSize])
 }
 
 // writeRuns writes each run of pages of mem that want selects at its

@@ -40,7 +40,7 @@ func memory(n int, seed uint64) []byte {
 // contents reads an image's memory and checks its hashes.
 func contents(t *testing.T, im *Image) []byte {
 	t.Helper()
-	b := make([]byte, im.Size)
+	b := make([]byte, len(im.Pages)*page)
 	if _, err := im.File.ReadAt(b, 0); err != nil {
 		t.Fatal(err)
 	}
