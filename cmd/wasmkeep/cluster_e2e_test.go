@@ -669,6 +669,7 @@ func TestDemoCluster(t *testing.T) {
 	n := startNode(t, nodeOpts{
 		command:  "demo",
 		args:     []string{"--data", data, "--nodes", "3", "--lease-ttl", "2s", "--idle-timeout", "1h"},
+		ports:    3,
 		dir:      moduleRoot(t),
 		deadline: demoDeadline,
 		ready:    "Ctrl-C stops every node cleanly", // the banner's last line

@@ -297,6 +297,9 @@ type nodeOpts struct {
 	// demo cluster's banner: its other nodes listen on the next ports,
 	// which someone else may have taken too).
 	ready string
+	// ports is how many consecutive ports from the listen address the
+	// process binds (a demo cluster's nodes); 0 is one.
+	ports int
 }
 
 // startNode starts a node on a free loopback port and waits until it
@@ -315,6 +318,9 @@ func startNode(t testing.TB, o nodeOpts) *proc {
 	shareCompileCache(t, o)
 	for attempt := 1; ; attempt++ {
 		addr := testenv.FreeAddrOn(t, o.host)
+		if o.ports > 1 {
+			addr = testenv.FreePortsOn(t, o.host, o.ports)
+		}
 		args := append([]string{o.command}, o.args...)
 		env := append([]string(nil), o.env...)
 		if o.listenEnv {
