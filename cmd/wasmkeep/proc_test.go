@@ -350,13 +350,14 @@ func startNode(t testing.TB, o nodeOpts) *proc {
 	}
 }
 
-// shareCompileCache points the compilation cache of o's data directory
-// (<data>/cache, unless it exists already) at the one all test processes
-// share, testwasm.CompileCacheDir, with a symbolic link: a -race node takes
-// seconds to compile a Go guest, and the tests start hundreds of nodes on
-// fresh data directories. The node still compiles through <data>/cache as
-// it would in production; a node started again on the directory finds the
-// link and its entries, as it would find its own.
+// shareCompileCache points the compiled code of o's data directory
+// (<data>/cache, unless it exists already) at the cache all test processes
+// share (testwasm.LinkCompileCache): a -race node takes seconds to compile
+// a Go guest, and the tests start hundreds of nodes on fresh data
+// directories. The node still compiles through <data>/cache as it would
+// in production, and keeps its memory images there, its own; a node
+// started again on the directory finds the links and its images, as it
+// would find its own.
 func shareCompileCache(t testing.TB, o nodeOpts) {
 	t.Helper()
 	data := ""
@@ -373,16 +374,11 @@ func shareCompileCache(t testing.TB, o nodeOpts) {
 	if !filepath.IsAbs(data) {
 		data = filepath.Join(o.dir, data)
 	}
-	link := filepath.Join(data, "cache")
-	if _, err := os.Lstat(link); err == nil {
+	cache := filepath.Join(data, "cache")
+	if _, err := os.Lstat(cache); err == nil {
 		return
 	}
-	if err := os.MkdirAll(data, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink(testwasm.CompileCacheDir(t), link); err != nil {
-		t.Fatal(err)
-	}
+	testwasm.LinkCompileCache(t, cache)
 }
 
 // serveNode starts `wasmkeep serve --data data` with rooms that hibernate

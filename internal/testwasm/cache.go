@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -68,4 +69,37 @@ func wazeroVersion() (string, error) {
 		}
 	}
 	return "", errors.New("go.mod requires no github.com/tetratelabs/wazero")
+}
+
+// LinkCompileCache makes dir (a node's <data>/cache) a directory whose
+// compiled code is CompileCacheDir's: each subdirectory an engine keeps
+// machine code in (wazero's, one per version, and the engine's own for
+// code with interruption checks) is a symbolic link into the shared
+// cache. Whatever else the node keeps there, such as its memory images,
+// stays its own: nodes of different tests must not share those.
+func LinkCompileCache(tb testing.TB, dir string) {
+	tb.Helper()
+	shared := CompileCacheDir(tb)
+	version, err := wazeroVersion()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var subdirs []string
+	for _, v := range []string{version, "dev"} {
+		// wazero's own name for its cache directory (cache.go, v1.12).
+		wz := "wazero-" + v + "-" + runtime.GOARCH + "-" + runtime.GOOS
+		subdirs = append(subdirs, wz, filepath.Join("close-on-context-done", wz))
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "close-on-context-done"), 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	for _, sub := range subdirs {
+		target := filepath.Join(shared, sub)
+		if err := os.MkdirAll(target, 0o700); err != nil {
+			tb.Fatal(err)
+		}
+		if err := os.Symlink(target, filepath.Join(dir, sub)); err != nil {
+			tb.Fatal(err)
+		}
+	}
 }
