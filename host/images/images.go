@@ -12,7 +12,8 @@
 // files are unlinked from the moment they are made, so they have no name
 // another process could open or tamper with, and the kernel frees them
 // when the node exits: a crash leaves nothing behind, and nothing written
-// before a crash is ever read after it. They live in the page cache
+// before a crash is ever read after it. Only a clean stop names them, for
+// the next start to pick up once (Persist, keep.go). They live in the page cache
 // while used, so they cost the node no resident memory beyond the pages a
 // woken room touches, and the kernel may write them out and drop them
 // under memory pressure. A directory on a memory-backed file system
@@ -98,6 +99,12 @@ type Cache struct {
 	bytes  int64
 	nextID uint64
 	stats  Stats
+
+	// hold is the cache's lock on the directory (keep.go), nil if
+	// another cache has it; kept and keptErr say what New picked up.
+	hold    *os.File
+	kept    int
+	keptErr error
 }
 
 // entry is one image. Its file may outlive it while Images of it are
@@ -111,6 +118,9 @@ type entry struct {
 	valid bool // the file holds the memory of the manifest whose hash is tag
 	refs  int  // open Images, and a Store writing it
 	gone  bool // dropped from the cache: close the file at the last ref
+	// named: the file has a name in the directory (keep.go), which goes
+	// with the entry.
+	named bool
 	elem  *list.Element
 }
 
@@ -138,8 +148,23 @@ func New(cfg Config) (*Cache, error) {
 		return nil, fmt.Errorf("images: %w", err)
 	}
 	f.Close()
-	return &Cache{cfg: cfg, by: map[string]*entry{}}, nil
+	c := &Cache{cfg: cfg, by: map[string]*entry{}}
+	if c.hold, err = lockDir(cfg.Dir); err != nil {
+		return nil, fmt.Errorf("images: %w", err)
+	}
+	if c.hold == nil {
+		c.keptErr = ErrShared
+	} else {
+		c.kept, c.keptErr = c.load()
+	}
+	return c, nil
 }
+
+// Kept reports how many images New picked up from the last clean stop
+// (Persist), and what kept it from others: files that were missing or
+// damaged, a damaged index, or ErrShared when another cache holds the
+// directory.
+func (c *Cache) Kept() (int, error) { return c.kept, c.keptErr }
 
 // Image is an open image: the file, whose first len(Pages) pages are the
 // memory, and the memory's page hashes. Close it once mapped; a mapping
@@ -412,6 +437,10 @@ func (c *Cache) remove(e *entry) {
 	c.lru.Remove(e.elem)
 	c.bytes -= e.size
 	e.gone = true
+	if e.named {
+		os.Remove(fileName(c.cfg.Dir, e.id)) // a start clears any left
+		e.named = false
+	}
 	if e.refs == 0 {
 		e.f.Close()
 	}
@@ -443,11 +472,16 @@ func (c *Cache) Stats() Stats {
 	return s
 }
 
-// Close drops every image. Images still open stay readable until closed.
+// Close drops every image and gives up the directory. Images still open
+// stay readable until closed.
 func (c *Cache) Close() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, e := range c.by {
 		c.remove(e)
+	}
+	if c.hold != nil {
+		c.hold.Close() // and with it the flock
+		c.hold = nil
 	}
 }

@@ -1,0 +1,332 @@
+package images
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/wasmkeep/wasmkeep/host/snapshot"
+)
+
+// Images across a clean restart. While a node runs the images it made
+// have no names; Persist, at a clean stop, syncs each one to the disk,
+// gives it a name in the directory and only then writes an index of them,
+// so that the next cache in the directory picks them up. That cache
+// trusts the index once: it opens the files the index lists and removes
+// the index before it writes anything into them, so that a crash at any
+// later point leaves no index, and the next start removes every image
+// name it finds without reading it. A crash during Persist leaves named
+// files and no index (or a half-written one under another name), which
+// the next start removes alike. The files a start picked up keep their
+// names while it runs (Linux cannot give a name back to a file that lost
+// its last one, unless it was made unnamed), and lose them when dropped.
+//
+// Only one cache may read or write a directory's index: each takes a
+// flock on the directory's lock file, and one that cannot (another node
+// of this machine shares the directory) keeps its images unnamed and
+// neither reads nor writes an index.
+
+const (
+	indexName = "index"
+	indexTemp = "index.tmp"
+	lockName  = "lock"
+	fileExt   = ".image"
+	// indexMagic begins an index; a later format changes it.
+	indexMagic = "wasmkeep images 1\n"
+	// maxKey bounds a key read from an index (room keys are far shorter).
+	maxKey = 4096
+)
+
+// ErrShared: another cache holds the directory, so this one keeps nothing
+// across a restart.
+var ErrShared = errors.New("images: another cache holds the directory")
+
+// record is an index's line for one image.
+type record struct {
+	key  string
+	id   uint64
+	size int64
+	tag  [32]byte
+}
+
+func fileName(dir string, id uint64) string {
+	return filepath.Join(dir, strconv.FormatUint(id, 10)+fileExt)
+}
+
+// Persist keeps the cache's images for the next cache made in its
+// directory (the node's next start) and closes the cache as Close does.
+// Call it at a clean stop, when no Store or Lookup runs; an image being
+// written is not kept. Syncing a gigabyte of images the kernel has not
+// written out yet takes seconds: when ctx ends, the images not synced by
+// then are left out. It returns how many images it kept.
+func (c *Cache) Persist(ctx context.Context) (int, error) {
+	defer c.Close() // after the index is written: Close gives up the lock
+	if c.hold == nil {
+		return 0, ErrShared
+	}
+	// Nothing else runs (Store and Lookup are done): the entries are
+	// read under the lock, the files synced outside it, so that Stats
+	// (a scrape of the node's metrics) does not wait on the disk.
+	c.mu.Lock()
+	var keep []*entry
+	for el := c.lru.Front(); el != nil; el = el.Next() {
+		if e := el.Value.(*entry); e.valid && e.refs == 0 {
+			keep = append(keep, e)
+		}
+	}
+	c.mu.Unlock()
+	var (
+		recs []record
+		errs []error
+	)
+	for _, e := range keep {
+		if ctx.Err() != nil {
+			break
+		}
+		err := syncData(e.f)
+		if err == nil && !e.named {
+			if err = linkFile(e.f, fileName(c.cfg.Dir, e.id)); err == nil {
+				c.mu.Lock()
+				e.named = true // removed by Close unless the index lands
+				c.mu.Unlock()
+			}
+		}
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		recs = append(recs, record{key: e.key, id: e.id, size: e.size, tag: e.tag})
+	}
+	if len(errs) > 0 {
+		// One failure is the file system's (no O_TMPFILE, no /proc) or
+		// the disk's: the others are likely to fail alike.
+		return 0, fmt.Errorf("images: keeping %d of %d images: %w", len(errs), len(errs)+len(recs), errs[0])
+	}
+	if err := writeIndex(c.cfg.Dir, recs); err != nil {
+		return 0, fmt.Errorf("images: %w", err)
+	}
+	c.mu.Lock()
+	for _, e := range c.by {
+		e.named = false // the index's now: Close leaves the names
+	}
+	c.mu.Unlock()
+	return len(recs), nil
+}
+
+// load picks up the images a clean stop kept in the directory, within the
+// bounds, and removes every name the directory holds. It returns how many
+// it kept; an index it cannot read or trust keeps none.
+func (c *Cache) load() (int, error) {
+	recs, err := readIndex(c.cfg.Dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, c.clearNames(nil)
+	}
+	type opened struct {
+		record
+		f *os.File
+	}
+	var files []opened
+	for _, r := range recs {
+		if r.size < c.cfg.MinBytes || r.size > c.cfg.MaxBytes {
+			continue
+		}
+		f, ferr := os.OpenFile(fileName(c.cfg.Dir, r.id), os.O_RDWR, 0)
+		if ferr != nil {
+			err = errors.Join(err, ferr)
+			continue
+		}
+		// The hashes follow the memory; a file of another length is not
+		// the one the index describes.
+		if st, serr := f.Stat(); serr != nil || st.Size() != r.size+8*(r.size/snapshot.PageSize) {
+			f.Close()
+			err = errors.Join(err, fmt.Errorf("%s is not the image its index describes", filepath.Base(f.Name())))
+			continue
+		}
+		files = append(files, opened{r, f})
+	}
+	// The index goes first: from here on no crash can make it trusted
+	// again, whatever this cache then writes into the files.
+	if rerr := os.Remove(filepath.Join(c.cfg.Dir, indexName)); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+		for _, o := range files {
+			o.f.Close()
+		}
+		return 0, errors.Join(err, rerr)
+	}
+	if serr := syncDir(c.cfg.Dir); serr != nil {
+		err = errors.Join(err, serr)
+	}
+	c.mu.Lock()
+	for _, o := range files {
+		e := &entry{key: o.key, id: o.id, f: o.f, size: o.size, tag: o.tag, valid: true, named: true}
+		if old := c.by[o.key]; old != nil {
+			c.remove(old) // an index lists a room once; a second is damage
+		}
+		e.elem = c.lru.PushBack(e) // the index is most recent first
+		c.by[o.key] = e
+		c.bytes += o.size
+		c.nextID = max(c.nextID, o.id)
+	}
+	c.evict()
+	keep := map[string]bool{}
+	for _, e := range c.by {
+		keep[filepath.Base(fileName(c.cfg.Dir, e.id))] = true
+	}
+	n := c.lru.Len()
+	c.mu.Unlock()
+	return n, errors.Join(err, c.clearNames(keep))
+}
+
+// clearNames removes from the directory the names of an index and of
+// images that are not in keep: those a crash left, those a start could
+// not use.
+func (c *Cache) clearNames(keep map[string]bool) error {
+	ents, err := os.ReadDir(c.cfg.Dir)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, d := range ents {
+		n := d.Name()
+		if n == indexName || n == indexTemp || (strings.HasSuffix(n, fileExt) && !keep[n]) {
+			if err := os.Remove(filepath.Join(c.cfg.Dir, n)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// encodeIndex lays out an index: the magic, the records, and a CRC-32C of
+// all before it.
+func encodeIndex(recs []record) []byte {
+	b := []byte(indexMagic)
+	b = binary.AppendUvarint(b, uint64(len(recs)))
+	for _, r := range recs {
+		b = binary.AppendUvarint(b, uint64(len(r.key)))
+		b = append(b, r.key...)
+		b = binary.AppendUvarint(b, r.id)
+		b = binary.AppendUvarint(b, uint64(r.size))
+		b = append(b, r.tag[:]...)
+	}
+	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// errIndex: an index that is not one this version wrote whole.
+var errIndex = errors.New("images: the index is damaged")
+
+// decodeIndex reads an index encodeIndex laid out, refusing anything
+// else: a wrong magic or checksum, a record cut short, a key too long, a
+// memory of part pages, an id twice.
+func decodeIndex(b []byte) ([]record, error) {
+	if len(b) < len(indexMagic)+4 || !bytes.HasPrefix(b, []byte(indexMagic)) {
+		return nil, errIndex
+	}
+	body := b[:len(b)-4]
+	if crc32.Checksum(body, castagnoli) != binary.LittleEndian.Uint32(b[len(body):]) {
+		return nil, errIndex
+	}
+	r := body[len(indexMagic):]
+	uvarint := func() (uint64, bool) {
+		v, n := binary.Uvarint(r)
+		if n <= 0 {
+			return 0, false
+		}
+		r = r[n:]
+		return v, true
+	}
+	count, ok := uvarint()
+	if !ok || count > uint64(len(r)) {
+		return nil, errIndex
+	}
+	recs := make([]record, 0, count)
+	ids := map[uint64]bool{}
+	for range count {
+		var rec record
+		kl, ok := uvarint()
+		if !ok || kl > maxKey || kl > uint64(len(r)) {
+			return nil, errIndex
+		}
+		rec.key, r = string(r[:kl]), r[kl:]
+		id, ok1 := uvarint()
+		size, ok2 := uvarint()
+		if !ok1 || !ok2 || id == 0 || ids[id] || size == 0 || size%snapshot.PageSize != 0 || size > 1<<40 || len(r) < len(rec.tag) {
+			return nil, errIndex
+		}
+		ids[id] = true
+		rec.id, rec.size = id, int64(size)
+		r = r[copy(rec.tag[:], r):]
+		recs = append(recs, rec)
+	}
+	if len(r) != 0 {
+		return nil, errIndex
+	}
+	return recs, nil
+}
+
+// readIndex reads the directory's index; fs.ErrNotExist if there is none.
+func readIndex(dir string) ([]record, error) {
+	f, err := os.Open(filepath.Join(dir, indexName))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	// Some 60 bytes an image: an index of a million is 60 MB.
+	if st.Size() > 64<<20 {
+		return nil, errIndex
+	}
+	b := make([]byte, st.Size())
+	if _, err := f.ReadAt(b, 0); err != nil {
+		return nil, err
+	}
+	return decodeIndex(b)
+}
+
+// writeIndex writes the index whole or not at all: into a temporary name,
+// synced, then renamed, and the directory synced.
+func writeIndex(dir string, recs []record) error {
+	tmp := filepath.Join(dir, indexTemp)
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(encodeIndex(recs))
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, filepath.Join(dir, indexName))
+	}
+	if err == nil {
+		err = syncDir(dir)
+	}
+	if err != nil {
+		os.Remove(tmp)
+	}
+	return err
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
