@@ -15,8 +15,9 @@ import (
 // TestChatWakesFromItsImage: a Go chat room hibernated again and again by
 // the idle sweep, with no instance kept, wakes each time by mapping the
 // memory image the node saved (rooms.Config.ImageDir), with its history
-// and its sockets; after a restart of the node, which keeps no image, it
-// restores from the store to the same state.
+// and its sockets; after a clean restart of the node, which keeps its
+// images, it wakes from its image again (cmd/wasmkeep's
+// TestImagesSurviveACleanRestart kills a node too).
 func TestChatWakesFromItsImage(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -70,10 +71,10 @@ func TestChatWakesFromItsImage(t *testing.T) {
 	}
 	n2 := startNode(t, cfg)
 	check(n2)
-	if got := metric(t, n2, "wasmkeep_room_restores_total"); got != 1 {
-		t.Fatalf("after a restart: %v restores from the store, want 1", got)
+	if got := metric(t, n2, "wasmkeep_room_image_restores_total"); got != 1 {
+		t.Fatalf("after a clean restart: %v wakes from an image, want 1", got)
 	}
-	if got := metric(t, n2, "wasmkeep_room_image_restores_total"); got != 0 {
-		t.Fatalf("after a restart: %v wakes from an image, want none", got)
+	if got := metric(t, n2, "wasmkeep_room_restores_total"); got != 0 {
+		t.Fatalf("after a clean restart: %v restores from the store, want none", got)
 	}
 }

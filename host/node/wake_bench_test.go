@@ -6,6 +6,7 @@ import (
 	"math/bits"
 	"net/http"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -26,7 +27,8 @@ import (
 // image the node saved at the hibernation (rooms.Config.ImageDir, as after
 // an idle longer than WarmFor); store, restored from the store's segments
 // with no image (as on a node that did not hibernate it, or after a
-// restart). Every wake serves the page, which changes the room's memory,
+// crash); restart-*, the first wake after a clean restart of the node
+// (below). Every wake serves the page, which changes the room's memory,
 // so every hibernation writes a delta and the chain of segments grows
 // until the next compaction: chain=1 compacts at every hibernation
 // (MaxChain 1), chain=8 is the default bound, chain=32 a long one (up to
@@ -34,7 +36,8 @@ import (
 // stored-pages the 4 KiB pages its manifest stores, decoded-pages those a
 // restore from the store decompresses (the blobs' pages, dead ones
 // included); resumed and imaged are the shares of wakes that resumed a
-// kept instance and that mapped an image.
+// kept instance and that mapped an image; hibernate-p50-µs is the
+// hibernations' (for restart-*, the stops').
 //
 //	go test -run '^$' -bench GoChatWake -benchtime 500x -count 2 ./host/node/
 func BenchmarkGoChatWake(b *testing.B) {
@@ -46,6 +49,14 @@ func BenchmarkGoChatWake(b *testing.B) {
 	// An option for the store's path, against chain=8/store of the same
 	// run: S2 segments instead of zstd.
 	b.Run("chain=8/store-s2", func(b *testing.B) { benchGoChatWake(b, 8, "store-s2") })
+	// The first wake after a clean restart of the node (each iteration
+	// stops the node, which hibernates the room and closes its socket,
+	// and starts it again on the same data directory, then loads the
+	// class, as the node's first wake of any room of it would): from the
+	// image the stop kept, or from the store (as after a crash).
+	for _, wake := range []string{"restart-store", "restart-image"} {
+		b.Run("chain=8/"+wake, func(b *testing.B) { benchGoChatWake(b, 8, wake) })
+	}
 }
 
 func benchGoChatWake(b *testing.B, chain int, wake string) {
@@ -54,13 +65,15 @@ func benchGoChatWake(b *testing.B, chain int, wake string) {
 	if wake != "warm" {
 		cfg.WarmMemory = limits.Off
 	}
-	if wake != "image" {
+	restart := strings.HasPrefix(wake, "restart-")
+	if wake != "image" && wake != "restart-image" {
 		cfg.ImageBytes = limits.Off
 	}
 	if wake == "store-s2" {
 		cfg.Codec = snapshot.S2
 	}
-	n := startNode(b, Config{Logger: quietLogger(), Rooms: cfg})
+	ncfg := Config{DataDir: b.TempDir(), Logger: quietLogger(), Rooms: cfg}
+	n := startNode(b, ncfg)
 	if _, err := n.Classes.Put(ctx, "chat", buildGuest(b, "./examples/chat"), classes.Options{}); err != nil {
 		b.Fatal(err)
 	}
@@ -93,10 +106,23 @@ func benchGoChatWake(b *testing.B, chain int, wake string) {
 	for b.Loop() {
 		b.StopTimer()
 		hstart := time.Now()
-		if err := n.Rooms.HandOver(ctx, key, life.EndIdle); err != nil {
-			b.Fatal(err)
+		if restart {
+			if err := n.Stop(ctx); err != nil {
+				b.Fatal(err)
+			}
+			hs = append(hs, time.Since(hstart))
+			r, i := resumes()-r0, imaged()-i0
+			n = startNode(b, ncfg)
+			r0, i0 = resumes()-r, imaged()-i // counted across the nodes
+			if _, err := n.Classes.Current(ctx, "chat"); err != nil {
+				b.Fatal(err)
+			}
+		} else {
+			if err := n.Rooms.HandOver(ctx, key, life.EndIdle); err != nil {
+				b.Fatal(err)
+			}
+			hs = append(hs, time.Since(hstart))
 		}
-		hs = append(hs, time.Since(hstart))
 		body, _, err := n.Bucket.Get(ctx, manifestKey)
 		if err != nil {
 			b.Fatal(err)

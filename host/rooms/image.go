@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"time"
 
 	"github.com/wasmkeep/wasmkeep/host/engine"
 	"github.com/wasmkeep/wasmkeep/host/images"
@@ -20,7 +21,9 @@ import (
 // them. Like a kept instance (warm.go) an image is only ever the state the
 // store holds, checked byte for byte at the wake; unlike one it costs no
 // resident memory, so it outlives WarmFor by far, bounded by
-// Config.ImageBytes and ImageFiles.
+// Config.ImageBytes and ImageFiles. A clean stop keeps the images for the
+// next start (images.Cache.Persist), after saving those of the rooms it
+// hibernates, so that a restart's wakes map them too.
 
 // openImages makes the manager's image cache, if configured. A directory
 // the cache refuses (one on tmpfs, where the images would hold RAM) leaves
@@ -39,16 +42,41 @@ func (m *Manager) openImages() {
 		return
 	}
 	m.images = c
+	switch n, err := c.Kept(); {
+	case errors.Is(err, images.ErrShared):
+		m.log.Info("rooms: another node on this machine holds the memory images' directory; this one keeps none across a restart", "dir", m.cfg.ImageDir)
+	case err != nil:
+		m.log.Warn("rooms: some memory images of the last run could not be used; their rooms restore from the store", "kept", n, "err", err)
+	case n > 0:
+		m.log.Info("rooms: memory images kept from the last run", "images", n, "bytes", c.Stats().Bytes)
+	}
+}
+
+// keepImages keeps the images for the next start, at a clean stop, as
+// many as it can sync before ctx ends.
+func (m *Manager) keepImages(ctx context.Context) {
+	start := m.clock.Now()
+	n, err := m.images.Persist(ctx)
+	if err != nil {
+		if !errors.Is(err, images.ErrShared) {
+			m.log.Warn("rooms: keeping the memory images for the next start failed; its wakes restore from the store", "err", err)
+		}
+		return
+	}
+	if n > 0 {
+		m.log.Info("rooms: memory images kept for the next start", "images", n, "took", time.Duration(m.clock.Now()-start).Round(time.Millisecond))
+	}
 }
 
 // saveImage saves the instance's memory as the room's image after a
 // hibernation that leaves the store holding it (r.manBody) and the room
-// likely to wake here: an idle one, an eviction, an operator's. A stop, a
-// hand-over (drain, move) or a drop means the room will wake elsewhere or
-// from another state, so there is nothing to save for.
+// likely to wake here: an idle one, an eviction, an operator's, or a
+// clean stop (the next start keeps the images). A hand-over (drain, move)
+// or a drop means the room will wake elsewhere or from another state, so
+// there is nothing to save for.
 func (r *Room) saveImage(why life.EndReason) {
 	m := r.m
-	if m.images == nil || (why != life.EndIdle && why != life.EndEvict && why != life.EndAdmin) || r.inst == nil || r.manBody == nil || r.etag == "" || r.changed {
+	if m.images == nil || (why != life.EndIdle && why != life.EndEvict && why != life.EndAdmin && why != life.EndStop) || r.inst == nil || r.manBody == nil || r.etag == "" || r.changed {
 		return
 	}
 	key := r.key.prefix()

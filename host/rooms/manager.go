@@ -793,7 +793,11 @@ func (m *Manager) Close(ctx context.Context) error {
 	err := m.workers.wait(ctx) // one that started before the flag was seen
 	m.dropAllKept()            // none may outlive the manager: the engine closes next
 	if m.images != nil {
-		m.images.Close()
+		if err == nil {
+			m.keepImages(ctx) // nothing runs: every image is whole
+		} else {
+			m.images.Close()
+		}
 	}
 	return err
 }
