@@ -13,16 +13,7 @@ const page = snapshot.PageSize
 
 func newCache(t *testing.T, cfg Config) *Cache {
 	t.Helper()
-	cfg.Dir = t.TempDir()
-	if cfg.MinBytes == 0 {
-		cfg.MinBytes = page
-	}
-	c, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	return c
+	return openIn(t, t.TempDir(), cfg)
 }
 
 // memory makes n pages, every other one zero.
