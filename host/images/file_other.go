@@ -10,10 +10,6 @@ const supported = false
 
 func memoryBacked(string) (bool, error) { return false, nil }
 
-func openUnlinked(dir string) (*os.File, error) { return openRemoved(dir) }
-
 func syncData(*os.File) error { return ErrUnsupported }
-
-func linkFile(*os.File, string) error { return ErrUnsupported }
 
 func lockDir(string) (*os.File, error) { return nil, ErrUnsupported }

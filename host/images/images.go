@@ -8,15 +8,16 @@
 // An image is a cache of a snapshot, never a source of truth: it is tied
 // to the bytes of the manifest it equals (Lookup compares them), and a
 // room whose stored manifest differs (another node ran it, it was
-// deleted, imported or upgraded elsewhere) restores from the store. The
-// files are unlinked from the moment they are made, so they have no name
-// another process could open or tamper with, and the kernel frees them
-// when the node exits: a crash leaves nothing behind, and nothing written
-// before a crash is ever read after it. Only a clean stop names them, for
-// the next start to pick up once (Persist, keep.go). They live in the page cache
-// while used, so they cost the node no resident memory beyond the pages a
-// woken room touches, and the kernel may write them out and drop them
-// under memory pressure. A directory on a memory-backed file system
+// deleted, imported or upgraded elsewhere) restores from the store. Each
+// file has a name in the cache's directory (its id), which the cache owns
+// alone (a flock), and is open only while an Image of it is or a Store
+// writes it: an image costs the node no open file while it waits, so the
+// bound on images is disk, not the process's file limit. Nothing written
+// before a crash is ever read after it: a start that finds no index of a
+// clean stop removes every file (keep.go). The files live in the page
+// cache while used, so they cost the node no resident memory beyond the
+// pages a woken room touches, and the kernel may write them out and drop
+// them under memory pressure. A directory on a memory-backed file system
 // (tmpfs) would hold them in RAM instead, so the cache refuses one.
 //
 // A file holds the memory at offset 0 (page-aligned, so it maps as is)
@@ -44,9 +45,11 @@ const (
 	// memory each: the rooms a node woke lately, which are the ones
 	// likeliest to wake again here.
 	DefaultMaxBytes = 1 << 30
-	// DefaultMaxFiles bounds the open files the cache holds (one per
-	// image), well under a process's usual limit, which sockets share.
-	DefaultMaxFiles = 256
+	// DefaultMaxFiles bounds the files in the directory (and so the
+	// index a clean stop writes). An image holds no open file while it
+	// waits, and one is at least DefaultMinBytes, so under the default
+	// byte bound the bytes are the tighter one.
+	DefaultMaxFiles = 4096
 	// DefaultMinBytes: a memory smaller than this restores from its
 	// snapshot in well under a millisecond (an AssemblyScript room's 64
 	// KiB in microseconds), so an image would cost a file for nothing.
@@ -64,8 +67,9 @@ var ErrUnsupported = errors.New("images: memory images are not supported on this
 
 // Config is a cache's directory and bounds.
 type Config struct {
-	// Dir is where the (unlinked) files are made; it is created if
-	// missing. It should be on the node's local disk.
+	// Dir is where the files are made; it is created if missing, and
+	// the cache owns what it holds. It should be on the node's local
+	// disk.
 	Dir string
 	// MaxBytes bounds the memory bytes of all images together; past it
 	// the least recently stored or used go.
@@ -100,27 +104,26 @@ type Cache struct {
 	nextID uint64
 	stats  Stats
 
-	// hold is the cache's lock on the directory (keep.go), nil if
-	// another cache has it; kept and keptErr say what New picked up.
-	hold    *os.File
-	kept    int
-	keptErr error
+	// hold is the cache's lock on the directory (keep.go); kept and
+	// keptErr say what New picked up. persisted: the files are the
+	// index's, and dropping an entry leaves its name.
+	hold      *os.File
+	kept      int
+	keptErr   error
+	persisted bool
 }
 
-// entry is one image. Its file may outlive it while Images of it are
-// open (refs).
+// entry is one image, in the file its id names. Its file may outlive it
+// while Images of it are open (refs).
 type entry struct {
 	key   string
 	id    uint64
-	f     *os.File
-	size  int64 // memory bytes, at the start of the file
+	f     *os.File // open while refs > 0 (file)
+	size  int64    // memory bytes, at the start of the file
 	tag   [sha256.Size]byte
 	valid bool // the file holds the memory of the manifest whose hash is tag
 	refs  int  // open Images, and a Store writing it
-	gone  bool // dropped from the cache: close the file at the last ref
-	// named: the file has a name in the directory (keep.go), which goes
-	// with the entry.
-	named bool
+	gone  bool // dropped from the cache (and its name removed)
 	elem  *list.Element
 }
 
@@ -142,28 +145,30 @@ func New(cfg Config) (*Cache, error) {
 	if mem {
 		return nil, fmt.Errorf("%w: %s", ErrMemoryBacked, cfg.Dir)
 	}
-	// A file the cache cannot make now it will not make later either.
-	f, err := openUnlinked(cfg.Dir)
-	if err != nil {
-		return nil, fmt.Errorf("images: %w", err)
-	}
-	f.Close()
 	c := &Cache{cfg: cfg, by: map[string]*entry{}}
 	if c.hold, err = lockDir(cfg.Dir); err != nil {
 		return nil, fmt.Errorf("images: %w", err)
 	}
 	if c.hold == nil {
-		c.keptErr = ErrShared
-	} else {
-		c.kept, c.keptErr = c.load()
+		return nil, fmt.Errorf("%w: %s", ErrShared, cfg.Dir)
 	}
+	// A file the cache cannot make now it will not make later either.
+	probe, err := os.CreateTemp(cfg.Dir, "probe-")
+	if err == nil {
+		probe.Close()
+		err = os.Remove(probe.Name())
+	}
+	if err != nil {
+		c.hold.Close()
+		return nil, fmt.Errorf("images: %w", err)
+	}
+	c.kept, c.keptErr = c.load()
 	return c, nil
 }
 
 // Kept reports how many images New picked up from the last clean stop
 // (Persist), and what kept it from others: files that were missing or
-// damaged, a damaged index, or ErrShared when another cache holds the
-// directory.
+// damaged, or a damaged index.
 func (c *Cache) Kept() (int, error) { return c.kept, c.keptErr }
 
 // Image is an open image: the file, whose first len(Pages) pages are the
@@ -204,7 +209,11 @@ func (c *Cache) Lookup(key string, manifest []byte) (*Image, bool) {
 	e.refs++
 	c.lru.MoveToFront(e.elem)
 	c.mu.Unlock()
-	pages, err := readPages(e.f, e.size)
+	f, err := c.file(e)
+	var pages []uint64
+	if err == nil {
+		pages, err = readPages(f, e.size)
+	}
 	if err != nil {
 		c.release(e)
 		c.drop(key, e)
@@ -219,7 +228,30 @@ func (c *Cache) Lookup(key string, manifest []byte) (*Image, bool) {
 	if err != nil {
 		return nil, false
 	}
-	return &Image{File: e.f, ID: e.id, Pages: pages, c: c, e: e}, true
+	return &Image{File: f, ID: e.id, Pages: pages, c: c, e: e}, true
+}
+
+// file returns e's file, opened if no other ref has it open. The caller
+// holds a ref, so the file stays open until its release; a room's
+// Lookups and Stores do not overlap, so two never open one file at once.
+func (c *Cache) file(e *entry) (*os.File, error) {
+	c.mu.Lock()
+	f, gone := e.f, e.gone
+	c.mu.Unlock()
+	if f != nil {
+		return f, nil
+	}
+	if gone {
+		return nil, os.ErrNotExist // its name went with it
+	}
+	f, err := os.OpenFile(fileName(c.cfg.Dir, e.id), os.O_RDWR, 0)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	e.f = f
+	c.mu.Unlock()
+	return f, nil
 }
 
 // Store saves mem, the memory of the manifest whose stored bytes are
@@ -252,22 +284,25 @@ func (c *Cache) Store(key string, manifest []byte, mem []byte, pages []uint64, f
 	c.mu.Lock()
 	e := c.by[key]
 	inPlace := e != nil && from != 0 && e.id == from
+	var id uint64
 	if inPlace {
 		// Unusable until written: a Lookup meanwhile misses.
 		e.valid = false
 		e.refs++
+	} else {
+		c.nextID++
+		id = c.nextID
 	}
 	c.mu.Unlock()
 	var (
 		written int64
 		err     error
-		f       *os.File
 	)
 	if inPlace {
 		written, err = c.update(e, mem, pages)
 		c.release(e)
 	} else {
-		f, written, err = c.write(mem, pages)
+		written, err = c.write(id, mem, pages)
 	}
 	if err != nil {
 		c.Forget(key)
@@ -280,8 +315,7 @@ func (c *Cache) Store(key string, manifest []byte, mem []byte, pages []uint64, f
 	defer c.mu.Unlock()
 	switch {
 	case !inPlace:
-		c.nextID++
-		n := &entry{key: key, id: c.nextID, f: f, size: size, tag: tag, valid: true}
+		n := &entry{key: key, id: id, size: size, tag: tag, valid: true}
 		if old := c.by[key]; old != nil {
 			c.remove(old)
 		}
@@ -300,35 +334,43 @@ func (c *Cache) Store(key string, manifest []byte, mem []byte, pages []uint64, f
 	return e.id, nil
 }
 
-// write makes a new file holding mem and its page hashes. Zero pages are
-// not written: the file is sparse there.
-func (c *Cache) write(mem []byte, pages []uint64) (*os.File, int64, error) {
-	f, err := openUnlinked(c.cfg.Dir)
+// write makes image id's file, holding mem and its page hashes. Zero
+// pages are not written: the file is sparse there.
+func (c *Cache) write(id uint64, mem []byte, pages []uint64) (int64, error) {
+	name := fileName(c.cfg.Dir, id)
+	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
-		return nil, 0, err
+		return 0, err
 	}
 	size := int64(len(mem))
-	if err := f.Truncate(size); err != nil {
-		f.Close()
-		return nil, 0, err
+	err = f.Truncate(size)
+	var written int64
+	if err == nil {
+		written, err = writeRuns(f, mem, func(p int) bool { return nonZero(mem, pages, p) })
 	}
-	written, err := writeRuns(f, mem, func(p int) bool { return nonZero(mem, pages, p) })
 	if err == nil {
 		var n int64
 		n, err = writePages(f, size, pages)
 		written += n
 	}
-	if err != nil {
-		f.Close()
-		return nil, 0, err
+	if cerr := f.Close(); err == nil {
+		err = cerr
 	}
-	return f, written, nil
+	if err != nil {
+		os.Remove(name)
+		return 0, err
+	}
+	return written, nil
 }
 
 // update writes into e's file the pages of mem whose hashes differ from
 // those the file holds, then the new hashes.
 func (c *Cache) update(e *entry, mem []byte, pages []uint64) (int64, error) {
-	old, err := readPages(e.f, e.size)
+	f, err := c.file(e)
+	if err != nil {
+		return 0, err
+	}
+	old, err := readPages(f, e.size)
 	if err != nil {
 		return 0, err
 	}
@@ -340,14 +382,14 @@ func (c *Cache) update(e *entry, mem []byte, pages []uint64) (int64, error) {
 		// The memory grew: the old hashes lie where its new pages go.
 		// Cutting the file back to the old memory and out again makes
 		// that part a hole of zeros, as a new file's is.
-		if err := e.f.Truncate(e.size); err != nil {
+		if err := f.Truncate(e.size); err != nil {
 			return 0, err
 		}
-		if err := e.f.Truncate(size); err != nil {
+		if err := f.Truncate(size); err != nil {
 			return 0, err
 		}
 	}
-	written, err := writeRuns(e.f, mem, func(p int) bool {
+	written, err := writeRuns(f, mem, func(p int) bool {
 		if p < len(old) {
 			return old[p] != pages[p]
 		}
@@ -356,7 +398,7 @@ func (c *Cache) update(e *entry, mem []byte, pages []uint64) (int64, error) {
 	if err != nil {
 		return written, err
 	}
-	n, err := writePages(e.f, size, pages)
+	n, err := writePages(f, size, pages)
 	return written + n, err
 }
 
@@ -437,12 +479,14 @@ func (c *Cache) remove(e *entry) {
 	c.lru.Remove(e.elem)
 	c.bytes -= e.size
 	e.gone = true
-	if e.named {
-		os.Remove(fileName(c.cfg.Dir, e.id)) // a start clears any left
-		e.named = false
+	if !c.persisted {
+		// An open Image keeps the file; the next start clears a name
+		// this fails to remove.
+		os.Remove(fileName(c.cfg.Dir, e.id))
 	}
-	if e.refs == 0 {
+	if e.refs == 0 && e.f != nil {
 		e.f.Close()
+		e.f = nil
 	}
 }
 
@@ -458,8 +502,9 @@ func (c *Cache) release(e *entry) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e.refs--
-	if e.refs == 0 && e.gone {
-		e.f.Close()
+	if e.refs == 0 && e.f != nil {
+		e.f.Close() // an idle image holds no open file
+		e.f = nil
 	}
 }
 

@@ -2,8 +2,11 @@ package images
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"testing"
+
+	"github.com/wasmkeep/wasmkeep/internal/memtest"
 )
 
 func TestMemoryFS(t *testing.T) {
@@ -29,4 +32,34 @@ func TestRefusesMemoryBacked(t *testing.T) {
 	if _, err := New(Config{Dir: dir}); !errors.Is(err, ErrMemoryBacked) {
 		t.Fatalf("a cache on tmpfs: %v, want ErrMemoryBacked", err)
 	}
+}
+
+// TestIdleImagesHoldNoFiles: an image holds an open file only while an
+// Image of it is open or a Store writes it, however many are kept.
+func TestIdleImagesHoldNoFiles(t *testing.T) {
+	before := memtest.OpenFiles(t)
+	c := openIn(t, t.TempDir(), Config{})
+	mems := make([][]byte, 40)
+	for i := range mems {
+		mems[i] = memory(4, uint64(i))
+		if _, err := c.Store(fmt.Sprint(i), []byte("m"), mems[i], nil, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := memtest.OpenFiles(t) - before; got != 1 { // the lock file
+		t.Fatalf("%d files open with 40 images kept, want the lock's alone", got)
+	}
+	im := wantImage(t, c, "7", "m", mems[7])
+	if got := memtest.OpenFiles(t) - before; got != 2 {
+		t.Fatalf("%d files open with an Image open, want 2", got)
+	}
+	mems[7][0] ^= 1
+	if _, err := c.Store("7", []byte("m2"), mems[7], nil, im.ID); err != nil {
+		t.Fatal(err)
+	}
+	im.Close()
+	if got := memtest.OpenFiles(t) - before; got != 1 {
+		t.Fatalf("%d files open once the Image closed, want 1", got)
+	}
+	wantImage(t, c, "7", "m2", mems[7]).Close()
 }

@@ -16,23 +16,20 @@ import (
 	"github.com/wasmkeep/wasmkeep/host/snapshot"
 )
 
-// Images across a clean restart. While a node runs the images it made
-// have no names; Persist, at a clean stop, syncs each one to the disk,
-// gives it a name in the directory and only then writes an index of them,
-// so that the next cache in the directory picks them up. That cache
-// trusts the index once: it opens the files the index lists and removes
-// the index before it writes anything into them, so that a crash at any
-// later point leaves no index, and the next start removes every image
-// name it finds without reading it. A crash during Persist leaves named
-// files and no index (or a half-written one under another name), which
-// the next start removes alike. The files a start picked up keep their
-// names while it runs (Linux cannot give a name back to a file that lost
-// its last one, unless it was made unnamed), and lose them when dropped.
+// Images across a clean restart. Persist, at a clean stop, syncs each
+// image's file to the disk and only then writes an index of them, so that
+// the next cache in the directory picks them up. That cache trusts the
+// index once: it checks the files the index lists and removes the index
+// before it writes anything into them, so that a crash at any later point
+// leaves no index, and the next start removes every image it finds
+// without reading it. A crash during Persist leaves files and no index
+// (or a half-written one under another name), which the next start
+// removes alike. So a file is read after a restart only if a clean stop
+// synced it whole and nothing wrote to it since.
 //
-// Only one cache may read or write a directory's index: each takes a
-// flock on the directory's lock file, and one that cannot (another node
-// of this machine shares the directory) keeps its images unnamed and
-// neither reads nor writes an index.
+// Only one cache may use a directory: each takes a flock on the
+// directory's lock file, and New refuses a directory another cache holds
+// (ErrShared), since it would remove that cache's files.
 
 const (
 	indexName = "index"
@@ -45,8 +42,8 @@ const (
 	maxKey = 4096
 )
 
-// ErrShared: another cache holds the directory, so this one keeps nothing
-// across a restart.
+// ErrShared: another cache (another node of this machine) holds the
+// directory.
 var ErrShared = errors.New("images: another cache holds the directory")
 
 // record is an index's line for one image.
@@ -66,12 +63,10 @@ func fileName(dir string, id uint64) string {
 // Call it at a clean stop, when no Store or Lookup runs; an image being
 // written is not kept. Syncing a gigabyte of images the kernel has not
 // written out yet takes seconds: when ctx ends, the images not synced by
-// then are left out. It returns how many images it kept.
+// then are left out. It returns how many images it kept, and why it kept
+// no more: an image that failed to sync is left out, the others kept.
 func (c *Cache) Persist(ctx context.Context) (int, error) {
 	defer c.Close() // after the index is written: Close gives up the lock
-	if c.hold == nil {
-		return 0, ErrShared
-	}
 	// Nothing else runs (Store and Lookup are done): the entries are
 	// read under the lock, the files synced outside it, so that Stats
 	// (a scrape of the node's metrics) does not wait on the disk.
@@ -79,6 +74,7 @@ func (c *Cache) Persist(ctx context.Context) (int, error) {
 	var keep []*entry
 	for el := c.lru.Front(); el != nil; el = el.Next() {
 		if e := el.Value.(*entry); e.valid && e.refs == 0 {
+			e.refs++ // released once synced
 			keep = append(keep, e)
 		}
 	}
@@ -88,36 +84,30 @@ func (c *Cache) Persist(ctx context.Context) (int, error) {
 		errs []error
 	)
 	for _, e := range keep {
-		if ctx.Err() != nil {
-			break
-		}
-		err := syncData(e.f)
-		if err == nil && !e.named {
-			if err = linkFile(e.f, fileName(c.cfg.Dir, e.id)); err == nil {
-				c.mu.Lock()
-				e.named = true // removed by Close unless the index lands
-				c.mu.Unlock()
+		var err error
+		if err = ctx.Err(); err == nil {
+			var f *os.File
+			if f, err = c.file(e); err == nil {
+				err = syncData(f)
 			}
 		}
-		if err != nil {
+		c.release(e)
+		switch {
+		case err == nil:
+			recs = append(recs, record{key: e.key, id: e.id, size: e.size, tag: e.tag})
+		case ctx.Err() == nil:
 			errs = append(errs, err)
-			continue
-		}
-		recs = append(recs, record{key: e.key, id: e.id, size: e.size, tag: e.tag})
-	}
-	if len(errs) > 0 {
-		// One failure is the file system's (no O_TMPFILE, no /proc) or
-		// the disk's: the others are likely to fail alike.
-		return 0, fmt.Errorf("images: keeping %d of %d images: %w", len(errs), len(errs)+len(recs), errs[0])
+		} // else left out at the deadline, not failed
 	}
 	if err := writeIndex(c.cfg.Dir, recs); err != nil {
 		return 0, fmt.Errorf("images: %w", err)
 	}
 	c.mu.Lock()
-	for _, e := range c.by {
-		e.named = false // the index's now: Close leaves the names
-	}
+	c.persisted = true // the index's now: Close leaves the names
 	c.mu.Unlock()
+	if len(errs) > 0 {
+		return len(recs), fmt.Errorf("images: %d of %d images not kept: %w", len(errs), len(keep), errors.Join(errs...))
+	}
 	return len(recs), nil
 }
 
@@ -129,35 +119,28 @@ func (c *Cache) load() (int, error) {
 	if errors.Is(err, fs.ErrNotExist) {
 		return 0, c.clearNames(nil)
 	}
-	type opened struct {
-		record
-		f *os.File
-	}
-	var files []opened
+	var files []record
 	for _, r := range recs {
 		if r.size < c.cfg.MinBytes || r.size > c.cfg.MaxBytes {
 			continue
 		}
-		f, ferr := os.OpenFile(fileName(c.cfg.Dir, r.id), os.O_RDWR, 0)
-		if ferr != nil {
-			err = errors.Join(err, ferr)
+		name := fileName(c.cfg.Dir, r.id)
+		st, serr := os.Lstat(name)
+		if serr != nil {
+			err = errors.Join(err, serr)
 			continue
 		}
 		// The hashes follow the memory; a file of another length is not
 		// the one the index describes.
-		if st, serr := f.Stat(); serr != nil || st.Size() != r.size+8*(r.size/snapshot.PageSize) {
-			f.Close()
-			err = errors.Join(err, fmt.Errorf("%s is not the image its index describes", filepath.Base(f.Name())))
+		if !st.Mode().IsRegular() || st.Size() != r.size+8*(r.size/snapshot.PageSize) {
+			err = errors.Join(err, fmt.Errorf("%s is not the image its index describes", filepath.Base(name)))
 			continue
 		}
-		files = append(files, opened{r, f})
+		files = append(files, r)
 	}
 	// The index goes first: from here on no crash can make it trusted
 	// again, whatever this cache then writes into the files.
 	if rerr := os.Remove(filepath.Join(c.cfg.Dir, indexName)); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
-		for _, o := range files {
-			o.f.Close()
-		}
 		return 0, errors.Join(err, rerr)
 	}
 	if serr := syncDir(c.cfg.Dir); serr != nil {
@@ -165,7 +148,7 @@ func (c *Cache) load() (int, error) {
 	}
 	c.mu.Lock()
 	for _, o := range files {
-		e := &entry{key: o.key, id: o.id, f: o.f, size: o.size, tag: o.tag, valid: true, named: true}
+		e := &entry{key: o.key, id: o.id, size: o.size, tag: o.tag, valid: true}
 		if old := c.by[o.key]; old != nil {
 			c.remove(old) // an index lists a room once; a second is damage
 		}

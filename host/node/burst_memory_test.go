@@ -133,8 +133,9 @@ func burstMemory(t *testing.T, reclaim int, warm, images int64) {
 		}
 	}
 	hibernated := time.Now()
-	t.Logf("%d rooms hibernated in %v, %.0f MiB of memory images written (%v kept)", nrooms, hibernated.Sub(start).Round(time.Millisecond),
-		metric(t, node, `wasmkeep_image_bytes_written_total`)/(1<<20), metric(t, node, `wasmkeep_images`))
+	t.Logf("%d rooms hibernated in %v, %.0f MiB of memory images written (%v kept, %.0f MiB), %d files open besides the sockets", nrooms, hibernated.Sub(start).Round(time.Millisecond),
+		metric(t, node, `wasmkeep_image_bytes_written_total`)/(1<<20), metric(t, node, `wasmkeep_images`), metric(t, node, `wasmkeep_images_bytes`)/(1<<20),
+		memtest.OpenFiles(t)-n)
 	if c := node.Rooms.Counts(); c.Resident != 0 || c.HibernatedWithSockets != nrooms {
 		t.Fatalf("rooms not all hibernated with sockets: %+v", c)
 	}

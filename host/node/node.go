@@ -299,7 +299,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	rcfg.Logger, rcfg.Metrics, rcfg.Framer, rcfg.Clock = cfg.Logger, n.Metrics, server.Framer(n.Hub), cfg.Clock
 	if rcfg.ImageDir == "" {
 		// Next to the compilation cache: the node's own disk, whatever
-		// its store. The files have no names there (host/images).
+		// its store; only this node uses it (host/images).
 		rcfg.ImageDir = filepath.Join(cfg.DataDir, "cache", "images")
 	}
 	n.Rooms, err = rooms.NewManager(ctx, rcfg, rooms.EngineClasses(n.Classes), n.Bucket, place)

@@ -26,8 +26,9 @@ import (
 // hibernates, so that a restart's wakes map them too.
 
 // openImages makes the manager's image cache, if configured. A directory
-// the cache refuses (one on tmpfs, where the images would hold RAM) leaves
-// the node without images, which is said once.
+// the cache refuses (one on tmpfs, where the images would hold RAM, or one
+// another node of this machine holds) leaves the node without images,
+// which is said once.
 func (m *Manager) openImages() {
 	if m.cfg.ImageDir == "" || limits.IsOff(m.cfg.ImageBytes) {
 		return
@@ -43,8 +44,6 @@ func (m *Manager) openImages() {
 	}
 	m.images = c
 	switch n, err := c.Kept(); {
-	case errors.Is(err, images.ErrShared):
-		m.log.Info("rooms: another node on this machine holds the memory images' directory; this one keeps none across a restart", "dir", m.cfg.ImageDir)
 	case err != nil:
 		m.log.Warn("rooms: some memory images of the last run could not be used; their rooms restore from the store", "kept", n, "err", err)
 	case n > 0:
@@ -58,10 +57,7 @@ func (m *Manager) keepImages(ctx context.Context) {
 	start := m.clock.Now()
 	n, err := m.images.Persist(ctx)
 	if err != nil {
-		if !errors.Is(err, images.ErrShared) {
-			m.log.Warn("rooms: keeping the memory images for the next start failed; its wakes restore from the store", "err", err)
-		}
-		return
+		m.log.Warn("rooms: some memory images were not kept for the next start; their rooms' wakes restore from the store", "kept", n, "err", err)
 	}
 	if n > 0 {
 		m.log.Info("rooms: memory images kept for the next start", "images", n, "took", time.Duration(m.clock.Now()-start).Round(time.Millisecond))

@@ -106,8 +106,8 @@ type Config struct {
 	// ImageBytes bounds the images' memory bytes together
 	// (DefaultImageBytes; limits.Off: no images).
 	ImageBytes int64
-	// ImageFiles bounds how many images are kept, each an open file
-	// (DefaultImageFiles).
+	// ImageFiles bounds how many images are kept, each a file in
+	// ImageDir, open only while used (DefaultImageFiles).
 	ImageFiles int
 	// ImageMinBytes: smaller memories get no image, since they restore
 	// from the store in well under a millisecond (DefaultImageMinBytes).

@@ -134,3 +134,13 @@ func PeakRSS(tb testing.TB) uint64 {
 	tb.Fatal("no VmHWM in /proc/self/status")
 	return 0
 }
+
+// OpenFiles is how many files the process has open (/proc/self/fd).
+func OpenFiles(tb testing.TB) int {
+	tb.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return len(ents)
+}
