@@ -11,6 +11,10 @@ import (
 // supported: the engine maps images on Linux.
 const supported = true
 
+// noFollow: an image's name is never a symbolic link (the cache makes
+// each with O_EXCL), so opening one that is refuses to follow it.
+const noFollow = unix.O_NOFOLLOW
+
 // memoryBacked reports whether dir's file system keeps its files in
 // memory.
 func memoryBacked(dir string) (bool, error) {

@@ -8,6 +8,8 @@ import "os"
 // would write files no wake reads.
 const supported = false
 
+const noFollow = 0
+
 func memoryBacked(string) (bool, error) { return false, nil }
 
 func syncData(*os.File) error { return ErrUnsupported }

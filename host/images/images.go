@@ -153,7 +153,7 @@ func New(cfg Config) (*Cache, error) {
 		return nil, fmt.Errorf("%w: %s", ErrShared, cfg.Dir)
 	}
 	// A file the cache cannot make now it will not make later either.
-	probe, err := os.CreateTemp(cfg.Dir, "probe-")
+	probe, err := os.CreateTemp(cfg.Dir, probePrefix)
 	if err == nil {
 		probe.Close()
 		err = os.Remove(probe.Name())
@@ -244,7 +244,7 @@ func (c *Cache) file(e *entry) (*os.File, error) {
 	if gone {
 		return nil, os.ErrNotExist // its name went with it
 	}
-	f, err := os.OpenFile(fileName(c.cfg.Dir, e.id), os.O_RDWR, 0)
+	f, err := os.OpenFile(fileName(c.cfg.Dir, e.id), os.O_RDWR|noFollow, 0)
 	if err != nil {
 		return nil, err
 	}

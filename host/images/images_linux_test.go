@@ -1,9 +1,11 @@
 package images
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/wasmkeep/wasmkeep/internal/memtest"
@@ -62,4 +64,41 @@ func TestIdleImagesHoldNoFiles(t *testing.T) {
 		t.Fatalf("%d files open once the Image closed, want 1", got)
 	}
 	wantImage(t, c, "7", "m2", mems[7]).Close()
+}
+
+// TestImageNamesAreNotFollowed: an image whose name was replaced by a
+// symbolic link is a miss, and the link's target is neither read nor
+// written; a probe a crash left in New is cleared by the next start.
+func TestImageNamesAreNotFollowed(t *testing.T) {
+	dir := t.TempDir()
+	c := openIn(t, dir, Config{})
+	mem := memory(4, 1)
+	if _, err := c.Store("a", []byte("m"), mem, nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	// The target is the image itself, moved: followed, it would be found.
+	name := fileName(dir, c.by["a"].id)
+	target := filepath.Join(t.TempDir(), "target")
+	if err := os.Rename(name, target); err != nil {
+		t.Fatal(err)
+	}
+	image, _ := os.ReadFile(target)
+	if err := os.Symlink(target, name); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := c.Lookup("a", []byte("m")); ok {
+		t.Fatal("an image through a symbolic link was found")
+	}
+	if _, err := c.Store("b", []byte("m"), memory(4, 2), nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	if got, _ := os.ReadFile(target); !bytes.Equal(got, image) {
+		t.Fatal("the link's target changed")
+	}
+	os.WriteFile(filepath.Join(dir, probePrefix+"123"), nil, 0o600)
+	openIn(t, dir, Config{})
+	if got := names(t, dir); len(got) != 0 {
+		t.Fatalf("the start left %q", got)
+	}
 }

@@ -36,6 +36,9 @@ const (
 	indexTemp = "index.tmp"
 	lockName  = "lock"
 	fileExt   = ".image"
+	// probePrefix names the file New makes to see that it can (removed
+	// at once; a start clears one a crash left).
+	probePrefix = "probe-"
 	// indexMagic begins an index; a later format changes it.
 	indexMagic = "wasmkeep images 1\n"
 	// maxKey bounds a key read from an index (room keys are far shorter).
@@ -167,9 +170,9 @@ func (c *Cache) load() (int, error) {
 	return n, errors.Join(err, c.clearNames(keep))
 }
 
-// clearNames removes from the directory the names of an index and of
-// images that are not in keep: those a crash left, those a start could
-// not use.
+// clearNames removes from the directory an index, the probe of New, and
+// the images that are not in keep: those a crash left, those a start
+// could not use.
 func (c *Cache) clearNames(keep map[string]bool) error {
 	ents, err := os.ReadDir(c.cfg.Dir)
 	if err != nil {
@@ -178,7 +181,7 @@ func (c *Cache) clearNames(keep map[string]bool) error {
 	var errs []error
 	for _, d := range ents {
 		n := d.Name()
-		if n == indexName || n == indexTemp || (strings.HasSuffix(n, fileExt) && !keep[n]) {
+		if n == indexName || n == indexTemp || strings.HasPrefix(n, probePrefix) || (strings.HasSuffix(n, fileExt) && !keep[n]) {
 			if err := os.Remove(filepath.Join(c.cfg.Dir, n)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				errs = append(errs, err)
 			}
