@@ -170,6 +170,25 @@ func (c *Cache) load() (int, error) {
 	return n, errors.Join(err, c.clearNames(keep))
 }
 
+// Clear removes what caches left in dir (the images a clean stop kept or
+// a crash left, an index), for a node that now keeps no images, so that
+// they do not hold its disk for nothing. A directory that does not exist
+// is left alone; one another cache holds is too (ErrShared).
+func Clear(dir string) error {
+	if _, err := os.Lstat(dir); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	hold, err := lockDir(dir)
+	if err != nil {
+		return fmt.Errorf("images: %w", err)
+	}
+	if hold == nil {
+		return fmt.Errorf("%w: %s", ErrShared, dir)
+	}
+	defer hold.Close()
+	return (&Cache{cfg: Config{Dir: dir}}).clearNames(nil)
+}
+
 // clearNames removes from the directory an index, the probe of New, and
 // the images that are not in keep: those a crash left, those a start
 // could not use.

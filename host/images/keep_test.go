@@ -275,3 +275,29 @@ func TestPersistStopsAtItsDeadline(t *testing.T) {
 		t.Fatalf("the start left %q", got)
 	}
 }
+
+// TestClear: a node that keeps no images removes what an earlier run kept,
+// leaves a directory another cache holds alone, and is content with none.
+func TestClear(t *testing.T) {
+	dir := t.TempDir()
+	c := openIn(t, dir, Config{})
+	c.Store("a", []byte("m"), memory(8, 1), nil, 0)
+	if err := Clear(dir); !errors.Is(err, ErrShared) {
+		t.Fatalf("clearing a held directory: %v, want ErrShared", err)
+	}
+	if got := names(t, dir); len(got) != 1 {
+		t.Fatalf("clearing a held directory left %q, want its image", got)
+	}
+	if n, err := c.Persist(context.Background()); n != 1 || err != nil {
+		t.Fatal(n, err)
+	}
+	if err := Clear(dir); err != nil {
+		t.Fatal(err)
+	}
+	if got := names(t, dir); len(got) != 0 {
+		t.Fatalf("after Clear the directory holds %q", got)
+	}
+	if err := Clear(filepath.Join(dir, "none")); err != nil {
+		t.Fatalf("clearing a directory that does not exist: %v", err)
+	}
+}

@@ -30,7 +30,15 @@ import (
 // another node of this machine holds) leaves the node without images,
 // which is said once.
 func (m *Manager) openImages() {
-	if m.cfg.ImageDir == "" || limits.IsOff(m.cfg.ImageBytes) {
+	if m.cfg.ImageDir == "" {
+		return
+	}
+	if limits.IsOff(m.cfg.ImageBytes) {
+		// Images an earlier run kept (or a crash left) are never read
+		// by this one: they go, rather than hold the disk.
+		if err := images.Clear(m.cfg.ImageDir); err != nil && !errors.Is(err, images.ErrUnsupported) && !errors.Is(err, images.ErrShared) {
+			m.log.Warn("rooms: removing the memory images of an earlier run failed", "dir", m.cfg.ImageDir, "err", err)
+		}
 		return
 	}
 	c, err := images.New(images.Config{Dir: m.cfg.ImageDir, MaxBytes: m.cfg.ImageBytes, MaxFiles: m.cfg.ImageFiles, MinBytes: m.cfg.ImageMinBytes})

@@ -2,7 +2,9 @@ package rooms
 
 import (
 	"context"
+	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/wasmkeep/wasmkeep/host/rooms/life"
 	"github.com/wasmkeep/wasmkeep/host/snapshot"
@@ -109,4 +111,38 @@ func TestImageOnlyForTheStoredState(t *testing.T) {
 	if got := h.m.images.Stats().Files; got != 0 {
 		t.Fatalf("images after the delete: %v", got)
 	}
+}
+
+// TestImagesOffClearsEarlierOnes: a manager started with images off on a
+// directory where an earlier run kept some removes them.
+func TestImagesOffClearsEarlierOnes(t *testing.T) {
+	dir := t.TempDir()
+	h := newHarness(t, Config{WarmMemory: limits.Off, ImageDir: dir, ImageMinBytes: 1})
+	h.expect("a", "POST", "/", "1")
+	h.idle("a")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := h.m.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.m.Close(ctx); err != nil { // a clean stop: it keeps the image
+		t.Fatal(err)
+	}
+	if n := imageFiles(t, dir); n != 1 {
+		t.Fatalf("%d images kept by the clean stop, want 1", n)
+	}
+	newHarness(t, Config{WarmMemory: limits.Off, ImageDir: dir, ImageMinBytes: 1, ImageBytes: limits.Off})
+	if n := imageFiles(t, dir); n != 0 {
+		t.Fatalf("%d images left with images off", n)
+	}
+}
+
+// imageFiles counts the image files in dir.
+func imageFiles(t *testing.T, dir string) int {
+	t.Helper()
+	m, err := filepath.Glob(filepath.Join(dir, "*.image"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(m)
 }
