@@ -57,9 +57,10 @@ type record struct {
 	tag  [32]byte
 }
 
-func fileName(dir string, id uint64) string {
-	return filepath.Join(dir, strconv.FormatUint(id, 10)+fileExt)
-}
+// imageName is image id's name in its directory.
+func imageName(id uint64) string { return strconv.FormatUint(id, 10) + fileExt }
+
+func fileName(dir string, id uint64) string { return filepath.Join(dir, imageName(id)) }
 
 // Persist keeps the cache's images for the next cache made in its
 // directory (the node's next start) and closes the cache as Close does.
@@ -120,7 +121,7 @@ func (c *Cache) Persist(ctx context.Context) (int, error) {
 func (c *Cache) load() (int, error) {
 	recs, err := readIndex(c.cfg.Dir)
 	if errors.Is(err, fs.ErrNotExist) {
-		return 0, c.clearNames(nil)
+		return 0, clearNames(c.cfg.Dir, nil)
 	}
 	var files []record
 	for _, r := range recs {
@@ -163,11 +164,11 @@ func (c *Cache) load() (int, error) {
 	c.evict()
 	keep := map[string]bool{}
 	for _, e := range c.by {
-		keep[filepath.Base(fileName(c.cfg.Dir, e.id))] = true
+		keep[imageName(e.id)] = true
 	}
 	n := c.lru.Len()
 	c.mu.Unlock()
-	return n, errors.Join(err, c.clearNames(keep))
+	return n, errors.Join(err, clearNames(c.cfg.Dir, keep))
 }
 
 // Clear removes what caches left in dir (the images a clean stop kept or
@@ -186,14 +187,13 @@ func Clear(dir string) error {
 		return fmt.Errorf("%w: %s", ErrShared, dir)
 	}
 	defer hold.Close()
-	return (&Cache{cfg: Config{Dir: dir}}).clearNames(nil)
+	return clearNames(dir, nil)
 }
 
-// clearNames removes from the directory an index, the probe of New, and
-// the images that are not in keep: those a crash left, those a start
-// could not use.
-func (c *Cache) clearNames(keep map[string]bool) error {
-	ents, err := os.ReadDir(c.cfg.Dir)
+// clearNames removes from dir an index, the probe of New, and the images
+// that are not in keep: those a crash left, those a start could not use.
+func clearNames(dir string, keep map[string]bool) error {
+	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return err
 	}
@@ -201,7 +201,7 @@ func (c *Cache) clearNames(keep map[string]bool) error {
 	for _, d := range ents {
 		n := d.Name()
 		if n == indexName || n == indexTemp || strings.HasPrefix(n, probePrefix) || (strings.HasSuffix(n, fileExt) && !keep[n]) {
-			if err := os.Remove(filepath.Join(c.cfg.Dir, n)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			if err := os.Remove(filepath.Join(dir, n)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				errs = append(errs, err)
 			}
 		}

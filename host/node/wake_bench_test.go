@@ -106,22 +106,23 @@ func benchGoChatWake(b *testing.B, chain int, wake string) {
 	for b.Loop() {
 		b.StopTimer()
 		hstart := time.Now()
+		var err error
 		if restart {
-			if err := n.Stop(ctx); err != nil {
-				b.Fatal(err)
-			}
-			hs = append(hs, time.Since(hstart))
+			err = n.Stop(ctx)
+		} else {
+			err = n.Rooms.HandOver(ctx, key, life.EndIdle)
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+		hs = append(hs, time.Since(hstart))
+		if restart {
 			r, i := resumes()-r0, imaged()-i0
 			n = startNode(b, ncfg)
 			r0, i0 = resumes()-r, imaged()-i // counted across the nodes
 			if _, err := n.Classes.Current(ctx, "chat"); err != nil {
 				b.Fatal(err)
 			}
-		} else {
-			if err := n.Rooms.HandOver(ctx, key, life.EndIdle); err != nil {
-				b.Fatal(err)
-			}
-			hs = append(hs, time.Since(hstart))
 		}
 		body, _, err := n.Bucket.Get(ctx, manifestKey)
 		if err != nil {
