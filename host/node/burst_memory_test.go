@@ -3,10 +3,12 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,7 +32,9 @@ import (
 // the default run), with nothing forced: what a node left alone gives
 // back. A last sample after two collections and debug.FreeOSMemory is
 // the floor. Figures go to docs/PERFORMANCE.md
-// ("Memory after a burst").
+// ("Memory after a burst"). With $WASMKEEP_BURST_HEAPUSE set, it then
+// reads a heap dump and logs which size classes' survivors hold the most
+// pages beyond their own bytes (memtest.HeapUse).
 //
 // $WASMKEEP_BURST_SOCKETS and $WASMKEEP_BURST_ROOMS size it (2,000 over
 // 200 by default; issue 13 measured 8,000 over 800). It asserts only what
@@ -94,6 +98,11 @@ func burstMemory(t *testing.T, reclaim int, warm, images int64) {
 		t.Fatal(err)
 	}
 	base := memtest.Settled(t)
+	heapUse := os.Getenv("WASMKEEP_BURST_HEAPUSE") != ""
+	var baseUse []memtest.ClassUse
+	if heapUse {
+		baseUse = memtest.HeapUse(t)
+	}
 	reclaimsBefore := metric(t, node, `wasmkeep_memory_reclaims_total`)
 	memtest.ResetPeakRSS(t)
 	peakPss := memtest.PeakPss(100 * time.Millisecond)
@@ -178,6 +187,10 @@ func burstMemory(t *testing.T, reclaim int, warm, images int64) {
 			per(r.StackInuse, base.StackInuse), per(r.RuntimeSys, base.RuntimeSys), r.Mappings-base.Mappings, r.NumGC-base.NumGC, p.kept)
 	}
 
+	if heapUse {
+		logHeapUse(t, baseUse, memtest.HeapUse(t), n)
+	}
+
 	// The clients leave, and the node stops only once every room has woken
 	// for their closes (see TestIdleSocketMemory).
 	if err := leave(); err != nil {
@@ -186,6 +199,33 @@ func burstMemory(t *testing.T, reclaim int, warm, images int64) {
 	burstWait(t, "every room woken for its sockets' closes", func() bool {
 		return metric(t, node, `wasmkeep_room_events_total{kind="socket_close"}`) == float64(n) && node.Rooms.Counts().Resident == nrooms
 	})
+}
+
+// logHeapUse logs, as growth over the warm node and per socket, the pages
+// of the heap's small size classes that survivors hold beyond their own
+// bytes: in all, and for the eight classes that hold the most.
+func logHeapUse(t *testing.T, base, now []memtest.ClassUse, n int) {
+	was := map[uint64]memtest.ClassUse{}
+	for _, c := range base {
+		was[c.Size] = c
+	}
+	per := func(b int64) float64 { return float64(b) / float64(n) / 1000 }
+	type grown struct {
+		c             memtest.ClassUse
+		held, objects int64
+	}
+	var all int64
+	var rows []grown
+	for _, c := range now {
+		g := grown{c, int64(c.Held()) - int64(was[c.Size].Held()), int64(c.Objects - was[c.Size].Objects)}
+		all += g.held
+		rows = append(rows, g)
+	}
+	slices.SortFunc(rows, func(a, b grown) int { return cmp.Compare(b.held, a.held) })
+	t.Logf("pages of small objects held beyond their live bytes, over the warm node: %.2f KB a socket; the most by size class:", per(all))
+	for _, g := range rows[:min(8, len(rows))] {
+		t.Logf("%5d B: %+7d live objects, %5d pages with one, %.2f KB a socket held", g.c.Size, g.objects, g.c.Pages, per(g.held))
+	}
 }
 
 // burstSchedule is when, after the hibernations, the process is read:
