@@ -394,4 +394,18 @@ func TestOneSocketCannotFillItsRoom(t *testing.T) {
 			t.Fatalf("echo %d is %q, want %q: messages out of order", i, got, want)
 		}
 	}
+
+	// Quiet again, the room and its socket keep nothing of the flood:
+	// what a room keeps while idle is what a node pays per room for hours.
+	h.waitFor("the worker to exit", func() bool {
+		h.clock.Advance(lingerFor) // its wait for a next event ends
+		room.mu.Lock()
+		defer room.mu.Unlock()
+		return !room.running
+	})
+	room.mu.Lock()
+	defer room.mu.Unlock()
+	if room.linger != nil {
+		t.Error("the quiet room keeps its worker's timer")
+	}
 }

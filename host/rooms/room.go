@@ -201,7 +201,7 @@ type Room struct {
 	effects    []effect
 	corked     []*Socket // sockets corked in the current burst of events
 	kick       chan struct{}
-	linger     clock.Timer
+	linger     clock.Timer // while a worker runs; worker-owned
 
 	// writeFailures counts the snapshot writes that failed in a row: the
 	// step of the back-off (retryAt). Worker-owned.
@@ -315,6 +315,11 @@ func (r *Room) run() {
 			if !stopping && r.waitForWork() {
 				continue
 			}
+			// The timer goes with the worker: a room that has gone quiet
+			// (most, hibernated with their sockets) keeps no timer, whose
+			// few small objects, made in the middle of a burst of cold
+			// starts, would each hold a page of the Go heap in use.
+			r.linger = nil
 			r.mu.Lock()
 			if r.head < len(r.queue) {
 				r.mu.Unlock()
