@@ -57,7 +57,7 @@ func (m *Manager) OpenSocket(key Key, conn Conn, open *abi.SocketOpen) (*Socket,
 }
 
 func newSocket(conn Conn, open *abi.SocketOpen, ch *channelState) *Socket {
-	return &Socket{conn: conn, open: abi.AppendSocketOpen(nil, open), ch: ch, inflight: make(chan struct{}, maxInflight)}
+	return &Socket{conn: conn, open: abi.AppendSocketOpen(nil, open), ch: ch}
 }
 
 // enqueueNew finds or creates the room and queues ev while holding the
@@ -128,16 +128,7 @@ func (s *Socket) Messages(msgs []Message) error {
 // other sockets' events far back, and what the room answers to it stays
 // within its outbound budget.
 func (s *Socket) queueMessages(ev *event) error {
-	select {
-	case s.inflight <- struct{}{}:
-	case <-s.room.m.stop:
-		return ErrStopping
-	}
-	if err := s.room.enqueue(ev, true); err != nil {
-		<-s.inflight
-		return err
-	}
-	return nil
+	return s.room.enqueue(ev, true)
 }
 
 // maxInflight is how many message events of one socket may wait in its

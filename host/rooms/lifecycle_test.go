@@ -405,6 +405,9 @@ func TestOneSocketCannotFillItsRoom(t *testing.T) {
 	})
 	room.mu.Lock()
 	defer room.mu.Unlock()
+	if a.inflight != 0 || a.drained != nil {
+		t.Errorf("the quiet socket has %d message events counted in flight and a wait channel %v; want none", a.inflight, a.drained != nil)
+	}
 	if room.linger != nil {
 		t.Error("the quiet room keeps its worker's timer")
 	}

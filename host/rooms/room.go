@@ -64,9 +64,16 @@ type Socket struct {
 	// closing: the room or the node has closed it, and its close event is
 	// still to come; it no longer counts as open. Worker-owned.
 	closing bool
-	// inflight holds a token per message event of the socket waiting in
-	// the room's mailbox (queueMessages).
-	inflight chan struct{}
+	// inflight counts the socket's message events in the room's mailbox,
+	// the one being handled included (at most maxInflight); drained is
+	// made by a reader that waits for it to fall and closed by the worker
+	// when it does. Both are guarded by the room's mu. A counter and a
+	// channel made only for a wait, rather than a channel of tokens made
+	// for every socket: an idle socket keeps one small object fewer, and
+	// one that would have been made in the middle of its room's cold
+	// start, holding a page of the Go heap in use after the room is gone.
+	inflight uint8
+	drained  chan struct{}
 }
 
 // ID is the socket's id within its room (0 until its open event ran).
@@ -256,16 +263,29 @@ func (r *Room) enqueue(ev *event, wait bool) error {
 		return ErrStopping // the manager is closed: no worker may start
 	}
 	r.mu.Lock()
-	for !ev.kind.unrefused() && len(r.queue)-r.head >= r.m.cfg.MailboxSize {
-		if !wait {
-			r.mu.Unlock()
-			r.m.met.queueFull.Inc()
-			return ErrOverloaded
+	for {
+		var space chan struct{}
+		switch {
+		case ev.kind == evSocketMessage && ev.sock.inflight >= maxInflight:
+			// Waits whatever wait says: see Socket.queueMessages.
+			if ev.sock.drained == nil {
+				ev.sock.drained = make(chan struct{})
+			}
+			space = ev.sock.drained
+		case !ev.kind.unrefused() && len(r.queue)-r.head >= r.m.cfg.MailboxSize:
+			if !wait {
+				r.mu.Unlock()
+				r.m.met.queueFull.Inc()
+				return ErrOverloaded
+			}
+			if r.space == nil {
+				r.space = make(chan struct{})
+			}
+			space = r.space
 		}
-		if r.space == nil {
-			r.space = make(chan struct{})
+		if space == nil {
+			break
 		}
-		space := r.space
 		r.mu.Unlock()
 		select {
 		case <-space:
@@ -273,6 +293,9 @@ func (r *Room) enqueue(ev *event, wait bool) error {
 			return ErrStopping
 		}
 		r.mu.Lock()
+	}
+	if ev.kind == evSocketMessage {
+		ev.sock.inflight++
 	}
 	r.queue = append(r.queue, ev)
 	if !r.running {
@@ -293,8 +316,16 @@ func (r *Room) enqueue(ev *event, wait bool) error {
 // an idle room costs no goroutine.
 func (r *Room) run() {
 	burst := 0
+	var handled *Socket // whose message event was just handled
 	for {
 		r.mu.Lock()
+		if handled != nil {
+			if handled.inflight--; handled.drained != nil {
+				close(handled.drained)
+				handled.drained = nil
+			}
+			handled = nil
+		}
 		if r.head == len(r.queue) {
 			r.queue, r.head = r.queue[:0], 0
 			r.lingering = true
@@ -344,6 +375,9 @@ func (r *Room) run() {
 		more := r.head < len(r.queue)
 		r.mu.Unlock()
 		r.handle(ev, more)
+		if ev.kind == evSocketMessage {
+			handled = ev.sock
+		}
 		// Corked sockets are let go at the end of a burst, or every
 		// maxBurst events, which bounds what a burst adds to latency.
 		if burst++; burst == maxBurst {
@@ -491,7 +525,6 @@ func (r *Room) handle(ev *event, more bool) {
 		r.handleOpen(ev)
 	case evSocketMessage:
 		r.handleMessage(ev)
-		<-ev.sock.inflight
 	case evSocketClose:
 		r.handleClose(ev)
 	case evChannel:
