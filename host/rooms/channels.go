@@ -191,8 +191,8 @@ func (r *Room) handleJoin(s *Socket, msg phoenix.Message) {
 			})
 			key := joinKey{s.id, msg.Topic, msg.JoinRef.Value}
 			if _, joined := s.joined(msg.Topic); joined {
-				r.joins[key] = true
-				r.joinPayloads[key] = payload
+				put(&r.joins, key, true)
+				put(&r.joinPayloads, key, payload)
 				m.met.joins["accepted"].Inc()
 				r.sendPresenceState(s, msg.Topic)
 				return
@@ -202,7 +202,7 @@ func (r *Room) handleJoin(s *Socket, msg phoenix.Message) {
 			}
 			// The guest holds the join as accepted; it hears that the
 			// join ended, in turn, as when it closes a topic itself.
-			r.joins[key] = true
+			put(&r.joins, key, true)
 			r.enqueueLeave(s, msg.Topic, msg.JoinRef)
 		}
 		m.met.joins["rejected"].Inc()
@@ -321,7 +321,7 @@ func (r *Room) endJoin(s *Socket, topic string, joinRef phoenix.Ref, reason stri
 		return // never accepted (pending, rejected or crashed)
 	}
 	if r.inst == nil {
-		r.goneJoins[key] = reason
+		put(&r.goneJoins, key, reason)
 		if !r.m.isStopping() {
 			_ = r.ensureResident(r.workCtx()) // waking delivers it
 		}
@@ -336,7 +336,7 @@ func (r *Room) deliverLeave(key joinKey, reason string) {
 		delete(r.joins, key)
 		delete(r.goneJoins, key)
 	} else {
-		r.goneJoins[key] = reason
+		put(&r.goneJoins, key, reason)
 	}
 }
 
@@ -470,7 +470,7 @@ func (r *Room) replayJoin(s *Socket, topic string, ref phoenix.Ref) {
 	})
 	r.joining = nil
 	if err == nil && reply.Given && reply.Status == abi.ReplyOK {
-		r.joins[key] = true
+		put(&r.joins, key, true)
 		return
 	}
 	r.crashTopic(s, topic, ref)
@@ -501,7 +501,7 @@ func (r *Room) presenceFor(topic string) *phoenix.Presence {
 	p := r.presence[topic]
 	if p == nil {
 		p = phoenix.NewPresence(fmt.Sprintf("%s.%d.", r.m.instance, presenceSeq.Add(1)))
-		r.presence[topic] = p
+		put(&r.presence, topic, p)
 	}
 	return p
 }

@@ -411,4 +411,7 @@ func TestOneSocketCannotFillItsRoom(t *testing.T) {
 	if room.linger != nil {
 		t.Error("the quiet room keeps its worker's timer")
 	}
+	if room.joins != nil || room.goneJoins != nil || room.joinPayloads != nil || room.presence != nil || room.gone != nil {
+		t.Error("a raw socket's room made maps it never used")
+	}
 }

@@ -254,7 +254,7 @@ func (r *Room) startFresh(ctx context.Context) (Instance, bool, error) {
 	}
 	r.man, r.manBody, r.etag, r.pages, r.image = nil, nil, "", nil, 0
 	r.known = map[uint32]bool{}
-	r.joins = map[joinKey]bool{}
+	r.joins = nil
 	return inst, false, nil
 }
 
@@ -687,7 +687,7 @@ func (r *Room) deleteForGuest(first func()) error {
 		first()
 	}
 	r.applyEffects()
-	r.known, r.joins, r.gone, r.skipClose = nil, nil, map[uint32]life.Closed{}, nil
+	r.known, r.joins, r.gone, r.skipClose = nil, nil, nil, nil
 	clear(r.goneJoins)
 	r.dropInstance(life.EndDeleted)
 	return nil
@@ -704,7 +704,7 @@ func (r *Room) delete(ctx context.Context) error {
 	for _, s := range r.sockets {
 		r.dropSocket(s, abi.CloseNormal, "room deleted")
 	}
-	r.known, r.joins, r.gone, r.skipClose = nil, nil, map[uint32]life.Closed{}, nil
+	r.known, r.joins, r.gone, r.skipClose = nil, nil, nil, nil
 	clear(r.goneJoins)
 	clear(r.joinPayloads)
 	clear(r.presence)

@@ -203,7 +203,7 @@ type Room struct {
 	sockets    map[uint32]*Socket
 	nextSocket uint32
 	known      map[uint32]bool        // ids the guest believes open
-	gone       map[uint32]life.Closed // how sockets the guest believes open went away
+	gone       map[uint32]life.Closed // how sockets the guest believes open went away (nil until one does: put)
 	skipClose  map[uint32]bool
 	effects    []effect
 	corked     []*Socket // sockets corked in the current burst of events
@@ -218,7 +218,8 @@ type Room struct {
 	evCtx context.Context
 
 	// Channels (channels.go): joins the guest accepted, joins that ended
-	// while it could not hear of it, the join being handled, presence.
+	// while it could not hear of it, the join being handled, presence. The
+	// maps are nil until their first entry (put).
 	joins        map[joinKey]bool
 	goneJoins    map[joinKey]string
 	joinPayloads map[joinKey][]byte // accepted joins' Join records, replayed after a rollback
@@ -228,19 +229,26 @@ type Room struct {
 
 func newRoom(m *Manager, key Key) *Room {
 	r := &Room{
-		key:          key,
-		m:            m,
-		sockets:      map[uint32]*Socket{},
-		gone:         map[uint32]life.Closed{},
-		nextSocket:   1,
-		kick:         make(chan struct{}, 1),
-		joins:        map[joinKey]bool{},
-		goneJoins:    map[joinKey]string{},
-		joinPayloads: map[joinKey][]byte{},
-		presence:     map[string]*phoenix.Presence{},
+		key:        key,
+		m:          m,
+		sockets:    map[uint32]*Socket{},
+		nextSocket: 1,
+		kick:       make(chan struct{}, 1),
 	}
 	r.lastActive.Store(m.clock.Now())
 	return r
+}
+
+// put sets m[k] = v, making the map on its first entry. The room's maps
+// other than its sockets stay nil until used (a raw socket's room never
+// uses its channels' maps): an empty map is an object of its own, and one
+// made while the room starts cold, beside the start's garbage, keeps a
+// page of the Go heap in use for as long as the room lives.
+func put[K comparable, V any](m *map[K]V, k K, v V) {
+	if *m == nil {
+		*m = make(map[K]V)
+	}
+	(*m)[k] = v
 }
 
 func (r *Room) residentNow() bool { return r.isResident.Load() }
@@ -667,7 +675,7 @@ func (r *Room) handleClose(ev *event) {
 	if r.inst != nil && !r.known[s.id] {
 		return // the guest never saw it open (its open crashed)
 	}
-	r.gone[s.id] = life.Closed{Code: ev.code, Reason: ev.reason}
+	put(&r.gone, s.id, life.Closed{Code: ev.code, Reason: ev.reason})
 	if r.inst == nil {
 		// Waking delivers the close, if the guest's state knows the
 		// socket; a close that cannot reach the guest is the placement's
