@@ -33,6 +33,7 @@ import (
 	"github.com/wasmkeep/wasmkeep/abi"
 	"github.com/wasmkeep/wasmkeep/host/engine/wasmrw"
 	"github.com/wasmkeep/wasmkeep/host/snapshot"
+	"github.com/wasmkeep/wasmkeep/internal/cachedir"
 	"github.com/wasmkeep/wasmkeep/internal/clock"
 	"github.com/wasmkeep/wasmkeep/internal/limits"
 )
@@ -43,6 +44,11 @@ import (
 type Config struct {
 	// CacheDir keeps compiled machine code across restarts ("" = no cache).
 	CacheDir string
+	// CacheBytes bounds the machine code kept in CacheDir
+	// (DefaultCacheBytes): New removes the least recently used files past
+	// it, never one used in the last ten minutes (cachedir.Trim).
+	// limits.Off keeps no cache, as CacheDir "" does.
+	CacheBytes int64
 	// MaxMemoryPages caps each instance's linear memory, in 64 KiB pages
 	// (DefaultMaxMemoryPages). A guest that grows past it fails to grow;
 	// Go guests then abort, which is handled as a crash.
@@ -91,6 +97,9 @@ const (
 	// DefaultPoolSize keeps a wake or two per class ready; a burst beyond
 	// instantiates (about 0.16 ms each) while the pool refills.
 	DefaultPoolSize = 2
+	// DefaultCacheBytes keeps the machine code of about 120 versions of a
+	// Go guest (8 MB each), many more of AssemblyScript ones.
+	DefaultCacheBytes = 1 << 30
 )
 
 // PagesPerMiB is the number of 64 KiB WebAssembly pages in a MiB, the
@@ -102,6 +111,7 @@ func (c Config) withDefaults() Config {
 	limits.DefaultOrOff(&c.EventTimeout, DefaultEventTimeout)
 	limits.Default(&c.MaxResponseBytes, DefaultMaxResponseBytes)
 	limits.DefaultOrOff(&c.PoolSize, DefaultPoolSize)
+	limits.DefaultOrOff(&c.CacheBytes, DefaultCacheBytes)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -153,6 +163,11 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 		stop:         make(chan struct{}),
 		done:         make(chan struct{}),
 	}
+	if limits.IsOff(cfg.CacheBytes) {
+		e.cfg.CacheDir = "" // no cache, as documented
+	} else if cfg.CacheDir != "" {
+		e.trimCache()
+	}
 	// The event timeout is enforced by a global the engine sets and the
 	// guest checks at every loop header (wasmrw.AddInterrupt), not by
 	// wazero's own checks, which cost a call out of the guest's code at
@@ -190,6 +205,29 @@ func (c Config) ownInterrupt() bool { return !c.WazeroInterrupt && !c.Interprete
 // cache key (v1.12) leaves the checks out, so the two kinds of code of one
 // module must not share a directory.
 const checkedCacheDir = "close-on-context-done"
+
+// trimCache keeps the compilation cache under Config.CacheBytes. wazero
+// writes a file for every module it compiles and removes none, so each
+// class version a node ever ran would stay on its disk. The directories
+// are wazero's, one per version of it (those an upgrade left included),
+// in CacheDir and its checkedCacheDir. A failure costs only disk space:
+// it is logged, and the node runs.
+func (e *Engine) trimCache() {
+	var dirs []string
+	for _, parent := range []string{e.cfg.CacheDir, filepath.Join(e.cfg.CacheDir, checkedCacheDir)} {
+		found, _ := filepath.Glob(filepath.Join(parent, "wazero-*")) // the pattern is valid
+		dirs = append(dirs, found...)
+	}
+	t, err := cachedir.Trim(dirs, e.cfg.CacheBytes, e.clock.Wall())
+	if err != nil {
+		e.cfg.Logger.Warn("engine: could not trim the compilation cache", "dir", e.cfg.CacheDir, "err", err)
+		return
+	}
+	if t.Removed > 0 {
+		e.cfg.Logger.Info("compilation cache trimmed: the least recently used machine code removed", "dir", e.cfg.CacheDir,
+			"removed", t.Removed, "freed_mib", t.Freed>>20, "kept", t.Files-t.Removed, "kept_mib", (t.Bytes-t.Freed)>>20)
+	}
+}
 
 // newRuntime makes a wazero runtime with the host modules, with wazero's
 // interruption checks on or off.

@@ -525,3 +525,55 @@ func TestCompileCacheFailureIsNotTheModules(t *testing.T) {
 		t.Fatalf("a cache failure blamed the module: %v", err)
 	}
 }
+
+// TestCompileCacheIsBounded: an engine's start trims the compilation
+// cache to Config.CacheBytes, least recently used first, in every wazero
+// version's directory (an upgrade's leftovers too), and keeps what was
+// used in the last minutes; limits.Off keeps no cache at all.
+func TestCompileCacheIsBounded(t *testing.T) {
+	dir := t.TempDir()
+	e := newEngine(t, Config{CacheDir: dir})
+	if _, err := e.Compile(context.Background(), testwasm.Build(t, "./examples/counter")); err != nil {
+		t.Fatal(err)
+	}
+	compiled, err := filepath.Glob(filepath.Join(dir, "wazero-*", "*"))
+	if err != nil || len(compiled) == 0 {
+		t.Fatalf("the compile left no file in the cache (%v)", err)
+	}
+	month := time.Now().Add(-30 * 24 * time.Hour)
+	var stale []string
+	for _, sub := range []string{"wazero-v1.11.0-amd64-linux", filepath.Join(checkedCacheDir, "wazero-v1.12.0-amd64-linux")} {
+		p := filepath.Join(dir, sub, "old")
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, make([]byte, 1<<20), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(p, month, month); err != nil {
+			t.Fatal(err)
+		}
+		stale = append(stale, p)
+	}
+
+	newEngine(t, Config{CacheDir: dir, CacheBytes: 1})
+	for _, p := range stale {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Errorf("%s, unused for a month, is still there past a bound of one byte (%v)", p, err)
+		}
+	}
+	for _, p := range compiled {
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("the machine code compiled a moment ago went: %v", err)
+		}
+	}
+
+	none := t.TempDir()
+	off := newEngine(t, Config{CacheDir: none, CacheBytes: limits.Off})
+	if _, err := off.Compile(context.Background(), testwasm.Build(t, "./examples/counter")); err != nil {
+		t.Fatal(err)
+	}
+	if entries, err := os.ReadDir(none); err != nil || len(entries) != 0 {
+		t.Errorf("with CacheBytes off the engine kept a cache: %d entries (%v)", len(entries), err)
+	}
+}
