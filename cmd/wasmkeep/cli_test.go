@@ -437,6 +437,7 @@ func TestBadFlagsFailFast(t *testing.T) {
 		{[]string{"serve", "--pool-size", "-1"}, "", "--pool-size must be 0 (no pool) or more, not -1"},
 		{[]string{"serve", "--image-cache", "-1"}, "", "--image-cache must be 0 (none) to 1073741824 MiB, not -1"},
 		{[]string{"serve", "--image-cache", "2000000000"}, "", "--image-cache must be 0 (none) to 1073741824 MiB, not 2000000000"},
+		{[]string{"serve", "--compile-cache", "-5"}, "", "--compile-cache must be 0 (none) to 1073741824 MiB, not -5"},
 		{[]string{"serve", "--image-files", "0"}, "", "--image-files must be at least 1, not 0"},
 		{[]string{"serve", "--idle-timeout", "0"}, "", "--idle-timeout must be more than 0, not 0s"},
 		{[]string{"serve", "--event-timeout", "-1s"}, "", "--event-timeout must be 0 (no limit) or more, not -1s"},

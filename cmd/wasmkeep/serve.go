@@ -69,6 +69,7 @@ func serveFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "socket-write-timeout", Value: socket.DefaultWriteTimeout, Usage: "time one write to a WebSocket client may take before the client is evicted as a slow reader", EnvVars: env("socket-write-timeout")},
 		&cli.IntFlag{Name: "mailbox-size", Value: rooms.DefaultMailboxSize, Usage: "pending events per room", EnvVars: env("mailbox-size")},
 		&cli.IntFlag{Name: "image-cache", Value: rooms.DefaultImageBytes / mib, Usage: "MiB of memory images of rooms hibernated here, kept in files under --data (cache/images) so that a room wakes here by mapping its memory rather than decoding its snapshot (0: none)", EnvVars: env("image-cache")},
+		&cli.IntFlag{Name: "compile-cache", Value: engine.DefaultCacheBytes / mib, Usage: "MiB of machine code compiled from class modules, kept under --data (cache/) so that a restart does not compile again; past it a start removes the least recently used (0: none, every start compiles)", EnvVars: env("compile-cache")},
 		&cli.IntFlag{Name: "image-files", Value: rooms.DefaultImageFiles, Usage: "memory images kept at most, each a file under --data", EnvVars: env("image-files")},
 		&cli.IntFlag{Name: "pool-size", Value: flagLimit(engine.DefaultPoolSize), Usage: "blank instances kept ready per class to speed up wakes (0 disables)", EnvVars: env("pool-size")},
 		&cli.BoolFlag{Name: "interpreter", Usage: "run guests with wazero's interpreter instead of its compiler", EnvVars: env("interpreter")},
@@ -129,6 +130,7 @@ func nodeConfig(c *cli.Context) (node.Config, error) {
 			EventTimeout:     limitOf(c.Duration("event-timeout")),
 			MaxResponseBytes: c.Int("max-response"),
 			PoolSize:         limitOf(c.Int("pool-size")),
+			CacheBytes:       limitOf(int64(c.Int("compile-cache")) * mib),
 			Interpreter:      c.Bool("interpreter"),
 		},
 		Rooms: rooms.Config{
@@ -177,8 +179,9 @@ func nodeConfig(c *cli.Context) (node.Config, error) {
 const (
 	// mib is the unit of the flags given in MiB.
 	mib = 1 << 20
-	// maxImageCacheMiB keeps --image-cache's bytes well inside an int64.
-	maxImageCacheMiB = 1 << 30
+	// maxCacheMiB keeps --image-cache's and --compile-cache's bytes well
+	// inside an int64.
+	maxCacheMiB = 1 << 30
 
 	defaultLogLevel  = "info"
 	defaultLogFormat = "text"
@@ -210,8 +213,10 @@ func checkLimits(c *cli.Context) error {
 	if mem := c.Int("max-room-memory"); mem < 1 || mem > 4096 {
 		return fmt.Errorf("--max-room-memory must be 1–4096 MiB, not %d", mem)
 	}
-	if v := c.Int("image-cache"); v < 0 || v > maxImageCacheMiB {
-		return fmt.Errorf("--image-cache must be 0 (none) to %d MiB, not %d", maxImageCacheMiB, v)
+	for _, name := range []string{"image-cache", "compile-cache"} {
+		if v := c.Int(name); v < 0 || v > maxCacheMiB {
+			return fmt.Errorf("--%s must be 0 (none) to %d MiB, not %d", name, maxCacheMiB, v)
+		}
 	}
 	for _, name := range []string{"max-resident", "max-module-size", "max-response", "max-message", "max-sockets", "mailbox-size",
 		"upgrade-burst-per-ip", "socket-message-burst", "socket-queue-frames", "socket-queue-bytes", "upload-min-rate", "max-bodies-per-ip",

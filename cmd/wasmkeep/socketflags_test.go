@@ -95,6 +95,7 @@ func TestServeFlagDefaults(t *testing.T) {
 		EventTimeout:     engine.DefaultEventTimeout,
 		MaxResponseBytes: engine.DefaultMaxResponseBytes,
 		PoolSize:         engine.DefaultPoolSize,
+		CacheBytes:       engine.DefaultCacheBytes,
 	}
 	if cfg.Engine != wantEngine {
 		t.Errorf("engine:\n got %+v\nwant %+v", cfg.Engine, wantEngine)
@@ -112,6 +113,12 @@ func TestServeFlagDefaults(t *testing.T) {
 	off := parseServe(t, "--event-timeout", "0", "--pool-size", "0").Engine
 	if off.EventTimeout != limits.Off || off.PoolSize != limits.Off {
 		t.Errorf("--event-timeout 0 --pool-size 0: %v, %d; want both off", off.EventTimeout, off.PoolSize)
+	}
+	if e := parseServe(t, "--compile-cache", "0").Engine; e.CacheBytes != limits.Off {
+		t.Errorf("--compile-cache 0: CacheBytes %d, want off", e.CacheBytes)
+	}
+	if e := parseServe(t, "--compile-cache", "64").Engine; e.CacheBytes != 64<<20 {
+		t.Errorf("--compile-cache 64: CacheBytes %d, want 64 MiB", e.CacheBytes)
 	}
 	if r := parseServe(t, "--image-cache", "0").Rooms; r.ImageBytes != limits.Off {
 		t.Errorf("--image-cache 0: %d, want off", r.ImageBytes)
