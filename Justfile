@@ -22,7 +22,8 @@ bench:
     WASMKEEP_BURST_RECLAIM=compare WASMKEEP_BURST_SOCKETS=8000 WASMKEEP_BURST_ROOMS=800 go test -run TestBurstMemory -count 1 -v ./host/node/
     WASMKEEP_BURST_RECLAIM=compare WASMKEEP_BURST_SOCKETS=10000 WASMKEEP_BURST_ROOMS=100 go test -run TestBurstMemory -count 1 -v ./host/node/
     WASMKEEP_BURST_HEAPUSE=1 WASMKEEP_BURST_SOCKETS=8000 WASMKEEP_BURST_ROOMS=800 go test -run TestBurstMemory -count 1 -v ./host/node/
-    WASMKEEP_BURST_SOCKETS=10000 WASMKEEP_BURST_ROOMS=100 go test -run TestBurstMemory -count 1 -v ./host/node/
+    WASMKEEP_BURST_WAKES=1 WASMKEEP_BURST_SOCKETS=8000 WASMKEEP_BURST_ROOMS=800 go test -run TestBurstMemory -count 1 -v ./host/node/
+    WASMKEEP_BURST_WAKES=1 WASMKEEP_BURST_SOCKETS=10000 WASMKEEP_BURST_ROOMS=100 go test -run TestBurstMemory -count 1 -v ./host/node/
     go test -run '^$' -bench 'DeltaBytes' -benchtime 50x ./host/engine/
     go test -run '^$' -bench 'Event' -benchtime 3000x -count 3 ./host/engine/
     go test -run '^$' -bench 'Hibernate|DurableEvent' -benchtime 1000x -count 2 ./host/node/

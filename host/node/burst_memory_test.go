@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wasmkeep/wasmkeep/abi"
 	"github.com/wasmkeep/wasmkeep/host/rooms"
 	"github.com/wasmkeep/wasmkeep/host/rooms/life"
 	"github.com/wasmkeep/wasmkeep/host/socket"
@@ -34,7 +35,10 @@ import (
 // the floor. Figures go to docs/PERFORMANCE.md
 // ("Memory after a burst"). With $WASMKEEP_BURST_HEAPUSE set, it then
 // reads a heap dump and logs which size classes' survivors hold the most
-// pages beyond their own bytes (memtest.HeapUse).
+// pages beyond their own bytes (memtest.HeapUse). With
+// $WASMKEEP_BURST_WAKES set, a burst of wakes follows: a request to every
+// room at once (each wakes from its memory image or from the store), then
+// the same hibernations and readings again.
 //
 // $WASMKEEP_BURST_SOCKETS and $WASMKEEP_BURST_ROOMS size it (2,000 over
 // 200 by default; issue 13 measured 8,000 over 800). It asserts only what
@@ -103,7 +107,6 @@ func burstMemory(t *testing.T, reclaim int, warm, images int64) {
 	if heapUse {
 		baseUse = memtest.HeapUse(t)
 	}
-	reclaimsBefore := metric(t, node, `wasmkeep_memory_reclaims_total`)
 	memtest.ResetPeakRSS(t)
 	peakPss := memtest.PeakPss(100 * time.Millisecond)
 	t.Cleanup(func() { peakPss() })
@@ -122,73 +125,99 @@ func burstMemory(t *testing.T, reclaim int, warm, images int64) {
 	}
 	loaded := memtest.ReadResident(t)
 
-	// Every room hibernates at once, as after an idle timeout that they
-	// all passed together: as idle hibernations, so the node keeps the
-	// instances of the last of them for a few seconds
-	// (rooms.Config.WarmMemory, WarmFor) as it would after a real one.
-	var wg sync.WaitGroup
-	errs := make(chan error, nrooms)
-	start := time.Now()
-	for i := range nrooms {
-		wg.Go(func() {
-			errs <- node.Rooms.HandOver(context.Background(), rooms.Key{Class: "chat", Name: fmt.Sprint("b", i)}, life.EndIdle)
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	hibernated := time.Now()
-	t.Logf("%d rooms hibernated in %v, %.0f MiB of memory images written (%v kept, %.0f MiB), %d files open besides the sockets", nrooms, hibernated.Sub(start).Round(time.Millisecond),
-		metric(t, node, `wasmkeep_image_bytes_written_total`)/(1<<20), metric(t, node, `wasmkeep_images`), metric(t, node, `wasmkeep_images_bytes`)/(1<<20),
-		memtest.OpenFiles(t)-n)
-	if c := node.Rooms.Counts(); c.Resident != 0 || c.HibernatedWithSockets != nrooms {
-		t.Fatalf("rooms not all hibernated with sockets: %+v", c)
-	}
-
 	type point struct {
 		name string
 		r    memtest.Resident
 		kept int // instances the node kept (rooms.Manager.Warm)
 	}
 	kept := func() int { n, _ := node.Rooms.Warm(); return n }
-	points := []point{{"resident", loaded, 0}, {"hibernated", memtest.ReadResident(t), kept()}}
-	for _, d := range burstSchedule() {
-		time.Sleep(time.Until(hibernated.Add(d))) // the measurement's own schedule
-		points = append(points, point{fmt.Sprintf("+%v", d), memtest.ReadResident(t), kept()})
-	}
-	peak, peakP := memtest.PeakRSS(t), peakPss()
-	reclaims := metric(t, node, `wasmkeep_memory_reclaims_total`) - reclaimsBefore
-	reclaimTime := time.Duration(max(metric(t, node, `wasmkeep_memory_reclaim_seconds_total`), 0) * float64(time.Second))
-	points = append(points, point{"+15s, collected", memtest.Settled(t), kept()})
-	if got := node.Hub.Count(); got != n {
-		t.Fatalf("%d sockets open after the hibernations, want %d", got, n)
-	}
-	if on := !limits.IsOff(reclaim); on != (reclaims > 0) {
-		t.Errorf("the node reclaimed memory %v times after %d hibernations (reclaiming on: %v)", reclaims, nrooms, on)
-	}
-
 	per := func(a, b uint64) float64 { return (float64(a) - float64(b)) / float64(n) / 1000 }
-	t.Logf("%d sockets over %d chat rooms, each started cold and hibernated; node side, growth over the warm node, KB per socket "+
-		"(Pss: anonymous and shared memory, without the binary's pages, which the clients' process shares; heapkept: idle heap not returned to the OS):", n, nrooms)
 	perRoom := func(a, b uint64) float64 { return (float64(a) - float64(b)) / float64(nrooms) / (1 << 20) }
-	t.Logf("peak during the burst, over the warm node (RSS %.0f MiB, Pss %.0f MiB): RSS +%.0f MiB = %.2f MiB a cold-started room, Pss +%.0f MiB = %.2f MiB a room; %v reclaims, %v",
-		float64(base.RSS)/(1<<20), float64(base.PssMemory())/(1<<20),
-		float64(peak-base.RSS)/(1<<20), perRoom(peak, base.RSS), float64(peakP-base.PssMemory())/(1<<20), perRoom(peakP, base.PssMemory()), reclaims, reclaimTime.Round(time.Millisecond))
-	t.Logf("%-16s %7s %7s %9s %9s %9s %6s %7s %6s %4s %4s", "", "RSS", "Pss", "heapalloc", "heapinuse", "heapkept", "stack", "runtime", "maps", "gcs", "warm")
-	for _, p := range points {
-		r := p.r
-		t.Logf("%-16s %7.1f %7.1f %9.1f %9.1f %9.1f %6.1f %7.1f %6d %4d %4d", p.name,
-			per(r.RSS, base.RSS), per(r.PssMemory(), base.PssMemory()),
-			per(r.HeapAlloc, base.HeapAlloc), per(r.HeapInuse, base.HeapInuse), per(r.HeapIdle-r.HeapReleased, base.HeapIdle-base.HeapReleased),
-			per(r.StackInuse, base.StackInuse), per(r.RuntimeSys, base.RuntimeSys), r.Mappings-base.Mappings, r.NumGC-base.NumGC, p.kept)
+	eachRoom := func(f func(key rooms.Key) error) {
+		var wg sync.WaitGroup
+		errs := make(chan error, nrooms)
+		for i := range nrooms {
+			wg.Go(func() { errs <- f(rooms.Key{Class: "chat", Name: fmt.Sprint("b", i)}) })
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 
-	if heapUse {
-		logHeapUse(t, baseUse, memtest.HeapUse(t), n)
+	// hibernateAll hibernates every room at once, as after an idle timeout
+	// that they all passed together: as idle hibernations, so the node
+	// keeps the instances of the last of them for a few seconds
+	// (rooms.Config.WarmMemory, WarmFor) as it would after a real one.
+	// Then it reads the process on burstSchedule and logs the table of
+	// points, what was, the one before them.
+	hibernateAll := func(what string, was point) {
+		reclaimsBefore := metric(t, node, `wasmkeep_memory_reclaims_total`)
+		start := time.Now()
+		eachRoom(func(key rooms.Key) error { return node.Rooms.HandOver(context.Background(), key, life.EndIdle) })
+		hibernated := time.Now()
+		t.Logf("%d rooms hibernated in %v, %.0f MiB of memory images written (%v kept, %.0f MiB), %d files open besides the sockets", nrooms, hibernated.Sub(start).Round(time.Millisecond),
+			metric(t, node, `wasmkeep_image_bytes_written_total`)/(1<<20), metric(t, node, `wasmkeep_images`), metric(t, node, `wasmkeep_images_bytes`)/(1<<20),
+			memtest.OpenFiles(t)-n)
+		if c := node.Rooms.Counts(); c.Resident != 0 || c.HibernatedWithSockets != nrooms {
+			t.Fatalf("rooms not all hibernated with sockets: %+v", c)
+		}
+		points := []point{was, {"hibernated", memtest.ReadResident(t), kept()}}
+		for _, d := range burstSchedule() {
+			time.Sleep(time.Until(hibernated.Add(d))) // the measurement's own schedule
+			points = append(points, point{fmt.Sprintf("+%v", d), memtest.ReadResident(t), kept()})
+		}
+		peak, peakP := memtest.PeakRSS(t), peakPss()
+		reclaims := metric(t, node, `wasmkeep_memory_reclaims_total`) - reclaimsBefore
+		reclaimTime := time.Duration(max(metric(t, node, `wasmkeep_memory_reclaim_seconds_total`), 0) * float64(time.Second))
+		points = append(points, point{"+15s, collected", memtest.Settled(t), kept()})
+		if got := node.Hub.Count(); got != n {
+			t.Fatalf("%d sockets open after the hibernations, want %d", got, n)
+		}
+		if on := !limits.IsOff(reclaim); on != (reclaims > 0) {
+			t.Errorf("the node reclaimed memory %v times after %d hibernations (reclaiming on: %v)", reclaims, nrooms, on)
+		}
+
+		t.Logf("%d sockets over %d chat rooms, each %s and hibernated; node side, growth over the warm node, KB per socket "+
+			"(Pss: anonymous and shared memory, without the binary's pages, which the clients' process shares; heapkept: idle heap not returned to the OS):", n, nrooms, what)
+		t.Logf("peak during the burst, over the warm node (RSS %.0f MiB, Pss %.0f MiB): RSS +%.0f MiB = %.2f MiB a room %s, Pss +%.0f MiB = %.2f MiB a room; %v reclaims, %v",
+			float64(base.RSS)/(1<<20), float64(base.PssMemory())/(1<<20),
+			float64(peak-base.RSS)/(1<<20), perRoom(peak, base.RSS), what, float64(peakP-base.PssMemory())/(1<<20), perRoom(peakP, base.PssMemory()), reclaims, reclaimTime.Round(time.Millisecond))
+		t.Logf("%-16s %7s %7s %9s %9s %9s %6s %7s %6s %4s %4s", "", "RSS", "Pss", "heapalloc", "heapinuse", "heapkept", "stack", "runtime", "maps", "gcs", "warm")
+		for _, p := range points {
+			r := p.r
+			t.Logf("%-16s %7.1f %7.1f %9.1f %9.1f %9.1f %6.1f %7.1f %6d %4d %4d", p.name,
+				per(r.RSS, base.RSS), per(r.PssMemory(), base.PssMemory()),
+				per(r.HeapAlloc, base.HeapAlloc), per(r.HeapInuse, base.HeapInuse), per(r.HeapIdle-r.HeapReleased, base.HeapIdle-base.HeapReleased),
+				per(r.StackInuse, base.StackInuse), per(r.RuntimeSys, base.RuntimeSys), r.Mappings-base.Mappings, r.NumGC-base.NumGC, p.kept)
+		}
+		if heapUse {
+			logHeapUse(t, baseUse, memtest.HeapUse(t), n)
+		}
+	}
+	hibernateAll("started cold", point{"resident", loaded, 0})
+
+	if os.Getenv("WASMKEEP_BURST_WAKES") != "" {
+		// A burst of wakes: a request to every room at once, each woken
+		// from its memory image or, past the images the node kept, from
+		// the store, and then all hibernated together again.
+		memtest.ResetPeakRSS(t)
+		peakPss = memtest.PeakPss(100 * time.Millisecond)
+		page := abi.AppendRequest(nil, &abi.Request{Method: "GET", Path: "/"})
+		eachRoom(func(key rooms.Key) error {
+			resp, err := node.Rooms.Request(context.Background(), key, page)
+			if err == nil && resp.Status != 200 {
+				err = fmt.Errorf("%s answered %d", key, resp.Status)
+			}
+			return err
+		})
+		if c := node.Rooms.Counts(); c.Resident != nrooms {
+			t.Fatalf("%d rooms resident after a request to each, want %d: %+v", c.Resident, nrooms, c)
+		}
+		hibernateAll("woken by a request", point{"woken", memtest.ReadResident(t), kept()})
 	}
 
 	// The clients leave, and the node stops only once every room has woken
