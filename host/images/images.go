@@ -484,10 +484,7 @@ func (c *Cache) remove(e *entry) {
 		// this fails to remove.
 		os.Remove(fileName(c.cfg.Dir, e.id))
 	}
-	if e.refs == 0 && e.f != nil {
-		e.f.Close()
-		e.f = nil
-	}
+	// Its file, if open, is a ref's: the last release closes it.
 }
 
 // evict drops the least recent images past the bounds; c.mu is held.
