@@ -45,7 +45,7 @@ type Conn struct {
 	ip       *ipEntry // the client address's admission entry, if counted
 	handler  Handler
 	started  atomic.Bool
-	lastSeen atomic.Int64 // hub clock of the last frame read
+	lastSeen atomic.Int64 // hub clock of the last read that got bytes
 
 	// raw is set (by Start, under mu) when the socket is read through the
 	// hub's poller; rstate is then its reader state (rsIdle, rsReady).

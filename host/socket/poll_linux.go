@@ -179,5 +179,6 @@ func (c *Conn) fill() error {
 	}
 	rb.w = rb.n
 	c.rb = rb
+	c.sawBytes(rb.n)
 	return nil
 }
