@@ -57,13 +57,14 @@ type Conn struct {
 	full atomic.Bool
 
 	// Reader goroutine only (one at a time, see readLoop and pollRead).
-	rb     *readBuf // pooled; held only while read bytes are buffered
-	carry  []byte   // bytes read by net/http behind the handshake request
-	hb     [14]byte // frame header
-	held   uint8    // bytes of hb already read when reading paused
-	msg    []byte   // fragmented message being reassembled
-	msgOp  byte     // its opcode; 0 when none is in progress
-	msgTAT int64    // inbound message bucket (gcra)
+	rb      *readBuf // pooled; held only while read bytes are buffered
+	carry   []byte   // bytes read by net/http behind the handshake request
+	hb      [14]byte // frame header
+	held    uint8    // bytes of hb already read when reading paused
+	msg     []byte   // fragmented message being reassembled
+	inChunk []byte   // where whole messages in rb get their payloads (payloadDst)
+	msgOp   byte     // its opcode; 0 when none is in progress
+	msgTAT  int64    // inbound message bucket (gcra)
 
 	mu    sync.Mutex
 	space sync.Cond // on mu: the reader waits here for inbound room

@@ -117,6 +117,7 @@ func (c *Conn) releaseBuffer(force bool) bool {
 	if c.rb != nil && (force || c.rb.r == c.rb.w) {
 		putReadBuf(c.rb)
 		c.rb = nil
+		c.inChunk = nil
 	}
 	return c.rb == nil && len(c.carry) == 0
 }
@@ -170,6 +171,28 @@ func (c *Conn) readHeader(have int) (h frameHeader, err error) {
 		copy(h.mask[:], b)
 	}
 	return h, nil
+}
+
+// payloadDst returns the slice a data frame's payload is appended to:
+// c.msg, or, for a whole message (unfragmented, not empty) that is already
+// in the read buffer, space carved from c.inChunk. The chunk is allocated for
+// the bytes the buffer holds and dropped with it (releaseBuffer), so the
+// messages of one read share one allocation instead of one each, and a
+// socket keeps no chunk between reads. A message keeps its chunk alive
+// until it has been handled; the chunk is at most a read buffer's size and
+// holds this socket's messages only.
+func (c *Conn) payloadDst(hdr frameHeader) []byte {
+	n := int(hdr.length)
+	rb := c.rb
+	if c.msg != nil || !hdr.fin || n == 0 || len(c.carry) > 0 || rb == nil || rb.w-rb.r < n {
+		return c.msg
+	}
+	if cap(c.inChunk)-len(c.inChunk) < n {
+		c.inChunk = make([]byte, 0, rb.w-rb.r)
+	}
+	at := len(c.inChunk)
+	c.inChunk = c.inChunk[:at+n]
+	return c.inChunk[at : at : at+n] // its capacity ends where the next message's space begins
 }
 
 // readPayload appends n bytes of payload to dst and unmasks them. The buffer
@@ -607,7 +630,7 @@ func (c *Conn) readFrame(have int) (perr *protocolError, clientClosed, deliver b
 		if hdr.op != opContinuation {
 			c.msgOp = hdr.op
 		}
-		c.msg, err = c.readPayload(c.msg, int(hdr.length), hdr.mask)
+		c.msg, err = c.readPayload(c.payloadDst(hdr), int(hdr.length), hdr.mask)
 		if err != nil {
 			return nil, false, false, err
 		}
