@@ -116,16 +116,24 @@ func (p *Prepared) Len() int { return len(p.frame) }
 
 // prepare validates a message and encodes it as a frame.
 func prepare(kind int, data []byte) ([]byte, error) {
+	if err := checkMessage(kind, data); err != nil {
+		return nil, err
+	}
+	return encodeFrame(byte(kind), data), nil
+}
+
+// checkMessage validates a message's kind, and a text message's UTF-8.
+func checkMessage(kind int, data []byte) error {
 	switch kind {
 	case abi.MessageText:
 		if !utf8.Valid(data) {
-			return nil, ErrInvalidUTF8
+			return ErrInvalidUTF8
 		}
 	case abi.MessageBinary:
 	default:
-		return nil, ErrBadKind
+		return ErrBadKind
 	}
-	return encodeFrame(byte(kind), data), nil
+	return nil
 }
 
 // isDataFrame reports whether an encoded frame carries a data message (as

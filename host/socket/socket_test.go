@@ -725,6 +725,12 @@ func TestSendErrors(t *testing.T) {
 	if err := sc.Send(abi.MessageBinary, make([]byte, 2000)); !errors.Is(err, ErrTooLarge) {
 		t.Errorf("too large: %v", err)
 	}
+	if err := sc.SendChecked(3, nil); !errors.Is(err, ErrBadKind) {
+		t.Errorf("checked, bad kind: %v", err)
+	}
+	if err := sc.SendChecked(abi.MessageText, make([]byte, 997)); !errors.Is(err, ErrTooLarge) {
+		t.Errorf("checked, a chunked frame too large: %v", err) // 1,001 bytes with its header
+	}
 	if _, err := s.hub.Prepare(abi.MessageText, []byte{0xc0}); !errors.Is(err, ErrInvalidUTF8) {
 		t.Errorf("prepare bad text: %v", err)
 	}
