@@ -28,7 +28,9 @@ const (
 
 // Host is what an instance's host functions act on: the room it runs as.
 // Byte slices passed to Host methods alias guest memory and are valid only
-// during the call; implementations copy what they keep.
+// during the call; implementations copy what they keep. The engine has
+// validated what it passes: a message's kind is abi.MessageText or
+// abi.MessageBinary, and text is valid UTF-8.
 type Host interface {
 	SocketSend(id uint32, kind int, data []byte) abi.Status
 	SocketClose(id uint32, code abi.CloseCode, reason string) abi.Status

@@ -108,17 +108,58 @@ func (s *Socket) Message(kind int, data []byte) error {
 
 // Messages delivers several messages that arrived on the socket, in order:
 // the room takes them as one event (one guest call, if the guest handles
-// batches). It waits like Message.
-func (s *Socket) Messages(msgs []Message) error {
+// batches). It waits like Message. The room keeps the messages' data, not
+// msgs itself, which the caller may reuse once it returns.
+func (s *Socket) Messages(msgs []Message) error { return DeliverMessages(s, msgs) }
+
+// WireMessage is a message type of the same shape as Message, such as the
+// socket layer's, whose batches DeliverMessages takes as they are.
+type WireMessage interface {
+	~struct {
+		Kind int
+		Data []byte
+	}
+}
+
+// DeliverMessages is Socket.Messages for a batch of another package's
+// messages of the same shape: the batch is copied once, into the event,
+// instead of into a slice of Message first.
+func DeliverMessages[M WireMessage](s *Socket, msgs []M) error {
 	if s.ch != nil {
-		for _, m := range msgs {
+		for _, wm := range msgs {
+			m := Message(wm)
 			if err := s.channelInput(m.Kind, m.Data); err != nil {
 				return err
 			}
 		}
 		return nil
 	}
-	return s.queueMessages(&event{kind: evSocketMessage, sock: s, batch: msgs})
+	return s.queueMessages(newMessagesEvent(s, msgs))
+}
+
+// messagesEvent is a message event with room for a burst of messages, so
+// that a burst costs the room one allocation.
+type messagesEvent struct {
+	event
+	msgs [inlineMessages]Message
+}
+
+// inlineMessages is how many messages a messagesEvent holds in place.
+const inlineMessages = 16
+
+func newMessagesEvent[M WireMessage](s *Socket, msgs []M) *event {
+	var batch []Message
+	me := &messagesEvent{event: event{kind: evSocketMessage, sock: s}}
+	if len(msgs) <= inlineMessages {
+		batch = me.msgs[:0]
+	} else {
+		batch = make([]Message, 0, len(msgs))
+	}
+	for _, m := range msgs {
+		batch = append(batch, Message(m))
+	}
+	me.batch = batch
+	return &me.event
 }
 
 // queueMessages queues a message event of the socket once fewer than

@@ -163,6 +163,9 @@ func (i *fakeInstance) SocketMessage(id uint32, kind int, data []byte) error {
 	case "close":
 		i.host.SocketClose(id, 4000, "bye")
 		return nil
+	case "send, then trap":
+		i.host.SocketSend(id, kind, []byte("never sent"))
+		return errFakeTrap
 	case "wait":
 		<-i.class.gate
 	}
@@ -292,6 +295,13 @@ func (c *fakeConn) SendFrame(f Frame) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.frames = append(c.frames, string(f.(Message).Data))
+	return nil
+}
+
+func (c *fakeConn) Send(_ int, data []byte) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.frames = append(c.frames, string(data))
 	return nil
 }
 

@@ -157,6 +157,21 @@ func TestSocketCrashClosesOnlyThatSocket(t *testing.T) {
 	}
 }
 
+// TestCrashSendsNothing: what an event sent before it crashed never
+// leaves the host.
+func TestCrashSendsNothing(t *testing.T) {
+	h := newHarness(t, Config{})
+	a, ca := h.open("r")
+	h.waitFor("the open", func() bool { return len(ca.sent()) == 1 })
+	if err := a.Message(abi.MessageText, []byte("send, then trap")); err != nil {
+		t.Fatal(err)
+	}
+	h.waitFor("the socket to close", func() bool { return ca.closeCode() == abi.CloseInternalError })
+	if got := ca.sent(); len(got) != 1 {
+		t.Fatalf("the socket got %q; want only its open", got)
+	}
+}
+
 // gateManifests blocks writes of room manifests until release is closed,
 // telling held when one is waiting.
 func gateManifests(release <-chan struct{}, held chan<- struct{}) store.FaultFunc {

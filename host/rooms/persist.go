@@ -678,7 +678,7 @@ func (r *Room) deleteStored(ctx context.Context) error {
 func (r *Room) deleteForGuest(first func()) error {
 	r.inst.CheckpointRequested() // nothing to make durable: the state goes
 	if err := r.deleteStored(r.callCtx()); err != nil {
-		r.effects = r.effects[:0]
+		r.clearEffects()
 		err = fmt.Errorf("%w: %w", ErrNotDurable, err)
 		r.crashed(err)
 		return err

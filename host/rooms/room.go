@@ -24,6 +24,9 @@ type Conn interface {
 	// SendFrame queues a frame made by the manager's Framer; it never
 	// blocks, and one frame may be queued to many sockets.
 	SendFrame(f Frame) error
+	// Send queues one message (kind is abi.MessageText, valid UTF-8, or
+	// abi.MessageBinary); it copies data and never blocks.
+	Send(kind int, data []byte) error
 	// Close queues a close frame behind what is already queued.
 	Close(code abi.CloseCode, reason string)
 	// Cork holds queued messages back until Uncork, so a burst of events'
@@ -130,6 +133,8 @@ type result struct {
 // once the event returned without crashing.
 type effect struct {
 	op       effectOp
+	kind     uint8 // opSend: the message's kind
+	at, end  int   // opSend: the message's bytes in Room.sent
 	sock     *Socket
 	frame    Frame
 	code     abi.CloseCode
@@ -206,6 +211,7 @@ type Room struct {
 	gone       map[uint32]life.Closed // how sockets the guest believes open went away (nil until one does: put)
 	skipClose  map[uint32]bool
 	effects    []effect
+	sent       []byte    // the payloads of the effects' sends, copied out of the guest; reused
 	corked     []*Socket // sockets corked in the current burst of events
 	kick       chan struct{}
 	linger     clock.Timer // while a worker runs; worker-owned
@@ -750,11 +756,11 @@ func (r *Room) deliver(call func(Instance) error) error {
 // state is durable and before the event's effects: the answer to a join,
 // which must precede what the join handler sent.
 func (r *Room) deliverThen(call func(Instance) error, first func()) error {
-	r.effects = r.effects[:0]
+	r.clearEffects()
 	err := call(r.inst)
 	plan := life.AfterCall(life.Call{Crashed: err != nil, Checkpoint: r.inst.CheckpointRequested(), Delete: r.inst.DeleteRequested()}, r.durable)
 	if plan.Rollback {
-		r.effects = r.effects[:0]
+		r.clearEffects()
 		r.crashed(err)
 		return err
 	}
@@ -765,7 +771,7 @@ func (r *Room) deliverThen(call func(Instance) error, first func()) error {
 	}
 	if plan.Write {
 		if err := r.checkpoint(r.callCtx()); err != nil {
-			r.effects = r.effects[:0]
+			r.clearEffects()
 			err = fmt.Errorf("%w: %w", ErrNotDurable, err)
 			r.crashed(err)
 			return err
@@ -781,12 +787,17 @@ func (r *Room) deliverThen(call func(Instance) error, first func()) error {
 // send queues a frame on a socket, corking it for the rest of the burst
 // of events the worker is in.
 func (r *Room) send(s *Socket, f Frame) {
+	r.cork(s)
+	_ = s.conn.SendFrame(f)
+}
+
+// cork corks a socket for the rest of the burst of events the worker is in.
+func (r *Room) cork(s *Socket) {
 	if !s.corked {
 		s.corked = true
 		s.conn.Cork()
 		r.corked = append(r.corked, s)
 	}
-	_ = s.conn.SendFrame(f)
 }
 
 // uncorkAll lets the sockets corked during a burst write what they hold.
@@ -804,7 +815,8 @@ func (r *Room) applyEffects() {
 		e := &r.effects[i]
 		switch e.op {
 		case opSend:
-			r.send(e.sock, e.frame)
+			r.cork(e.sock)
+			_ = e.sock.conn.Send(int(e.kind), r.sent[e.at:e.end])
 		case opClose:
 			e.sock.closing = true
 			e.sock.conn.Close(e.code, e.reason)
@@ -819,8 +831,22 @@ func (r *Room) applyEffects() {
 		}
 		*e = effect{}
 	}
-	r.effects = r.effects[:0]
+	r.clearEffects()
 }
+
+// clearEffects forgets the effects of an event, applied or undone. The
+// buffer of their sends is kept for the next event unless a burst made it
+// large.
+func (r *Room) clearEffects() {
+	r.effects = r.effects[:0]
+	if cap(r.sent) > maxKeptSends {
+		r.sent = nil
+	}
+	r.sent = r.sent[:0]
+}
+
+// maxKeptSends is the largest buffer of sends a room keeps between events.
+const maxKeptSends = 64 << 10
 
 // Crash causes, as metric labels.
 const (
@@ -1034,7 +1060,7 @@ func (r *Room) dropInstance(why life.EndReason) {
 // leaveMemory makes the room hibernated, its instance closed or kept
 // (keepInstance), and ends the hold for why.
 func (r *Room) leaveMemory(why life.EndReason) {
-	r.inst, r.man, r.manBody, r.pages, r.image = nil, nil, nil, nil, 0
+	r.inst, r.man, r.manBody, r.pages, r.image, r.sent = nil, nil, nil, nil, 0, nil
 	r.version.Store(nil)
 	r.endHold(why)
 	r.isResident.Store(false)
@@ -1087,11 +1113,13 @@ func (r *Room) SocketSend(id uint32, kind int, data []byte) abi.Status {
 	if s.ch != nil {
 		return abi.StatusInvalid // a Phoenix socket takes channel pushes only
 	}
-	f, err := r.m.cfg.Framer(kind, data)
-	if err != nil {
-		return abi.StatusTooLarge
-	}
-	r.effects = append(r.effects, effect{op: opSend, sock: s, frame: f})
+	// The payload is copied into the event's buffer rather than framed
+	// (an allocation a send): the socket layer encodes it into its own
+	// queue when the effects are applied, after which the buffer is free.
+	// The engine has checked the kind and the UTF-8 of a text message.
+	at := len(r.sent)
+	r.sent = append(r.sent, data...)
+	r.effects = append(r.effects, effect{op: opSend, kind: uint8(kind), at: at, end: len(r.sent), sock: s})
 	return abi.Success
 }
 

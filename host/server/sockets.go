@@ -80,6 +80,7 @@ func upgradeHeaders(h http.Header, host string) []abi.Header {
 type socketConn struct{ c *socket.Conn }
 
 func (c socketConn) SendFrame(f rooms.Frame) error           { return c.c.SendPrepared(f.(*socket.Prepared)) }
+func (c socketConn) Send(kind int, data []byte) error        { return c.c.SendChecked(kind, data) }
 func (c socketConn) Close(code abi.CloseCode, reason string) { c.c.Close(code, reason) }
 func (c socketConn) Cork()                                   { c.c.Cork() }
 func (c socketConn) Uncork()                                 { c.c.Uncork() }
@@ -95,11 +96,7 @@ func (e socketEvents) OnClose(_ *socket.Conn, code abi.CloseCode, reason string)
 // OnMessages hands a burst of the socket's messages to the room as one
 // event.
 func (e socketEvents) OnMessages(_ *socket.Conn, msgs []socket.Message) {
-	batch := make([]rooms.Message, len(msgs))
-	for i, m := range msgs {
-		batch[i] = rooms.Message(m)
-	}
-	_ = e.s.Messages(batch)
+	_ = rooms.DeliverMessages(e.s, msgs)
 }
 
 type discard struct{}
