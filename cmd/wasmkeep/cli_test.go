@@ -430,6 +430,7 @@ func TestBadFlagsFailFast(t *testing.T) {
 		{[]string{"serve", "--handshake-timeout", "0s"}, "", "--handshake-timeout must be more than 0, not 0s"},
 		{[]string{"serve", "--socket-slow-timeout", "0s"}, "", "--socket-slow-timeout must be more than 0, not 0s"},
 		{[]string{"serve", "--max-response", "-1"}, "", "--max-response must be at least 1, not -1"},
+		{[]string{"serve", "--max-event-output", "0"}, "", "--max-event-output must be at least 1, not 0"},
 		{[]string{"serve", "--max-body", "0"}, "", "--max-body must be at least 1, not 0"},
 		{[]string{"serve", "--body-timeout", "0s"}, "", "--body-timeout must be more than 0, not 0s"},
 		{[]string{"serve", "--max-bodies-per-ip", "0"}, "", "--max-bodies-per-ip must be at least 1, not 0"},

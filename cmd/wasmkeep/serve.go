@@ -51,6 +51,7 @@ func serveFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "body-timeout", Value: server.DefaultBodyTimeout, Usage: "time an HTTP request body has to arrive whole after its headers (HTTP 408 past it)", EnvVars: env("body-timeout")},
 		&cli.IntFlag{Name: "upload-min-rate", Value: server.DefaultUploadMinRate, Usage: "bytes per second an admin upload (class put, room import) must keep after its first --body-timeout", EnvVars: env("upload-min-rate")},
 		&cli.IntFlag{Name: "max-bodies-per-ip", Value: server.DefaultMaxBodiesPerIP, Usage: "HTTP request bodies one client address may be sending at once (HTTP 429 past it)", EnvVars: env("max-bodies-per-ip")},
+		&cli.IntFlag{Name: "max-event-output", Value: rooms.DefaultMaxEventOutput, Usage: "bytes one event's sends, broadcasts and pushes may hold until it returns (each counts its payload and 128 bytes); a call past it answers the guest \"too large\"", EnvVars: env("max-event-output")},
 		&cli.IntFlag{Name: "max-response", Value: engine.DefaultMaxResponseBytes, Usage: "largest HTTP response a room may give, in bytes", EnvVars: env("max-response")},
 		&cli.IntFlag{Name: "max-message", Value: socket.DefaultMaxMessage, Usage: "largest WebSocket message (and frame), in bytes", EnvVars: env("max-message")},
 		&cli.IntFlag{Name: "max-sockets", Value: socket.DefaultMaxSockets, Usage: "open WebSockets per node", EnvVars: env("max-sockets")},
@@ -134,12 +135,13 @@ func nodeConfig(c *cli.Context) (node.Config, error) {
 			Interpreter:      c.Bool("interpreter"),
 		},
 		Rooms: rooms.Config{
-			IdleTimeout: c.Duration("idle-timeout"),
-			MaxResident: c.Int("max-resident"),
-			WakeWait:    c.Duration("wake-wait"),
-			MailboxSize: c.Int("mailbox-size"),
-			ImageBytes:  limitOf(int64(c.Int("image-cache")) * mib),
-			ImageFiles:  c.Int("image-files"),
+			IdleTimeout:    c.Duration("idle-timeout"),
+			MaxResident:    c.Int("max-resident"),
+			WakeWait:       c.Duration("wake-wait"),
+			MailboxSize:    c.Int("mailbox-size"),
+			ImageBytes:     limitOf(int64(c.Int("image-cache")) * mib),
+			ImageFiles:     c.Int("image-files"),
+			MaxEventOutput: c.Int("max-event-output"),
 		},
 		Sockets: socket.Config{
 			MaxMessage:        c.Int("max-message"),
@@ -218,7 +220,7 @@ func checkLimits(c *cli.Context) error {
 			return fmt.Errorf("--%s must be 0 (none) to %d MiB, not %d", name, maxCacheMiB, v)
 		}
 	}
-	for _, name := range []string{"max-resident", "max-module-size", "max-response", "max-message", "max-sockets", "mailbox-size",
+	for _, name := range []string{"max-resident", "max-module-size", "max-event-output", "max-response", "max-message", "max-sockets", "mailbox-size",
 		"upgrade-burst-per-ip", "socket-message-burst", "socket-queue-frames", "socket-queue-bytes", "upload-min-rate", "max-bodies-per-ip",
 		"image-files"} {
 		if v := c.Int(name); v < 1 {

@@ -537,6 +537,9 @@ func (r *Room) ChannelPush(id uint32, m *abi.ChannelMessage) abi.Status {
 	if st != abi.Success {
 		return st
 	}
+	if !r.takeOutput(channelMessageSize(m)) {
+		return abi.StatusTooLarge
+	}
 	r.effects = append(r.effects, effect{op: opChanPush, sock: s, msg: cloneMessage(m)})
 	return abi.Success
 }
@@ -552,6 +555,9 @@ func (r *Room) ChannelBroadcast(except uint32, m *abi.ChannelMessage) int {
 			n++
 		}
 	}
+	if !r.takeOutput(channelMessageSize(m)) {
+		return int(abi.StatusTooLarge)
+	}
 	r.effects = append(r.effects, effect{op: opChanBroadcast, except: except, msg: cloneMessage(m)})
 	return n
 }
@@ -561,6 +567,9 @@ func (r *Room) ChannelClose(id uint32, topic string) abi.Status {
 	s, st := r.channelTarget(id, topic)
 	if st != abi.Success {
 		return st
+	}
+	if !r.takeOutput(len(topic)) {
+		return abi.StatusTooLarge
 	}
 	r.effects = append(r.effects, effect{op: opChanClose, sock: s, msg: &abi.ChannelMessage{Topic: topic}})
 	return abi.Success
@@ -572,6 +581,9 @@ func (r *Room) PresenceTrack(id uint32, p *abi.Presence) abi.Status {
 	if st != abi.Success {
 		return st
 	}
+	if !r.takeOutput(presenceSize(p)) {
+		return abi.StatusTooLarge
+	}
 	r.effects = append(r.effects, effect{op: opPresenceTrack, sock: s, presence: clonePresence(p)})
 	return abi.Success
 }
@@ -582,9 +594,20 @@ func (r *Room) PresenceUntrack(id uint32, p *abi.Presence) abi.Status {
 	if st != abi.Success {
 		return st
 	}
+	if !r.takeOutput(presenceSize(p)) {
+		return abi.StatusTooLarge
+	}
 	r.effects = append(r.effects, effect{op: opPresenceUntrack, sock: s, presence: clonePresence(p)})
 	return abi.Success
 }
+
+// channelMessageSize is the bytes of m an effect keeps.
+func channelMessageSize(m *abi.ChannelMessage) int {
+	return len(m.Topic) + len(m.Event) + len(m.Payload)
+}
+
+// presenceSize is the bytes of p an effect keeps.
+func presenceSize(p *abi.Presence) int { return len(p.Topic) + len(p.Key) + len(p.Meta) }
 
 // applyChannelEffect carries out one channel effect after its event
 // returned.

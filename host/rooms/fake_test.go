@@ -61,6 +61,9 @@ type fakeClass struct {
 	hash string
 	base []byte        // the initial memory: zeros
 	gate chan struct{} // what a "wait" message waits for
+	// floods counts the sends a "flood" message made before one failed,
+	// floodStatus is the failure.
+	floods, floodStatus atomic.Int32
 }
 
 func newFakeClass(name string) *fakeClass {
@@ -162,6 +165,14 @@ func (i *fakeInstance) SocketMessage(id uint32, kind int, data []byte) error {
 		return errFakeTrap
 	case "close":
 		i.host.SocketClose(id, 4000, "bye")
+		return nil
+	case "flood": // 1,000-byte sends until one fails
+		n, st := 0, abi.Success
+		for ; st == abi.Success; n++ {
+			st = i.host.SocketSend(id, abi.MessageBinary, make([]byte, 1000))
+		}
+		i.class.floods.Store(int32(n - 1))
+		i.class.floodStatus.Store(int32(st))
 		return nil
 	case "send, then trap":
 		i.host.SocketSend(id, kind, []byte("never sent"))

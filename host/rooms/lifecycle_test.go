@@ -172,6 +172,36 @@ func TestCrashSendsNothing(t *testing.T) {
 	}
 }
 
+// TestEventOutputIsBounded: an event's sends stop at MaxEventOutput (the
+// call answering StatusTooLarge), what fitted goes out, and the next
+// event has the whole bound again.
+func TestEventOutputIsBounded(t *testing.T) {
+	const limit = 10_000 // 8 sends of 1,000 bytes and 128 each fit, not 9
+	h := newHarness(t, Config{MaxEventOutput: limit})
+	a, ca := h.open("r")
+	h.waitFor("the open", func() bool { return len(ca.sent()) == 1 })
+	class := h.classes.byName["c"]
+	for round := 1; round <= 2; round++ {
+		if err := a.Message(abi.MessageText, []byte("flood")); err != nil {
+			t.Fatal(err)
+		}
+		h.waitFor("the flood's sends", func() bool { return len(ca.sent()) == 1+8*round })
+		if n, st := class.floods.Load(), abi.Status(class.floodStatus.Load()); n != 8 || st != abi.StatusTooLarge {
+			t.Fatalf("round %d: %d sends, then %v; want 8, then %v", round, n, st, abi.StatusTooLarge)
+		}
+	}
+	if err := a.Message(abi.MessageText, []byte("echo")); err != nil {
+		t.Fatal(err)
+	}
+	h.waitFor("the echo", func() bool { return slices.Contains(ca.sent(), "echo") })
+	if got := len(ca.sent()); got != 1+16+1 {
+		t.Fatalf("the socket got %d messages; want 18", got)
+	}
+	if ca.closeCode() != 0 {
+		t.Fatalf("the socket closed with %d", ca.closeCode())
+	}
+}
+
 // gateManifests blocks writes of room manifests until release is closed,
 // telling held when one is waiting.
 func gateManifests(release <-chan struct{}, held chan<- struct{}) store.FaultFunc {

@@ -112,6 +112,11 @@ type Config struct {
 	// ImageMinBytes: smaller memories get no image, since they restore
 	// from the store in well under a millisecond (DefaultImageMinBytes).
 	ImageMinBytes int64
+	// MaxEventOutput bounds what one event's sends, broadcasts, closes,
+	// channel pushes and presence changes hold until the event returns:
+	// their payloads plus 128 bytes each (DefaultMaxEventOutput). A call
+	// past it answers the guest abi.StatusTooLarge and queues nothing.
+	MaxEventOutput int
 	// Framer encodes socket messages (default: Message values).
 	Framer  Framer
 	Logger  *slog.Logger
@@ -136,6 +141,7 @@ func (c Config) withDefaults() Config {
 	limits.DefaultOrOff(&c.ImageBytes, DefaultImageBytes)
 	limits.Default(&c.ImageFiles, DefaultImageFiles)
 	limits.Default(&c.ImageMinBytes, DefaultImageMinBytes)
+	limits.Default(&c.MaxEventOutput, DefaultMaxEventOutput)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -187,6 +193,11 @@ const (
 	DefaultImageBytes    = images.DefaultMaxBytes
 	DefaultImageFiles    = images.DefaultMaxFiles
 	DefaultImageMinBytes = images.DefaultMinBytes
+	// DefaultMaxEventOutput is far more than any one socket's queue takes
+	// (socket.QueueLimitFactor times its budget): enough for a message of
+	// a few KiB sent to each of 10,000 sockets one by one, not enough for
+	// a guest to make the host hold gigabytes.
+	DefaultMaxEventOutput = 64 << 20
 	// DefaultWakeWait rides out a burst of wakes (a place frees up in the
 	// time one idle room takes to hibernate, a few milliseconds) while
 	// still answering a client well before its own timeouts.

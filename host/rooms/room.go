@@ -212,6 +212,7 @@ type Room struct {
 	skipClose  map[uint32]bool
 	effects    []effect
 	sent       []byte    // the payloads of the effects' sends, copied out of the guest; reused
+	output     int       // what the event's effects hold, counted against Config.MaxEventOutput
 	corked     []*Socket // sockets corked in the current burst of events
 	kick       chan struct{}
 	linger     clock.Timer // while a worker runs; worker-owned
@@ -839,6 +840,7 @@ func (r *Room) applyEffects() {
 // large.
 func (r *Room) clearEffects() {
 	r.effects = r.effects[:0]
+	r.output = 0
 	if cap(r.sent) > maxKeptSends {
 		r.sent = nil
 	}
@@ -847,6 +849,23 @@ func (r *Room) clearEffects() {
 
 // maxKeptSends is the largest buffer of sends a room keeps between events.
 const maxKeptSends = 64 << 10
+
+// takeOutput counts an effect with n bytes of payload against the event's
+// bound on its output (Config.MaxEventOutput), or says it would go past it.
+// Without the bound a guest looping over socket_send could make the host
+// hold any number of copies of its memory until the event returned.
+func (r *Room) takeOutput(n int) bool {
+	n += effectCost
+	if n > r.m.cfg.MaxEventOutput-r.output {
+		return false
+	}
+	r.output += n
+	return true
+}
+
+// effectCost is what an effect costs besides its payload (its place in
+// Room.effects, rounded up), so that empty effects cannot pile up for free.
+const effectCost = 128
 
 // Crash causes, as metric labels.
 const (
@@ -1117,6 +1136,9 @@ func (r *Room) SocketSend(id uint32, kind int, data []byte) abi.Status {
 	// (an allocation a send): the socket layer encodes it into its own
 	// queue when the effects are applied, after which the buffer is free.
 	// The engine has checked the kind and the UTF-8 of a text message.
+	if !r.takeOutput(len(data)) {
+		return abi.StatusTooLarge
+	}
 	at := len(r.sent)
 	r.sent = append(r.sent, data...)
 	r.effects = append(r.effects, effect{op: opSend, kind: uint8(kind), at: at, end: len(r.sent), sock: s})
@@ -1128,6 +1150,9 @@ func (r *Room) SocketClose(id uint32, code abi.CloseCode, reason string) abi.Sta
 	s := r.sockets[id]
 	if s == nil {
 		return abi.StatusNoSocket
+	}
+	if !r.takeOutput(len(reason)) {
+		return abi.StatusTooLarge
 	}
 	r.effects = append(r.effects, effect{op: opClose, sock: s, code: code, reason: reason})
 	return abi.Success
@@ -1151,6 +1176,9 @@ func (r *Room) Broadcast(kind int, data []byte, except uint32) int {
 		}
 	}
 	if n > 0 {
+		if !r.takeOutput(len(data)) {
+			return int(abi.StatusTooLarge)
+		}
 		f, err := r.m.cfg.Framer(kind, data)
 		if err != nil {
 			return int(abi.StatusTooLarge)
