@@ -25,7 +25,10 @@
 // frame starts arriving and returned as soon as it is drained, and a
 // message's payload buffer is allocated when its header arrives (bounded by
 // [Config.MaxMessage], checked from the header before anything is read, and
-// grown as bytes actually arrive rather than trusting the declared length).
+// grown as bytes actually arrive rather than trusting the declared length);
+// the whole messages that one read brought share one allocation instead.
+// Small outbound frames are encoded into a chunk the socket holds only
+// while its queue is not empty.
 //
 // The goroutine that waits on an idle socket is always a fresh one, with a 2
 // KiB stack: handling frames may grow a goroutine's stack, and the runtime
