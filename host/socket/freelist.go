@@ -47,7 +47,7 @@ func (l *freeList[T]) put(b T) {
 const (
 	pooledQueue    = 16
 	maxPooledQueue = 256
-	spareQueues    = 256 // a list's spares: at most 1.5 MiB of frame queues, 8 MiB of message queues
+	spareQueues    = 256 // a list's spares: at most 1.5 MiB of frame queues, 2 MiB of message queues
 )
 
 var (
