@@ -57,24 +57,25 @@ type Conn struct {
 	full atomic.Bool
 
 	// Reader goroutine only (one at a time, see readLoop and pollRead).
-	rb      *readBuf // pooled; held only while read bytes are buffered
-	carry   []byte   // bytes read by net/http behind the handshake request
-	hb      [14]byte // frame header
-	held    uint8    // bytes of hb already read when reading paused
-	msg     []byte   // fragmented message being reassembled
-	inChunk []byte   // where whole messages in rb get their payloads (payloadDst)
-	msgOp   byte     // its opcode; 0 when none is in progress
-	msgTAT  int64    // inbound message bucket (gcra)
+	rb     *readBuf // pooled; held only while read bytes are buffered
+	carry  []byte   // bytes read by net/http behind the handshake request
+	hb     [14]byte // frame header
+	held   uint8    // bytes of hb already read when reading paused
+	msgOp  byte     // the opcode of msg; 0 when none is in progress
+	msg    []byte   // fragmented message being reassembled
+	msgTAT int64    // inbound message bucket (gcra)
 
-	mu    sync.Mutex
-	space sync.Cond // on mu: the reader waits here for inbound room
+	mu sync.Mutex
+	// space is made (under mu) by a reader that waits for inbound room,
+	// and closed by wakeReaderLocked: a channel only while one waits,
+	// where a sync.Cond was 56 bytes in every socket.
+	space chan struct{}
 
 	// Outbound queue (under mu). The counts are of every frame not yet
 	// written: those in out and the rest of the batch being written.
 	out       [][]byte // encoded frames not yet taken by the writer
 	outChunk  []byte   // where Send encodes small frames (outSpaceLocked)
 	outBurst  int      // bytes carved from chunks since the queue was last empty
-	outLarge  bool     // the last burst outgrew a small chunk
 	outFrames int
 	outBytes  int
 	writeDL   int64 // hub clock: deadline of the write in progress; 0 when none
@@ -83,6 +84,7 @@ type Conn struct {
 	corked    bool  // data frames wait for Uncork before a writer starts (or the budget)
 	stallDL   bool  // writeDL is the stall deadline (SlowTimeout), not the write timeout
 	paused    bool  // the reader stopped for the outbound budget; no goroutine reads
+	outLarge  bool  // the last burst outgrew a small chunk
 
 	// Inbound queue (under mu).
 	in            []Message
@@ -93,13 +95,13 @@ type Conn struct {
 	closeReported bool
 
 	// Closing (under mu).
-	closing       bool          // the close cause is set; no sends, no new messages
+	closing       bool // the close cause is set; no sends, no new messages
+	closeSent     bool // our close frame is queued
+	finishing     bool // close TCP once the queue is written
+	tcpClosed     bool
 	code          abi.CloseCode // cause: what OnClose reports
 	reason        string        // cause
-	closeSent     bool          // our close frame is queued
-	finishing     bool          // close TCP once the queue is written
 	closeDeadline int64         // hub clock; 0 when none
-	tcpClosed     bool
 	tcpDone       chan struct{} // made on demand, closed with TCP
 }
 
@@ -437,8 +439,8 @@ func (c *Conn) beginCloseLocked(code abi.CloseCode, reason string) bool {
 	c.closing = true
 	c.code = code
 	c.reason = reason
-	c.space.Broadcast() // a reader waiting for inbound room drops its message
-	c.resumeLocked()    // a paused one reads the client's last frames
+	c.wakeReaderLocked() // a reader waiting for inbound room drops its message
+	c.resumeLocked()     // a paused one reads the client's last frames
 	return true
 }
 
@@ -509,7 +511,7 @@ func (c *Conn) closeTCP() {
 	if c.tcpDone != nil {
 		close(c.tcpDone)
 	}
-	c.space.Broadcast()
+	c.wakeReaderLocked()
 	raw := c.raw
 	c.mu.Unlock()
 	if raw != nil {

@@ -211,7 +211,6 @@ func (h *Hub) register(nc net.Conn, protocol string, ip *ipEntry) *Conn {
 		protocol: protocol,
 		ip:       ip,
 	}
-	c.space.L = &c.mu
 	c.lastSeen.Store(h.now())
 	s := &h.shards[c.id%shardCount]
 	s.mu.Lock()

@@ -27,11 +27,12 @@ const growStep = 64 << 10
 // through a RawConn; it is kept with the buffer so that such a read
 // allocates nothing.
 type readBuf struct {
-	b    [readBufferSize]byte
-	r, w int
-	n    int   // fn's result
-	err  error // fn's result
-	fn   func(fd uintptr) bool
+	b     [readBufferSize]byte
+	r, w  int
+	n     int   // fn's result
+	err   error // fn's result
+	fn    func(fd uintptr) bool
+	chunk []byte // where the whole messages in b get their payloads (payloadDst)
 }
 
 var readPool = sync.Pool{
@@ -45,7 +46,7 @@ func getReadBuf() *readBuf {
 }
 
 func putReadBuf(rb *readBuf) {
-	rb.err = nil
+	rb.err, rb.chunk = nil, nil
 	readPool.Put(rb)
 }
 
@@ -117,7 +118,6 @@ func (c *Conn) releaseBuffer(force bool) bool {
 	if c.rb != nil && (force || c.rb.r == c.rb.w) {
 		putReadBuf(c.rb)
 		c.rb = nil
-		c.inChunk = nil
 	}
 	return c.rb == nil && len(c.carry) == 0
 }
@@ -175,7 +175,7 @@ func (c *Conn) readHeader(have int) (h frameHeader, err error) {
 
 // payloadDst returns the slice a data frame's payload is appended to:
 // c.msg, or, for a whole message (unfragmented, not empty) that is already
-// in the read buffer, space carved from c.inChunk. The chunk is allocated for
+// in the read buffer, space carved from the buffer's chunk, allocated for
 // the bytes the buffer holds and dropped with it (releaseBuffer), so the
 // messages of one read share one allocation instead of one each, and a
 // socket keeps no chunk between reads. A message keeps its chunk alive
@@ -187,12 +187,12 @@ func (c *Conn) payloadDst(hdr frameHeader) []byte {
 	if c.msg != nil || !hdr.fin || n == 0 || len(c.carry) > 0 || rb == nil || rb.w-rb.r < n {
 		return c.msg
 	}
-	if cap(c.inChunk)-len(c.inChunk) < n {
-		c.inChunk = make([]byte, 0, rb.w-rb.r)
+	if cap(rb.chunk)-len(rb.chunk) < n {
+		rb.chunk = make([]byte, 0, rb.w-rb.r)
 	}
-	at := len(c.inChunk)
-	c.inChunk = c.inChunk[:at+n]
-	return c.inChunk[at : at : at+n] // its capacity ends where the next message's space begins
+	at := len(rb.chunk)
+	rb.chunk = rb.chunk[:at+n]
+	return rb.chunk[at : at : at+n] // its capacity ends where the next message's space begins
 }
 
 // readPayload appends n bytes of payload to dst and unmasks them. The buffer
@@ -720,7 +720,13 @@ func (c *Conn) deliver(kind int, data []byte) bool {
 	for !c.closing && len(c.in) > 0 &&
 		(len(c.in) >= cfg.InboundMessages || c.inBytes+len(data) > cfg.InboundBytes) {
 		c.readerWaiting = true
-		c.space.Wait()
+		if c.space == nil {
+			c.space = make(chan struct{})
+		}
+		space := c.space
+		c.mu.Unlock()
+		<-space
+		c.mu.Lock()
 	}
 	if c.readerWaiting {
 		c.readerWaiting = false
@@ -739,6 +745,15 @@ func (c *Conn) deliver(kind int, data []byte) bool {
 	c.dispatching = true
 	c.mu.Unlock()
 	return run
+}
+
+// wakeReaderLocked wakes the reader if it waits for inbound room (deliver):
+// it looks at the queue again.
+func (c *Conn) wakeReaderLocked() {
+	if c.space != nil {
+		close(c.space)
+		c.space = nil
+	}
 }
 
 // dispatch delivers queued messages in order, then the close once the reader
@@ -765,7 +780,7 @@ func (c *Conn) dispatch() {
 			msgs := c.in
 			c.in, c.inBytes = nil, 0
 			if c.readerWaiting {
-				c.space.Signal()
+				c.wakeReaderLocked()
 			}
 			c.mu.Unlock()
 			if len(msgs) == 1 {
@@ -784,7 +799,7 @@ func (c *Conn) dispatch() {
 		}
 		c.inBytes -= len(m.Data)
 		if c.readerWaiting {
-			c.space.Signal()
+			c.wakeReaderLocked()
 		}
 		c.mu.Unlock()
 		c.handler.OnMessage(c, m.Kind, m.Data)
