@@ -172,6 +172,34 @@ func TestCrashSendsNothing(t *testing.T) {
 	}
 }
 
+// TestBatchesAreTheRoomsOwn: a burst of messages, held in place (up to 16)
+// or not, reaches the guest whole and in order after the caller has reused
+// the slice it handed over.
+func TestBatchesAreTheRoomsOwn(t *testing.T) {
+	h := newHarness(t, Config{})
+	a, ca := h.open("r")
+	h.waitFor("the open", func() bool { return len(ca.sent()) == 1 })
+	var want []string
+	for _, n := range []int{3, inlineMessages, inlineMessages + 1, 40} {
+		msgs := make([]Message, n)
+		for i := range msgs {
+			m := fmt.Sprintf("batch of %d: %d", n, i)
+			msgs[i] = Message{Kind: abi.MessageText, Data: []byte(m)}
+			want = append(want, m)
+		}
+		if err := a.Messages(msgs); err != nil {
+			t.Fatal(err)
+		}
+		for i := range msgs {
+			msgs[i] = Message{Kind: abi.MessageBinary, Data: []byte("reused")}
+		}
+	}
+	h.waitFor("every echo", func() bool { return len(ca.sent()) == 1+len(want) })
+	if got := ca.sent()[1:]; !slices.Equal(got, want) {
+		t.Fatalf("the guest echoed %q;\nwant %q", got, want)
+	}
+}
+
 // TestEventOutputIsBounded: an event's sends stop at MaxEventOutput (the
 // call answering StatusTooLarge), what fitted goes out, and the next
 // event has the whole bound again.
