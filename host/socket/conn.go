@@ -215,7 +215,9 @@ const (
 // collector); the writer gives the current one back to its free list when it
 // leaves the queue empty (releaseOutChunkLocked), so an idle socket holds
 // none and an echo's bursts allocate none. What a chunk holds beyond the
-// queued frames it is counted against is at most one chunk a socket.
+// queued frames it is counted against is at most one chunk a socket. A
+// burst starts with a small chunk unless the last one outgrew it or the
+// frame is too big for it.
 func (c *Conn) outSpaceLocked(n int) []byte {
 	if cap(c.outChunk)-len(c.outChunk) < n {
 		if c.outChunk == nil && !c.outLarge && n <= minOutChunk {
@@ -232,10 +234,7 @@ func (c *Conn) outSpaceLocked(n int) []byte {
 
 // releaseOutChunkLocked gives the socket's chunk back to its free list.
 // Only the writer calls it, when it has written every queued frame:
-// nothing refers to the chunk's bytes any more. A socket whose burst
-// outgrew a small chunk starts its next burst with a large one.
-// A frame too big for a small chunk takes a large one whatever the last
-// burst was.
+// nothing refers to the chunk's bytes any more.
 func (c *Conn) releaseOutChunkLocked() {
 	switch cap(c.outChunk) {
 	case minOutChunk:

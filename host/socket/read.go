@@ -748,7 +748,7 @@ func (c *Conn) deliver(kind int, data []byte) bool {
 }
 
 // wakeReaderLocked wakes the reader if it waits for inbound room (deliver):
-// it looks at the queue again.
+// it looks at the queue again. Without a waiting reader it does nothing.
 func (c *Conn) wakeReaderLocked() {
 	if c.space != nil {
 		close(c.space)
@@ -779,9 +779,7 @@ func (c *Conn) dispatch() {
 			// BatchHandler.
 			msgs := c.in
 			c.in, c.inBytes = nil, 0
-			if c.readerWaiting {
-				c.wakeReaderLocked()
-			}
+			c.wakeReaderLocked() // if it waits for room
 			c.mu.Unlock()
 			if len(msgs) == 1 {
 				c.handler.OnMessage(c, msgs[0].Kind, msgs[0].Data)
@@ -798,9 +796,7 @@ func (c *Conn) dispatch() {
 			c.in = nil
 		}
 		c.inBytes -= len(m.Data)
-		if c.readerWaiting {
-			c.wakeReaderLocked()
-		}
+		c.wakeReaderLocked()
 		c.mu.Unlock()
 		c.handler.OnMessage(c, m.Kind, m.Data)
 	}
