@@ -98,6 +98,19 @@ const (
 	// client to answer, and one that fails must have changed nothing.
 	ExportOnStartFrom = "wasmkeep_on_start_from"
 
+	// ExportOnIdle is () -> (), and optional: the call a guest asked for
+	// with ImportIdleCall, made once the events the room had queued when
+	// it asked have been handled and their output has left the host (or
+	// after a burst of events, for a room that never runs out of them).
+	// It is for the guest's own housekeeping, which no client should wait
+	// for: the Go SDK collects its garbage there. It runs under the
+	// events' time and memory limits, with no room behind it, as
+	// ExportOnUpgrade does: sends, closes, checkpoints, deletes and logs
+	// answer StatusState. A trap or a timeout in it is a crash like any
+	// other: the room restarts from its last snapshot. Added in v1 after
+	// its first release, with ImportIdleCall.
+	ExportOnIdle = "wasmkeep_on_idle"
+
 	// ExportInitialize is the WASI reactor initializer. A fresh room runs it
 	// once (after the module's start function, if any); a room woken from a
 	// snapshot never runs either again.
@@ -203,6 +216,16 @@ const (
 	// ImportStateDelete: a host without them refuses the module at upload.
 	ImportUpgradeState  = "upgrade_state"
 	ImportUpgradeAccept = "upgrade_accept"
+
+	// ImportIdleCall is () -> i32: during an event, asks the host to call
+	// ExportOnIdle once the room is idle (see there). Asking again before
+	// that call is the same as asking once; the request is the host's, not
+	// the guest's memory's, so a room that hibernates before the call may
+	// never get it and should ask again. StatusUnsupported for a module
+	// that does not export ExportOnIdle, StatusState outside an event.
+	// Added in v1 after its first release, like ImportStateDelete: a host
+	// without it refuses the module at upload.
+	ImportIdleCall = "idle_call"
 
 	// ImportAlarmSet is (at_ms i64) -> i32 and ImportAlarmClear is () -> i32:
 	// reserved: v1 hosts provide them and answer StatusUnsupported, so
