@@ -446,13 +446,14 @@ const (
 	EventSocketMessages // optional: a batch of one socket's messages
 	EventUpgrade        // optional: hand the room's state to a newer version
 	EventStartFrom      // optional: start from an older version's state
+	EventIdle           // optional: the call a guest asked for once its room is idle
 	numEvents
 )
 
 var eventExports = [numEvents]string{
 	abi.ExportOnRequest, abi.ExportOnSocketOpen, abi.ExportOnSocketMessage, abi.ExportOnSocketClose,
 	abi.ExportOnJoin, abi.ExportOnChannelMessage, abi.ExportOnLeave, abi.ExportOnSocketMessages,
-	abi.ExportOnUpgrade, abi.ExportOnStartFrom,
+	abi.ExportOnUpgrade, abi.ExportOnStartFrom, abi.ExportOnIdle,
 }
 
 // Hash returns the content hash wasmkeep uses for a module's bytes.
@@ -625,6 +626,7 @@ func (c *Class) checkSignatures(fns map[string]api.FunctionDefinition) error {
 		abi.ExportOnLeave:          {{i32, i32, i32}, nil},
 		abi.ExportOnUpgrade:        {nil, nil},
 		abi.ExportOnStartFrom:      {{i32, i32}, nil},
+		abi.ExportOnIdle:           {nil, nil},
 		abi.ExportInitialize:       {nil, nil},
 	}
 	for name, sig := range want {

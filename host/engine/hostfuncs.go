@@ -44,6 +44,7 @@ func (e *Engine) instantiateHostModule(ctx context.Context, rt wazero.Runtime) e
 	def(abi.ImportChannelClose, channelClose, i32, i32, i32)
 	def(abi.ImportPresenceTrack, presenceTrack, i32, i32, i32)
 	def(abi.ImportPresenceUntrack, presenceUntrack, i32, i32, i32)
+	def(abi.ImportIdleCall, idleCall)
 	def(abi.ImportAlarmSet, unsupported, i64)
 	def(abi.ImportAlarmClear, unsupported)
 	_, err := b.Instantiate(ctx)
@@ -356,6 +357,20 @@ func stateDelete(ctx context.Context, _ api.Module, stack []uint64) {
 	}
 	inst.deleteState = true
 	ret(stack, abi.Success)
+}
+
+// idleCall records the guest's request for a call once its room is idle
+// (see abi.ImportIdleCall); the room makes it (Instance.Idle).
+func idleCall(ctx context.Context, _ api.Module, stack []uint64) {
+	inst := eventInstance(ctx, stack)
+	switch {
+	case inst == nil:
+	case !inst.class.has[EventIdle]:
+		ret(stack, abi.StatusUnsupported)
+	default:
+		inst.idleWanted = true
+		ret(stack, abi.Success)
+	}
 }
 
 // upgradeState takes the state the guest hands over during

@@ -111,6 +111,9 @@ type Instance struct {
 	checkpoint bool
 	// deleteState is set by the guest's state_delete() during an event.
 	deleteState bool
+	// idleWanted is set by the guest's idle_call() during an event, until
+	// Idle makes the call.
+	idleWanted bool
 
 	// State of the request being handled.
 	inRequest bool
@@ -511,6 +514,26 @@ func (i *Instance) Upgrade() ([]byte, error) {
 	state := i.handoff
 	i.handoff = nil
 	return state, nil
+}
+
+// IdleRequested reports whether the guest asked, during an event since
+// the last Idle, for a call once its room is idle (abi.ImportIdleCall).
+func (i *Instance) IdleRequested() bool { return i.idleWanted && !i.dead }
+
+// Idle makes the call the guest asked for with abi.ImportIdleCall
+// (abi.ExportOnIdle), with no room behind it as in Upgrade: what the guest
+// would send, close, log, checkpoint or delete is refused (StatusState).
+// Errors and what they leave are an event's. It does nothing when no call
+// is wanted.
+func (i *Instance) Idle() error {
+	if !i.IdleRequested() {
+		return nil
+	}
+	i.idleWanted = false
+	host := i.host
+	i.host = nil
+	defer func() { i.host = host }()
+	return i.call(i.function(EventIdle))
 }
 
 // ErrNotTakenOver: the new version returned from its start without taking
