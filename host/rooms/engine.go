@@ -46,6 +46,10 @@ type Instance interface {
 	// the guest asked for during the event that just returned.
 	CheckpointRequested() bool
 	DeleteRequested() bool
+	// IdleRequested reports whether the guest asked for a call once the
+	// room is idle, and Idle makes it (engine.Instance's contract).
+	IdleRequested() bool
+	Idle() error
 	MemorySize() uint32
 	Snapshot(enc *snapshot.Encoder, prev *snapshot.Manifest, prevPages []uint64, roomState []byte, generation uint64, segmentID string, full bool) (*snapshot.Delta, error)
 	// RestoredPages are the page hashes of a restored memory (nil after a

@@ -40,18 +40,24 @@ import (
 //	POST /broadcast   sends the body to every socket; answers "ok"
 //	socket open       counts it (opens), sends "open <id>"
 //	socket message    "trap" traps; "close" closes the socket with 4000;
-//	                  "wait" waits for the class's gate to open; anything
-//	                  else is echoed and counted
+//	                  "wait" waits for the class's gate to open; "idle"
+//	                  asks for an idle call, "idle, checkpoint" checkpoints
+//	                  too, "idle, then wait" waits after asking, "idle,
+//	                  then trap" asks for one that traps; these and any
+//	                  other message are echoed and counted
 //	socket close      counts it (closes)
+//	idle call         counts it (idles), after calling the class's onIdle
+//	GET /idles        answers the count of idle calls
 //
-// Memory: the counter, then the counts of opens, messages and closes, as
-// little-endian u64 at offsets 0, 8, 16 and 24.
+// Memory: the counter, then the counts of opens, messages, closes and
+// idle calls, as little-endian u64 at offsets 0, 8, 16, 24 and 32.
 
 const (
 	offCounter = 8 * iota
 	offOpens
 	offMessages
 	offCloses
+	offIdles
 )
 
 // fakeMemory is two 64 KiB chunks, the least a snapshot takes.
@@ -64,6 +70,8 @@ type fakeClass struct {
 	// floods counts the sends a "flood" message made before one failed,
 	// floodStatus is the failure.
 	floods, floodStatus atomic.Int32
+	// onIdle, if set, runs at the start of every idle call.
+	onIdle atomic.Pointer[func(*fakeInstance)]
 }
 
 func newFakeClass(name string) *fakeClass {
@@ -110,6 +118,7 @@ type fakeInstance struct {
 	mem                     []byte
 	restored                []uint64
 	checkpoint, deleteState bool
+	idleWanted, trapInIdle  bool
 	// closed is read by tests while the manager's sweeper may close the
 	// instance.
 	closed atomic.Bool
@@ -134,6 +143,8 @@ func (i *fakeInstance) Request(payload []byte) ([]byte, error) {
 	case "POST /":
 		i.add(offCounter, 1)
 	case "GET /":
+	case "GET /idles":
+		return answer(200, strconv.FormatUint(i.get(offIdles), 10)), nil
 	case "POST /trap":
 		i.add(offCounter, 1)
 		return nil, errFakeTrap
@@ -179,6 +190,15 @@ func (i *fakeInstance) SocketMessage(id uint32, kind int, data []byte) error {
 		return errFakeTrap
 	case "wait":
 		<-i.class.gate
+	case "idle":
+		i.idleWanted = true
+	case "idle, checkpoint":
+		i.idleWanted, i.checkpoint = true, true
+	case "idle, then wait":
+		i.idleWanted = true
+		<-i.class.gate
+	case "idle, then trap":
+		i.idleWanted, i.trapInIdle = true, true
 	}
 	i.add(offMessages, 1)
 	i.host.SocketSend(id, kind, data)
@@ -216,6 +236,20 @@ func (i *fakeInstance) DeleteRequested() bool {
 	d := i.deleteState
 	i.deleteState = false
 	return d
+}
+
+func (i *fakeInstance) IdleRequested() bool { return i.idleWanted }
+
+func (i *fakeInstance) Idle() error {
+	i.idleWanted = false
+	if f := i.class.onIdle.Load(); f != nil {
+		(*f)(i)
+	}
+	if i.trapInIdle {
+		return errFakeTrap
+	}
+	i.add(offIdles, 1)
+	return nil
 }
 
 func (i *fakeInstance) MemorySize() uint32 { return uint32(len(i.mem)) }
@@ -294,25 +328,27 @@ func (f *fakeClasses) Durable(_ context.Context, name string) (bool, error) {
 }
 
 // fakeConn is a socket as the room layer sees it: it records what the room
-// sent and how it closed it.
+// sent and how it closed it. What is sent while it is corked counts as sent
+// once it is uncorked, as a real socket writes it then.
 type fakeConn struct {
-	mu     sync.Mutex
-	frames []string
-	closed abi.CloseCode // the close code, 0 while open
-	reason string
+	mu      sync.Mutex
+	frames  []string
+	corked  bool
+	pending []string      // sent while corked
+	closed  abi.CloseCode // the close code, 0 while open
+	reason  string
 }
 
-func (c *fakeConn) SendFrame(f Frame) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.frames = append(c.frames, string(f.(Message).Data))
-	return nil
-}
+func (c *fakeConn) SendFrame(f Frame) error { return c.Send(0, f.(Message).Data) }
 
 func (c *fakeConn) Send(_ int, data []byte) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.frames = append(c.frames, string(data))
+	if c.corked {
+		c.pending = append(c.pending, string(data))
+	} else {
+		c.frames = append(c.frames, string(data))
+	}
 	return nil
 }
 
@@ -324,8 +360,19 @@ func (c *fakeConn) Close(code abi.CloseCode, reason string) {
 	}
 }
 
-func (c *fakeConn) Cork()   {}
-func (c *fakeConn) Uncork() {}
+func (c *fakeConn) Cork() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.corked = true
+}
+
+func (c *fakeConn) Uncork() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.corked = false
+	c.frames = append(c.frames, c.pending...)
+	c.pending = c.pending[:0]
+}
 
 func (c *fakeConn) sent() []string {
 	c.mu.Lock()

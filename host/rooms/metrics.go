@@ -27,6 +27,7 @@ type roomMetrics struct {
 	snapshotConflict   *metrics.Counter
 	queueFull          *metrics.Counter
 	messageBatches     *metrics.Counter
+	idleCalls          *metrics.Counter
 	snapshotWrites     *metrics.Counter
 	snapshotsUnchanged *metrics.Counter
 	snapshotCorrupt    *metrics.Counter
@@ -63,6 +64,7 @@ func newRoomMetrics(set *metrics.Set, m *Manager) *roomMetrics {
 		snapshotConflict:   set.NewCounter(`wasmkeep_snapshot_conflicts_total`),
 		queueFull:          set.NewCounter(`wasmkeep_room_queue_full_total`),
 		messageBatches:     set.NewCounter(`wasmkeep_room_message_batches_total`),
+		idleCalls:          set.NewCounter(`wasmkeep_room_idle_calls_total`),
 		snapshotWrites:     set.NewCounter(`wasmkeep_snapshot_writes_total`),
 		snapshotsUnchanged: set.NewCounter(`wasmkeep_snapshot_unchanged_total`),
 		snapshotCorrupt:    set.NewCounter(`wasmkeep_snapshot_unreadable_total`),

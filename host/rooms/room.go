@@ -347,6 +347,7 @@ func (r *Room) run() {
 			r.mu.Unlock()
 			r.m.placesChanged() // no longer busy: a waiting wake may evict it
 			r.uncorkAll()
+			r.idle()
 			burst = 0
 			stopping := r.m.isStopping()
 			if stopping && r.inst != nil {
@@ -397,13 +398,33 @@ func (r *Room) run() {
 		// maxBurst events, which bounds what a burst adds to latency.
 		if burst++; burst == maxBurst {
 			r.uncorkAll()
+			r.idle()
 			burst = 0
 		}
 	}
 }
 
+// idle makes the call the guest asked for during the burst that just
+// ended (Instance.Idle), now that the burst's output has been let go: the
+// Go SDK collects its garbage there, where no event waits for it. The
+// call changes the room's memory, so the state is written again at the
+// next hibernation; a crash in it is a crash like an event's.
+func (r *Room) idle() {
+	if r.inst == nil || !r.inst.IdleRequested() {
+		return
+	}
+	r.m.met.idleCalls.Inc()
+	if err := r.inst.Idle(); err != nil {
+		r.crashed(err)
+		return
+	}
+	r.changed = true
+	r.memory.Store(r.inst.MemorySize())
+}
+
 // maxBurst is how many events a room handles before it lets corked sockets
-// write; lingerFor is how long an idle worker waits for the next event.
+// write (and makes the guest's idle call); lingerFor is how long an idle
+// worker waits for the next event.
 const (
 	maxBurst  = 64
 	lingerFor = 2 * time.Millisecond
