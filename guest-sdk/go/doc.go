@@ -79,6 +79,23 @@
 // room is idle cannot wake it. The monotonic clock continues across
 // hibernation; wall time is real.
 //
+// # Memory and garbage collection
+//
+// A room's memory is its state: what a snapshot stores, what a wake
+// restores, what a resident room holds. WebAssembly memory never shrinks
+// and Go's collector does not clear what it frees, so a room is as big as
+// its heap ever grew. The Go runtime would let the heap grow to 4 MiB
+// before collecting, and its own collections are slow in a room (their
+// marking waits for handlers to block). So the SDK collects by itself:
+// once a room's heap has allocated DefaultCollectBudget bytes since the
+// last collection (or half of what survived it, if more), the SDK asks
+// the host to call it back once the room is idle, after the events queued
+// meanwhile have had their output go, and collects there (the import
+// idle_call and the export wasmkeep_on_idle, see the abi package).
+// SetCollectBudget changes the budget or turns this off; Collections
+// counts what it did. runtime/debug's settings still apply to the runtime's
+// own collections, which remain a backstop.
+//
 // # Errors
 //
 // Host functions answer a status; the SDK turns failures into a *HostError

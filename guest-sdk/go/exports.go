@@ -49,6 +49,7 @@ func payload(ptr unsafe.Pointer, n uint32) []byte {
 
 //go:wasmexport wasmkeep_on_request
 func onRequest(ptr unsafe.Pointer, n uint32) {
+	defer collectIfDue()
 	rec, err := abi.DecodeRequest(payload(ptr, n))
 	if err != nil {
 		Error("wasmkeep: malformed request record from the host")
@@ -83,6 +84,7 @@ func respond(r *Response) {
 
 //go:wasmexport wasmkeep_on_socket_open
 func onSocketOpen(socket uint32, ptr unsafe.Pointer, n uint32) {
+	defer collectIfDue()
 	rec, err := abi.DecodeSocketOpen(payload(ptr, n))
 	if err != nil {
 		Error("wasmkeep: malformed socket open record from the host")
@@ -96,6 +98,7 @@ func onSocketOpen(socket uint32, ptr unsafe.Pointer, n uint32) {
 
 //go:wasmexport wasmkeep_on_socket_message
 func onSocketMessage(socket uint32, kind int32, ptr unsafe.Pointer, n uint32) {
+	defer collectIfDue()
 	if onSocketMessageFunc != nil {
 		onSocketMessageFunc(Socket(socket), Message{Kind: MessageKind(kind), Data: payload(ptr, n)})
 	}
@@ -107,6 +110,7 @@ func onSocketMessage(socket uint32, kind int32, ptr unsafe.Pointer, n uint32) {
 //
 //go:wasmexport wasmkeep_on_socket_messages
 func onSocketMessages(socket uint32, ptr unsafe.Pointer, n uint32) {
+	defer collectIfDue()
 	if onSocketMessageFunc == nil {
 		return
 	}
@@ -127,6 +131,7 @@ func onSocketMessages(socket uint32, ptr unsafe.Pointer, n uint32) {
 
 //go:wasmexport wasmkeep_on_socket_close
 func onSocketClose(socket uint32, code int32, ptr unsafe.Pointer, n uint32) {
+	defer collectIfDue()
 	if onSocketCloseFunc != nil {
 		onSocketCloseFunc(Socket(socket), int(code), string(payload(ptr, n)))
 	}
@@ -134,6 +139,7 @@ func onSocketClose(socket uint32, code int32, ptr unsafe.Pointer, n uint32) {
 
 //go:wasmexport wasmkeep_on_join
 func onJoin(socket uint32, ptr unsafe.Pointer, n uint32) {
+	defer collectIfDue()
 	rec, err := abi.DecodeJoin(payload(ptr, n))
 	if err != nil {
 		Error("wasmkeep: malformed join record from the host")
@@ -151,6 +157,7 @@ func onJoin(socket uint32, ptr unsafe.Pointer, n uint32) {
 
 //go:wasmexport wasmkeep_on_channel_message
 func onChannelMessage(socket uint32, ptr unsafe.Pointer, n uint32) {
+	defer collectIfDue()
 	rec, err := abi.DecodeChannelMessage(payload(ptr, n))
 	if err != nil {
 		Error("wasmkeep: malformed channel message record from the host")
@@ -167,6 +174,7 @@ func onChannelMessage(socket uint32, ptr unsafe.Pointer, n uint32) {
 
 //go:wasmexport wasmkeep_on_leave
 func onLeave(socket uint32, ptr unsafe.Pointer, n uint32) {
+	defer collectIfDue()
 	rec, err := abi.DecodeLeave(payload(ptr, n))
 	if err != nil {
 		Error("wasmkeep: malformed leave record from the host")
@@ -194,6 +202,12 @@ func onUpgrade() {
 		Error("wasmkeep: upgrade_state: " + abi.Status(st).String())
 	}
 }
+
+// onIdle is the call collectIfDue asked the host for: a collection, made
+// after the room's events have had their output go.
+//
+//go:wasmexport wasmkeep_on_idle
+func onIdle() { collectIdle() }
 
 // onStartFrom starts this version from an older one's state. The state is
 // the handler's to keep (it gets its own copy), and the version takes it

@@ -21,6 +21,7 @@ type nativeHost interface {
 	StateDelete() int32
 	UpgradeState(b []byte) int32
 	UpgradeAccept() int32
+	IdleCall() int32
 	AlarmSet(atMs int64) int32
 	AlarmClear() int32
 	// Channel stands for the channel functions: name is the import's
@@ -111,6 +112,13 @@ func hostUpgradeState(ptr unsafe.Pointer, n uint32) int32 {
 		return unsupported
 	}
 	return native.UpgradeState(bytesAt(ptr, n))
+}
+
+func hostIdleCall() int32 {
+	if native == nil {
+		return unsupported
+	}
+	return native.IdleCall()
 }
 
 func hostUpgradeAccept() int32 {

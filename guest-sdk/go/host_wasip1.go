@@ -33,6 +33,9 @@ func hostCheckpoint() int32
 //go:wasmimport wasmkeep state_delete
 func hostStateDelete() int32
 
+//go:wasmimport wasmkeep idle_call
+func hostIdleCall() int32
+
 //go:wasmimport wasmkeep upgrade_state
 func hostUpgradeState(ptr unsafe.Pointer, n uint32) int32
 

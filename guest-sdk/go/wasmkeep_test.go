@@ -25,6 +25,8 @@ type fakeHost struct {
 	channel    []recordedCall
 	handoff    []byte
 	accepted   bool
+	idleCalls  int   // idle_call calls
+	idleStatus int32 // what idle_call answers
 }
 
 func (h *fakeHost) HTTPRespond(b []byte) int32 {
@@ -81,6 +83,7 @@ func (h *fakeHost) UpgradeState(b []byte) int32 {
 	return 0
 }
 func (h *fakeHost) UpgradeAccept() int32 { h.accepted = true; return 0 }
+func (h *fakeHost) IdleCall() int32      { h.idleCalls++; return h.idleStatus }
 func (h *fakeHost) AlarmSet(int64) int32 { return int32(abi.StatusUnsupported) }
 func (h *fakeHost) AlarmClear() int32    { return int32(abi.StatusUnsupported) }
 func (h *fakeHost) Channel(name string, arg uint32, b []byte) int32 {

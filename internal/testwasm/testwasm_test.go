@@ -60,6 +60,7 @@ var (
 		abi.ExportOnSocketClose:   "(i32,i32,i32,i32)->()",
 		abi.ExportOnUpgrade:       "()->()",
 		abi.ExportOnStartFrom:     "(i32,i32)->()",
+		abi.ExportOnIdle:          "()->()",
 		abi.ExportInitialize:      "()->()",
 	}
 	wantImports = map[string]string{
@@ -74,6 +75,7 @@ var (
 		abi.ImportStateDelete:   "()->(i32)",
 		abi.ImportUpgradeState:  "(i32,i32)->(i32)",
 		abi.ImportUpgradeAccept: "()->(i32)",
+		abi.ImportIdleCall:      "()->(i32)",
 		abi.ImportAlarmSet:      "(i64)->(i32)",
 		abi.ImportAlarmClear:    "()->(i32)",
 

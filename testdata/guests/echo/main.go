@@ -12,6 +12,8 @@
 //	POST /log?level=L        logs the body at level L (0–3); answers "ok"
 //	POST /checkpoint         answers "ok" or the error Checkpoint returned
 //	POST /alarm              answers "ok" or the error SetAlarm returned
+//	POST /garbage?kb=N       allocates N KiB that nothing keeps; answers "ok"
+//	GET  /collections        the collections the SDK has run (Collections)
 //	anything else            200 with the echo body below
 //
 // The echo body is four lines "key value\n" and then the raw body:
@@ -85,6 +87,12 @@ func serve(r *wk.Request) *wk.Response {
 		return result(wk.Checkpoint())
 	case r.Method == "POST" && r.Path == "/alarm":
 		return result(wk.SetAlarm(time.Now().Add(time.Minute)))
+	case r.Method == "POST" && r.Path == "/garbage":
+		kb, _ := strconv.Atoi(r.QueryValue("kb"))
+		garbage = make([]byte, kb<<10)
+		return wk.Text(200, "ok")
+	case r.Method == "GET" && r.Path == "/collections":
+		return wk.Text(200, strconv.FormatUint(wk.Collections(), 10))
 	}
 	var b strings.Builder
 	b.WriteString("method " + r.Method + "\n")
@@ -99,6 +107,10 @@ func serve(r *wk.Request) *wk.Response {
 	}
 	return wk.Text(status, b.String()).SetHeader("X-Echo", "1")
 }
+
+// garbage holds the last allocation of POST /garbage, which the next one
+// makes garbage.
+var garbage []byte
 
 func result(err error) *wk.Response {
 	if err != nil {
