@@ -1,6 +1,7 @@
 package wasmkeep
 
 import (
+	"math"
 	"runtime"
 	"runtime/metrics"
 )
@@ -22,8 +23,12 @@ import (
 // messages, for 0.33 ms of marking). A collection started with runtime.GC
 // runs to its end at once, in 0.3 to 0.6 ms for a chat room.
 //
-// So the SDK collects by itself. Every collectCheckEvery events it reads
-// how much the heap has allocated since its last collection; past the
+// So the SDK collects by itself. Every so many events it reads how much
+// the heap has allocated since its last collection (a reading costs about
+// 2 µs in a room, more than many events do, so the SDK reads as seldom as
+// the room's rate of allocation allows: when a quarter of the budget
+// would have been allocated at the rate since its last reading, between
+// every 8 and every 256 events); past the
 // budget (the larger of SetCollectBudget's minimum and half of what
 // survived the last collection) it asks the host for an idle call
 // (abi.ImportIdleCall), which comes once the room's queued events have
@@ -38,10 +43,13 @@ import (
 // the SDK's collections unless SetCollectBudget says otherwise.
 const DefaultCollectBudget = 512 << 10
 
-// collectCheckEvery is how many events pass between two readings of the
-// allocation counter: a reading costs about 2 µs in a room, more than many
-// events do, so it is spread over several.
-const collectCheckEvery = 32
+// The bounds of how many events pass between two readings of the
+// allocation counter, and how many before the first.
+const (
+	minCheckEvery   = 8
+	maxCheckEvery   = 256
+	firstCheckAfter = 32
+)
 
 // collectNowAfter is how many budgets a room may allocate, waiting for
 // its idle call, before it collects within an event.
@@ -51,7 +59,9 @@ var (
 	collectMin      uint64 = DefaultCollectBudget // 0: the SDK never collects
 	collectBudget   uint64 = DefaultCollectBudget
 	collectEvents   int
-	allocatedAtLast uint64
+	checkEvery      = firstCheckAfter
+	allocatedAtLast uint64 // the allocation counter at the last collection
+	allocatedAtLook uint64 // and at the last reading
 	collections     uint64
 	heapSamples     = []metrics.Sample{
 		{Name: "/gc/heap/allocs:bytes"},
@@ -71,22 +81,33 @@ var (
 func SetCollectBudget(bytes int) {
 	collectMin = uint64(max(bytes, 0))
 	collectBudget = collectMin
+	collectEvents, checkEvery = 0, firstCheckAfter
 }
 
 // Collections reports how many collections the SDK has run in this room;
 // the Go runtime's own are counted, with these, in runtime.MemStats.NumGC.
 func Collections() uint64 { return collections }
 
-// collectIfDue runs at the end of every event.
+// collectIfDue runs at the end of every event. It is small enough to be
+// inlined: most events only count.
 func collectIfDue() {
+	if collectEvents++; collectEvents >= checkEvery {
+		look()
+	}
+}
+
+// look reads the allocation counter and decides.
+func look() {
 	if collectMin == 0 {
+		collectEvents, checkEvery = 0, math.MaxInt
 		return
 	}
-	if collectEvents++; collectEvents < collectCheckEvery {
-		return
-	}
-	collectEvents = 0
-	since := allocatedSince()
+	metrics.Read(heapSamples[:1])
+	allocated := heapSamples[0].Value.Uint64()
+	perEvent := (allocated - allocatedAtLook) / uint64(collectEvents)
+	collectEvents, allocatedAtLook = 0, allocated
+	checkEvery = int(min(max(collectBudget/4/max(perEvent, 1), minCheckEvery), maxCheckEvery))
+	since := allocated - allocatedAtLast
 	switch {
 	case since < collectBudget:
 	case since < collectNowAfter*collectBudget && hostIdleCall() == 0:
@@ -99,16 +120,10 @@ func collectIfDue() {
 // collectIdle is the idle call's collection, unless one within an event
 // made it needless meanwhile.
 func collectIdle() {
-	if allocatedSince() >= collectBudget/2 {
+	metrics.Read(heapSamples[:1])
+	if heapSamples[0].Value.Uint64()-allocatedAtLast >= collectBudget/2 {
 		collect()
 	}
-}
-
-// allocatedSince reads how many bytes the heap has allocated since the
-// last collection the SDK ran.
-func allocatedSince() uint64 {
-	metrics.Read(heapSamples[:1])
-	return heapSamples[0].Value.Uint64() - allocatedAtLast
 }
 
 func collect() {
@@ -116,5 +131,6 @@ func collect() {
 	collections++
 	metrics.Read(heapSamples)
 	allocatedAtLast = heapSamples[0].Value.Uint64()
+	allocatedAtLook = allocatedAtLast
 	collectBudget = max(collectMin, heapSamples[1].Value.Uint64()/2)
 }

@@ -49,7 +49,11 @@ func payload(ptr unsafe.Pointer, n uint32) []byte {
 
 //go:wasmexport wasmkeep_on_request
 func onRequest(ptr unsafe.Pointer, n uint32) {
-	defer collectIfDue()
+	handleRequest(ptr, n)
+	collectIfDue()
+}
+
+func handleRequest(ptr unsafe.Pointer, n uint32) {
 	rec, err := abi.DecodeRequest(payload(ptr, n))
 	if err != nil {
 		Error("wasmkeep: malformed request record from the host")
@@ -84,24 +88,23 @@ func respond(r *Response) {
 
 //go:wasmexport wasmkeep_on_socket_open
 func onSocketOpen(socket uint32, ptr unsafe.Pointer, n uint32) {
-	defer collectIfDue()
 	rec, err := abi.DecodeSocketOpen(payload(ptr, n))
-	if err != nil {
+	switch {
+	case err != nil:
 		Error("wasmkeep: malformed socket open record from the host")
-		return
-	}
-	if onSocketOpenFunc != nil {
+	case onSocketOpenFunc != nil:
 		o := SocketOpen(rec)
 		onSocketOpenFunc(Socket(socket), &o)
 	}
+	collectIfDue()
 }
 
 //go:wasmexport wasmkeep_on_socket_message
 func onSocketMessage(socket uint32, kind int32, ptr unsafe.Pointer, n uint32) {
-	defer collectIfDue()
 	if onSocketMessageFunc != nil {
 		onSocketMessageFunc(Socket(socket), Message{Kind: MessageKind(kind), Data: payload(ptr, n)})
 	}
+	collectIfDue()
 }
 
 // onSocketMessages takes a burst of one socket's messages in one call
@@ -110,11 +113,13 @@ func onSocketMessage(socket uint32, kind int32, ptr unsafe.Pointer, n uint32) {
 //
 //go:wasmexport wasmkeep_on_socket_messages
 func onSocketMessages(socket uint32, ptr unsafe.Pointer, n uint32) {
-	defer collectIfDue()
-	if onSocketMessageFunc == nil {
-		return
+	if onSocketMessageFunc != nil {
+		handleMessages(socket, payload(ptr, n))
 	}
-	rest := payload(ptr, n)
+	collectIfDue()
+}
+
+func handleMessages(socket uint32, rest []byte) {
 	for {
 		kind, data, next, ok, err := abi.NextBatchedMessage(rest)
 		if err != nil {
@@ -131,15 +136,19 @@ func onSocketMessages(socket uint32, ptr unsafe.Pointer, n uint32) {
 
 //go:wasmexport wasmkeep_on_socket_close
 func onSocketClose(socket uint32, code int32, ptr unsafe.Pointer, n uint32) {
-	defer collectIfDue()
 	if onSocketCloseFunc != nil {
 		onSocketCloseFunc(Socket(socket), int(code), string(payload(ptr, n)))
 	}
+	collectIfDue()
 }
 
 //go:wasmexport wasmkeep_on_join
 func onJoin(socket uint32, ptr unsafe.Pointer, n uint32) {
-	defer collectIfDue()
+	handleJoin(socket, ptr, n)
+	collectIfDue()
+}
+
+func handleJoin(socket uint32, ptr unsafe.Pointer, n uint32) {
 	rec, err := abi.DecodeJoin(payload(ptr, n))
 	if err != nil {
 		Error("wasmkeep: malformed join record from the host")
@@ -157,7 +166,11 @@ func onJoin(socket uint32, ptr unsafe.Pointer, n uint32) {
 
 //go:wasmexport wasmkeep_on_channel_message
 func onChannelMessage(socket uint32, ptr unsafe.Pointer, n uint32) {
-	defer collectIfDue()
+	handleChannelMessage(socket, ptr, n)
+	collectIfDue()
+}
+
+func handleChannelMessage(socket uint32, ptr unsafe.Pointer, n uint32) {
 	rec, err := abi.DecodeChannelMessage(payload(ptr, n))
 	if err != nil {
 		Error("wasmkeep: malformed channel message record from the host")
@@ -174,7 +187,11 @@ func onChannelMessage(socket uint32, ptr unsafe.Pointer, n uint32) {
 
 //go:wasmexport wasmkeep_on_leave
 func onLeave(socket uint32, ptr unsafe.Pointer, n uint32) {
-	defer collectIfDue()
+	handleLeave(socket, ptr, n)
+	collectIfDue()
+}
+
+func handleLeave(socket uint32, ptr unsafe.Pointer, n uint32) {
 	rec, err := abi.DecodeLeave(payload(ptr, n))
 	if err != nil {
 		Error("wasmkeep: malformed leave record from the host")
