@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -526,14 +527,55 @@ func TestCompileCacheFailureIsNotTheModules(t *testing.T) {
 	}
 }
 
+// smallestGuest is the smallest module the engine takes: a memory, the ABI
+// version marker and an allocator that always answers 1024; with loop, a
+// request handler that loops forever too. It compiles in milliseconds where
+// a Go guest takes seconds under -race, for the tests that compile without
+// the shared compilation cache on purpose.
+func smallestGuest(loop bool) []byte {
+	section := func(id byte, content ...byte) []byte {
+		return append(append([]byte{id}, binary.AppendUvarint(nil, uint64(len(content)))...), content...)
+	}
+	export := func(name string, kind, index byte) []byte {
+		return append(append([]byte{byte(len(name))}, name...), kind, index)
+	}
+	types := []byte{3, 0x60, 0, 0, 0x60, 1, 0x7f, 1, 0x7f, 0x60, 2, 0x7f, 0x7f, 0} // () -> (), (i32) -> i32, (i32, i32) -> ()
+	funcs := []byte{2, 0, 1}                                                       // the marker, the allocator
+	exports := []byte{3}
+	exports = append(exports, export("memory", 0x02, 0)...)
+	exports = append(exports, export(abi.VersionExport, 0x00, 0)...)
+	exports = append(exports, export(abi.ExportAlloc, 0x00, 1)...)
+	code := []byte{2,
+		2, 0, 0x0b, // the marker: nothing
+		5, 0, 0x41, 0x80, 0x08, 0x0b, // the allocator: i32.const 1024
+	}
+	if loop {
+		funcs = append(funcs, 2)
+		funcs[0]++
+		exports = append(exports, export(abi.ExportOnRequest, 0x00, 2)...)
+		exports[0]++
+		code = append(code, 7, 0, 0x03, 0x40, 0x0c, 0x00, 0x0b, 0x0b) // loop br 0 end
+		code[0]++
+	}
+	m := []byte("\x00asm\x01\x00\x00\x00")
+	m = append(m, section(1, types...)...)
+	m = append(m, section(3, funcs...)...)
+	m = append(m, section(5, 1, 0, 1)...) // one page of memory
+	m = append(m, section(7, exports...)...)
+	m = append(m, section(10, code...)...)
+	return m
+}
+
 // TestCompileCacheIsBounded: an engine's start trims the compilation
 // cache to Config.CacheBytes, least recently used first, in every wazero
 // version's directory (an upgrade's leftovers too), and keeps what was
-// used in the last minutes; limits.Off keeps no cache at all.
+// used in the last minutes; limits.Off keeps no cache at all. Its compiles
+// miss every cache on purpose, so it compiles the smallest module the
+// engine takes (two compiles of the Go counter took 15 s under -race).
 func TestCompileCacheIsBounded(t *testing.T) {
 	dir := t.TempDir()
 	e := newEngine(t, Config{CacheDir: dir})
-	if _, err := e.Compile(context.Background(), testwasm.Build(t, "./examples/counter")); err != nil {
+	if _, err := e.Compile(context.Background(), smallestGuest(false)); err != nil {
 		t.Fatal(err)
 	}
 	compiled, err := filepath.Glob(filepath.Join(dir, "wazero-*", "*"))
@@ -570,7 +612,7 @@ func TestCompileCacheIsBounded(t *testing.T) {
 
 	none := t.TempDir()
 	off := newEngine(t, Config{CacheDir: none, CacheBytes: limits.Off})
-	if _, err := off.Compile(context.Background(), testwasm.Build(t, "./examples/counter")); err != nil {
+	if _, err := off.Compile(context.Background(), smallestGuest(false)); err != nil {
 		t.Fatal(err)
 	}
 	if entries, err := os.ReadDir(none); err != nil || len(entries) != 0 {

@@ -181,13 +181,17 @@ func TestSnapshotsCrossInterruptModes(t *testing.T) {
 // own, and its loops are still ended by the time limit.
 func TestRefusedModuleFallsBackToWazeroChecks(t *testing.T) {
 	// Its own cache, so that the fallback runtime is seen to compile and
-	// keep the module; that compile of a Go guest is most of the package's
-	// time under -race, so the other tests run beside it.
+	// keep the module: the smallest module with a loop, whose compile
+	// misses every cache in milliseconds (the hostile Go guest's took
+	// 9 s under -race).
 	t.Parallel()
 	cache := t.TempDir()
 	e := newEngine(t, Config{EventTimeout: 200 * time.Millisecond, CacheDir: cache})
 	e.addInterrupt = func([]byte) ([]byte, error) { return nil, fmt.Errorf("test: %w", wasmrw.ErrUnsupported) }
-	c := compile(t, e, "./testdata/guests/hostile")
+	c, err := e.Compile(context.Background(), smallestGuest(true))
+	if err != nil {
+		t.Fatal(err)
+	}
 	if c.interrupt || c.rt != e.checked || e.checked == nil {
 		t.Fatal("the refused module was not compiled on the runtime with wazero's checks")
 	}
