@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/wasmkeep/wasmkeep/abi"
 	"github.com/wasmkeep/wasmkeep/internal/testenv"
 	"github.com/wasmkeep/wasmkeep/internal/wstest"
 )
@@ -263,7 +264,9 @@ func TestChannelJoinsAndLeaves(t *testing.T) {
 	// The room sleeps with b joined; the node stops (sockets closed) and
 	// restarts: the room hears b closed when it wakes.
 	hibernate(t, n, "channels", "j")
+	closed := answerClose(t, p.c, abi.CloseServiceRestart)
 	stop(t, n)
+	closed()
 	n = startNode(t, Config{DataDir: dir})
 	if got := expect(t, 200, "GET", n.URL()+"/actor/channels/j/leaves", nil); !strings.HasSuffix(got, "1 b closed") {
 		t.Fatalf("leaves after restart: %q", got)

@@ -241,8 +241,9 @@ func TestForwardWebSocket(t *testing.T) {
 		t.Fatalf("the first socket after the refusals: %q", got)
 	}
 	// B stopping closes the socket with 1012, through A.
+	closed := answerClose(t, c, abi.CloseServiceRestart)
 	stop(t, p.b)
-	c.ExpectClose(abi.CloseServiceRestart)
+	closed()
 	waitFor(t, "the relay to end", func() bool { return metric(t, p.a, "wasmkeep_cluster_relayed_sockets") == 0 })
 }
 

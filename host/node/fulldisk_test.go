@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/wasmkeep/wasmkeep/abi"
 	"github.com/wasmkeep/wasmkeep/host/store"
 	"github.com/wasmkeep/wasmkeep/internal/wstest"
 )
@@ -60,8 +61,10 @@ func TestFullDiskAnswers(t *testing.T) {
 		t.Fatalf("wasmkeep_snapshot_unchanged_total went from %v to %v, want one more", unchanged, got)
 	}
 
+	closed := answerClose(t, echo, abi.CloseServiceRestart)
 	err := n.Stop(context.Background())
 	n.http = nil
+	closed()
 	if err == nil || !strings.Contains(err.Error(), "counter/b") || !strings.Contains(err.Error(), "could not be written") {
 		t.Fatalf("stop on a full disk: %v; want an error naming counter/b", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -14,12 +15,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wasmkeep/wasmkeep/abi"
 	"github.com/wasmkeep/wasmkeep/host/server"
 	"github.com/wasmkeep/wasmkeep/host/store"
 	"github.com/wasmkeep/wasmkeep/host/store/s3"
 	"github.com/wasmkeep/wasmkeep/internal/s3test"
 	"github.com/wasmkeep/wasmkeep/internal/testhttp"
 	"github.com/wasmkeep/wasmkeep/internal/testwasm"
+	"github.com/wasmkeep/wasmkeep/internal/wstest"
 )
 
 // Tests that mostly wait (on deadlines, backoffs, a browser), and those
@@ -129,6 +132,33 @@ func stop(t *testing.T, n *Node) {
 		t.Fatalf("stop: %v", err)
 	}
 	n.http = nil
+}
+
+// answerClose reads c on a goroutine, as a client that goes on reading
+// does, until the server closes it; it answers the close frame (as
+// wstest.Client.Read does) and then closes the connection. The returned
+// wait fails the test unless the close came, with code. Before a stop
+// with sockets open, it keeps the stop from waiting out the close timeout
+// (2 s) for a client that would read only once the stop has returned (and
+// a relaying node from waiting as long for the client to close).
+func answerClose(t *testing.T, c *wstest.Client, code abi.CloseCode) (wait func()) {
+	closed := make(chan error, 1)
+	go func() {
+		for {
+			if _, _, err := c.Read(); err != nil {
+				c.Conn().Close()
+				closed <- err
+				return
+			}
+		}
+	}()
+	return func() {
+		t.Helper()
+		var ce *wstest.CloseError
+		if err := <-closed; !errors.As(err, &ce) || ce.Code != code {
+			t.Fatalf("waiting for close %d: %v", code, err)
+		}
+	}
 }
 
 // httpResult is a finished HTTP exchange.

@@ -66,9 +66,12 @@ func TestChatWakesFromItsImage(t *testing.T) {
 		t.Fatal(err)
 	}
 	check(n)
+	closedA, closedB := answerClose(t, a, abi.CloseServiceRestart), answerClose(t, b, abi.CloseServiceRestart)
 	if err := n.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	closedA()
+	closedB()
 	n2 := startNode(t, cfg)
 	check(n2)
 	if got := metric(t, n2, "wasmkeep_room_image_restores_total"); got != 1 {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wasmkeep/wasmkeep/abi"
 	"github.com/wasmkeep/wasmkeep/host/rooms"
 	"github.com/wasmkeep/wasmkeep/internal/wstest"
 )
@@ -69,7 +70,9 @@ func TestNothingRunsAfterStop(t *testing.T) {
 	if err := n.Rooms.Delete(context.Background(), rooms.Key{Class: "counter", Name: "c1"}); err != nil {
 		t.Fatal(err)
 	}
+	closed := answerClose(t, c, abi.CloseServiceRestart)
 	stop(t, n)
+	closed()
 	// A goroutine that Stop waited for may still be returning when Stop
 	// does (it signals done in a deferred call, then exits): one still
 	// there a second later is a leak.

@@ -41,7 +41,10 @@ func originHeader(origin string) http.Header {
 func TestUpgradeOrigins(t *testing.T) {
 	t.Parallel()
 	own := func(n *Node) string { return "http://" + n.Addr() }
-	expectOrigin := func(n *Node, room, origin string) {
+	// The helpers dial with the subtest's t, whose node they belong to: its
+	// sockets close before its node stops (a stop waits the close timeout,
+	// 2 s, for a socket nobody reads any more).
+	expectOrigin := func(t *testing.T, n *Node, room, origin string) {
 		t.Helper()
 		c := wstest.DialHeader(t, originURL(n, room, false), originHeader(origin))
 		if got := c.ReadText(); got != "origin "+origin {
@@ -54,7 +57,7 @@ func TestUpgradeOrigins(t *testing.T) {
 			t.Fatalf("Phoenix join with Origin %q: %s %s, want the room to see it", origin, st, resp)
 		}
 	}
-	expectRefused := func(n *Node, room, origin string) {
+	expectRefused := func(t *testing.T, n *Node, room, origin string) {
 		t.Helper()
 		for _, phoenix := range []bool{false, true} {
 			_, err := wstest.DialErr(originURL(n, room, phoenix), originHeader(origin))
@@ -70,11 +73,11 @@ func TestUpgradeOrigins(t *testing.T) {
 	t.Run("default", func(t *testing.T) {
 		n := startNode(t, Config{})
 		putClass(t, n, "origin", originGuest)
-		expectRefused(n, "evil", "http://evil.example")
-		expectRefused(n, "port", "http://127.0.0.1:1")
-		expectRefused(n, "null", "null")
-		expectOrigin(n, "none", "")
-		expectOrigin(n, "own", own(n))
+		expectRefused(t, n, "evil", "http://evil.example")
+		expectRefused(t, n, "port", "http://127.0.0.1:1")
+		expectRefused(t, n, "null", "null")
+		expectOrigin(t, n, "none", "")
+		expectOrigin(t, n, "own", own(n))
 		if got := metric(t, n, "wasmkeep_http_origin_refused_total"); got != 6 {
 			t.Errorf("wasmkeep_http_origin_refused_total %v, want 6", got)
 		}
@@ -82,10 +85,10 @@ func TestUpgradeOrigins(t *testing.T) {
 	t.Run("listed", func(t *testing.T) {
 		n := startNode(t, Config{Server: server.Config{AllowedOrigins: []string{"https://*.app.example", "http://refused.example"}}})
 		putClass(t, n, "origin", originGuest)
-		expectOrigin(n, "sub", "https://a.app.example")
-		expectOrigin(n, "own", own(n))
-		expectRefused(n, "scheme", "http://a.app.example")
-		expectRefused(n, "parent", "https://app.example")
+		expectOrigin(t, n, "sub", "https://a.app.example")
+		expectOrigin(t, n, "own", own(n))
+		expectRefused(t, n, "scheme", "http://a.app.example")
+		expectRefused(t, n, "parent", "https://app.example")
 		// Allowed by the node, refused by the room: closed in its open
 		// handler, for raw and Phoenix sockets alike.
 		for _, phoenix := range []bool{false, true} {
@@ -98,6 +101,6 @@ func TestUpgradeOrigins(t *testing.T) {
 	t.Run("any", func(t *testing.T) {
 		n := startNode(t, Config{Server: server.Config{AllowedOrigins: []string{server.AnyOrigin}}})
 		putClass(t, n, "origin", originGuest)
-		expectOrigin(n, "evil", "http://evil.example")
+		expectOrigin(t, n, "evil", "http://evil.example")
 	})
 }
