@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/wasmkeep/wasmkeep/abi"
+	"github.com/wasmkeep/wasmkeep/host/rooms"
 	"github.com/wasmkeep/wasmkeep/host/server"
 	"github.com/wasmkeep/wasmkeep/host/store"
 	"github.com/wasmkeep/wasmkeep/host/store/s3"
@@ -132,6 +133,35 @@ func stop(t *testing.T, n *Node) {
 		t.Fatalf("stop: %v", err)
 	}
 	n.http = nil
+}
+
+// hibernateEach hibernates the rooms of class named name(0) to
+// name(count-1), several at a time: each hibernation waits for its
+// snapshot's write to reach the disk (some 20 ms each here), and one after
+// the other hundreds of them took seconds of a test's setup.
+func hibernateEach(t *testing.T, n *Node, class string, count int, name func(int) string) {
+	t.Helper()
+	errs := make(chan error, count)
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			for i := range next {
+				errs <- n.Rooms.Hibernate(context.Background(), rooms.Key{Class: class, Name: name(i)})
+			}
+		})
+	}
+	for i := range count {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // answerClose reads c on a goroutine, as a client that goes on reading

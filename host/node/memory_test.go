@@ -4,7 +4,6 @@ package node
 
 import (
 	"bufio"
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -16,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/wasmkeep/wasmkeep/host/rooms"
 	"github.com/wasmkeep/wasmkeep/host/socket"
 	"github.com/wasmkeep/wasmkeep/internal/memtest"
 	"github.com/wasmkeep/wasmkeep/internal/wstest"
@@ -66,13 +64,11 @@ func idleSocketMemory(t *testing.T, mode socket.ReadMode) {
 	var urls []string
 	for i := range rooms_ {
 		// Wake each room once so the class and pool are warm before the
-		// baseline, then put it back to sleep.
+		// baseline, then put them back to sleep.
 		expect(t, 200, "GET", fmt.Sprintf("%s/actor/chat/r%d", node.URL(), i), nil)
 		urls = append(urls, fmt.Sprintf("%s/actor/chat/r%d", node.URL(), i))
-		if err := node.Rooms.Hibernate(context.Background(), rooms.Key{Class: "chat", Name: fmt.Sprint("r", i)}); err != nil {
-			t.Fatal(err)
-		}
 	}
+	hibernateEach(t, node, "chat", rooms_, func(i int) string { return fmt.Sprint("r", i) })
 	before := memtest.Take(t)
 
 	leave := startSocketClients(t, urls, n)
@@ -80,11 +76,7 @@ func idleSocketMemory(t *testing.T, mode socket.ReadMode) {
 	waitFor(t, "every open event delivered", func() bool {
 		return metric(t, node, `wasmkeep_room_events_total{kind="socket_open"}`) == float64(n)
 	})
-	for i := range rooms_ {
-		if err := node.Rooms.Hibernate(context.Background(), rooms.Key{Class: "chat", Name: fmt.Sprint("r", i)}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	hibernateEach(t, node, "chat", rooms_, func(i int) string { return fmt.Sprint("r", i) })
 	if c := node.Rooms.Counts(); c.Resident != 0 || c.HibernatedWithSockets != rooms_ {
 		t.Fatalf("rooms not all hibernated with sockets: %+v", c)
 	}

@@ -118,11 +118,7 @@ func TestStopWhileRoomsWakeForCloses(t *testing.T) {
 					}
 				}
 			}
-			for i := range clients {
-				if err := n.Rooms.Hibernate(context.Background(), rooms.Key{Class: "chat", Name: fmt.Sprint("r", i)}); err != nil {
-					t.Fatal(err)
-				}
-			}
+			hibernateEach(t, n, "chat", roomCount, func(i int) string { return fmt.Sprint("r", i) })
 			// Every close wakes its room; the stop starts once wakes are
 			// under way, and closes go on arriving during it.
 			wakes := metric(t, n, "wasmkeep_room_wakes_total")
