@@ -95,7 +95,9 @@ func (c *slowClient) answer(t *testing.T, within time.Duration) slowAnswer {
 // longer as long as it keeps --upload-min-rate, and is cut with 408 below
 // it; and one client address cannot have more than --max-bodies-per-ip
 // bodies arriving at once (429 past them), while other addresses are
-// served.
+// served. The three cases wait out the timeout at the same time, each
+// from client addresses of its own (one after the other they took three
+// timeouts and a half, 14 s).
 func TestRequestBodyDeadlines(t *testing.T) {
 	t.Parallel()
 	const timeout = 4 * time.Second
@@ -109,19 +111,28 @@ func TestRequestBodyDeadlines(t *testing.T) {
 	trickle := bytes.Repeat([]byte("x"), 100_000) // a byte every 100 ms: never whole in time
 	late := timeout + 20*time.Second
 
-	// A trickling room request is cut at the deadline, not before.
-	if a := sendSlowly(t, n.Addr(), "127.0.0.1", room, trickle, 1, 100*time.Millisecond).answer(t, late); a.status != 408 || a.after < timeout-100*time.Millisecond {
-		t.Fatalf("a trickling body: %d after %v, want 408 after %v", a.status, a.after, timeout)
-	}
+	// A trickling room request (from 127.0.0.3) is cut at the deadline,
+	// not before.
+	lone := sendSlowly(t, n.Addr(), "127.0.0.3", room, trickle, 1, 100*time.Millisecond)
 
-	// perIP trickling bodies from one address hold all its slots; more
-	// from it are refused at once; other addresses are served.
+	// Admin uploads (from 127.0.0.4): a module paced at twice the floor
+	// takes longer than the timeout and is taken; at a quarter of it, it
+	// is cut; a trickling bundle too.
+	step := 100 * time.Millisecond
+	perStep := func(rate int) int { return max(rate/10, 1) }
+	paced := sendSlowly(t, n.Addr(), "127.0.0.4", "PUT /admin/classes/paced HTTP/1.1", wasm, perStep(2*floor), step)
+	slow := sendSlowly(t, n.Addr(), "127.0.0.4", "PUT /admin/classes/slow HTTP/1.1", wasm, perStep(floor/4), step)
+	bundle := sendSlowly(t, n.Addr(), "127.0.0.4", "POST /admin/rooms/import HTTP/1.1", trickle, 1, step)
+	const others = 4 // bodies arriving besides 127.0.0.1's
+
+	// perIP trickling bodies from 127.0.0.1 hold all its slots; more from
+	// it are refused at once; other addresses are served.
 	held := make([]*slowClient, perIP)
 	for i := range held {
 		held[i] = sendSlowly(t, n.Addr(), "127.0.0.1", room, trickle, 1, 100*time.Millisecond)
 	}
 	waitFor(t, "the held bodies to be receiving", func() bool {
-		return metric(t, n, "wasmkeep_http_bodies_receiving") == perIP
+		return metric(t, n, "wasmkeep_http_bodies_receiving") == perIP+others
 	})
 	refused := make([]*slowClient, 180)
 	for i := range refused {
@@ -136,28 +147,15 @@ func TestRequestBodyDeadlines(t *testing.T) {
 	if a := other.answer(t, late); a.status != 200 {
 		t.Fatalf("a request from another address: %d", a.status)
 	}
+	if a := lone.answer(t, late); a.status != 408 || a.after < timeout-100*time.Millisecond {
+		t.Fatalf("a trickling body: %d after %v, want 408 after %v", a.status, a.after, timeout)
+	}
 	for i, c := range held {
 		if a := c.answer(t, late); a.status != 408 || a.after < timeout-100*time.Millisecond {
 			t.Fatalf("held body %d: %d after %v, want 408 after %v", i, a.status, a.after, timeout)
 		}
 	}
-	waitFor(t, "the slots to be given back", func() bool { return metric(t, n, "wasmkeep_http_bodies_receiving") == 0 })
-	expect(t, 200, "POST", n.URL()+"/actor/echo/slow", []byte("hello"))
-	if got := metric(t, n, "wasmkeep_http_bodies_refused_total"); got != 180 {
-		t.Errorf("wasmkeep_http_bodies_refused_total %v, want 180", got)
-	}
-	if got := metric(t, n, "wasmkeep_http_body_timeouts_total"); got != perIP+1 {
-		t.Errorf("wasmkeep_http_body_timeouts_total %v, want %d", got, perIP+1)
-	}
 
-	// Admin uploads: a module paced at twice the floor takes longer than
-	// the timeout and is taken; at a quarter of it, it is cut; a trickling
-	// bundle too.
-	step := 100 * time.Millisecond
-	perStep := func(rate int) int { return max(rate/10, 1) }
-	paced := sendSlowly(t, n.Addr(), "127.0.0.1", "PUT /admin/classes/paced HTTP/1.1", wasm, perStep(2*floor), step)
-	slow := sendSlowly(t, n.Addr(), "127.0.0.1", "PUT /admin/classes/slow HTTP/1.1", wasm, perStep(floor/4), step)
-	bundle := sendSlowly(t, n.Addr(), "127.0.0.1", "POST /admin/rooms/import HTTP/1.1", trickle, 1, step)
 	if a := paced.answer(t, 3*late); a.status != http.StatusCreated || a.after < timeout {
 		t.Errorf("an upload at twice --upload-min-rate: %d after %v, want 201 after more than %v", a.status, a.after, timeout)
 	}
@@ -170,4 +168,14 @@ func TestRequestBodyDeadlines(t *testing.T) {
 	}
 	expect(t, 200, "GET", n.URL()+"/admin/classes/paced", nil)
 	expect(t, 404, "GET", n.URL()+"/admin/classes/slow", nil)
+
+	waitFor(t, "the slots to be given back", func() bool { return metric(t, n, "wasmkeep_http_bodies_receiving") == 0 })
+	expect(t, 200, "POST", n.URL()+"/actor/echo/slow", []byte("hello"))
+	if got := metric(t, n, "wasmkeep_http_bodies_refused_total"); got != 180 {
+		t.Errorf("wasmkeep_http_bodies_refused_total %v, want 180", got)
+	}
+	// The held bodies, the lone one, the slow upload and the bundle.
+	if got := metric(t, n, "wasmkeep_http_body_timeouts_total"); got != perIP+3 {
+		t.Errorf("wasmkeep_http_body_timeouts_total %v, want %d", got, perIP+3)
+	}
 }
