@@ -28,7 +28,9 @@ import (
 // 2 µs in a room, more than many events do, so the SDK reads as seldom as
 // the room's rate of allocation allows: when a quarter of the budget
 // would have been allocated at the rate since its last reading, between
-// every 8 and every 256 events); past the
+// every 8 and every 256 events, and sooner once the events' payloads and
+// responses come to a quarter of the budget, since a room that starts to
+// move many bytes usually starts to allocate them too); past the
 // budget (the larger of SetCollectBudget's minimum and half of what
 // survived the last collection) it asks the host for an idle call
 // (abi.ImportIdleCall), which comes once the room's queued events have
@@ -59,6 +61,7 @@ var (
 	collectMin      uint64 = DefaultCollectBudget // 0: the SDK never collects
 	collectBudget   uint64 = DefaultCollectBudget
 	collectEvents   int
+	collectSeen     uint64 // bytes of payloads and responses since the last reading
 	checkEvery      = firstCheckAfter
 	allocatedAtLast uint64 // the allocation counter at the last collection
 	allocatedAtLook uint64 // and at the last reading
@@ -91,15 +94,16 @@ func Collections() uint64 { return collections }
 // collectIfDue runs at the end of every event. It is small enough to be
 // inlined: most events only count.
 func collectIfDue() {
-	if collectEvents++; collectEvents >= checkEvery {
+	if collectEvents++; collectEvents >= checkEvery || collectSeen >= collectBudget/4 {
 		look()
 	}
 }
 
 // look reads the allocation counter and decides.
 func look() {
+	collectSeen = 0
 	if collectMin == 0 {
-		collectEvents, checkEvery = 0, math.MaxInt
+		collectEvents, checkEvery, collectBudget = 0, math.MaxInt, math.MaxUint64
 		return
 	}
 	metrics.Read(heapSamples[:1])

@@ -57,6 +57,18 @@ func TestCollections(t *testing.T) {
 	onIdle() // a second call, with nothing allocated since: nothing to do
 	step("a needless idle call", 0, 0, 1, base+2, 8)
 
+	// Events that carry a quarter of the budget are looked at when they
+	// have, not 8 events later.
+	big := make([]byte, budget/8)
+	for i := range 2 {
+		p, n := deliver(big)
+		onSocketMessage(1, abi.MessageText, p, n)
+		if looked := collectEvents == 0; looked != (i == 1) {
+			t.Fatalf("payloads of an eighth of the budget: a look after %d of them: %v", i+1, looked)
+		}
+	}
+	checkEvery = 8
+
 	h.idleStatus = int32(abi.StatusUnsupported)
 	step("a host that will not call", budget/8, 8, 2, base+3, 8)
 

@@ -41,6 +41,7 @@ func alloc(size uint32) unsafe.Pointer {
 
 // payload views the n bytes the host wrote at ptr.
 func payload(ptr unsafe.Pointer, n uint32) []byte {
+	collectSeen += uint64(n)
 	if n == 0 || ptr == nil {
 		return nil
 	}
@@ -81,6 +82,7 @@ func respond(r *Response) {
 		rec.Status = 200
 	}
 	outbuf = abi.AppendResponse(outbuf[:0], &rec)
+	collectSeen += uint64(len(outbuf))
 	if st := hostHTTPRespond(unsafe.Pointer(unsafe.SliceData(outbuf)), uint32(len(outbuf))); st < 0 {
 		Error("wasmkeep: http_respond: " + abi.Status(st).String())
 	}
