@@ -367,6 +367,39 @@ func TestStopHibernatesEveryRoom(t *testing.T) {
 	}
 }
 
+// TestUpgradeDuringStop: an upgrade asked for while the node stops (an
+// admin's upload racing the stop) is refused with ErrStopping rather than
+// starting a job that the stop does not wait for. The race detector
+// catches the old failure: a background job started after the stop's
+// wait began.
+func TestUpgradeDuringStop(t *testing.T) {
+	h := newHarness(t, Config{})
+	h.expect("a", "POST", "/", "1")
+	refused := make(chan error, 1)
+	go func() {
+		// No synchronisation with Shutdown other than the manager's own:
+		// the loop ends at the first refusal.
+		for i := 0; i < 100000; i++ {
+			if err := h.m.UpgradeAll("c", 1); err != nil {
+				refused <- err
+				return
+			}
+		}
+		refused <- nil
+	}()
+	if err := h.m.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-refused; !errors.Is(err, ErrStopping) {
+		t.Fatalf("an upgrade during the stop: %v, want ErrStopping", err)
+	}
+	for _, j := range h.m.UpgradeJobs() {
+		if j.Class == "c" && j.Running() {
+			t.Fatalf("a job left unfinished by the stop: %+v", j)
+		}
+	}
+}
+
 // stuckBucket is a store whose writes hang until their context ends.
 type stuckBucket struct {
 	store.Bucket

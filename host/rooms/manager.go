@@ -332,12 +332,20 @@ func NewManager(ctx context.Context, cfg Config, classes Classes, bucket store.B
 
 // goBackground starts one of the manager's own goroutines; Shutdown waits
 // for them.
-func (m *Manager) goBackground(f func()) {
+func (m *Manager) goBackground(f func()) error {
+	// Under m.mu with the stopping check: Shutdown sets stopping under
+	// m.mu before it waits, so no Add can race with that Wait.
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.stopping {
+		return ErrStopping
+	}
 	m.background.Add(1)
 	go func() {
 		defer m.background.Done()
 		f()
 	}()
+	return nil
 }
 
 // forget drops a room's in-memory state once nothing refers to it: not

@@ -327,7 +327,14 @@ func (m *Manager) UpgradeAll(class string, concurrency int) error {
 	}
 	m.jobs.jobs[class] = job
 	m.jobs.mu.Unlock()
-	m.goBackground(func() { m.runUpgradeJob(job, concurrency) })
+	if err := m.goBackground(func() { m.runUpgradeJob(job, concurrency) }); err != nil {
+		m.jobs.mu.Lock()
+		if m.jobs.jobs[class] == job {
+			delete(m.jobs.jobs, class)
+		}
+		m.jobs.mu.Unlock()
+		return err
+	}
 	return nil
 }
 
