@@ -487,10 +487,18 @@ func (c *Cache) remove(e *entry) {
 	// Its file, if open, is a ref's: the last release closes it.
 }
 
-// evict drops the least recent images past the bounds; c.mu is held.
+// evict drops the least recent images past the bounds; c.mu is held. An
+// image being written in place is passed over: removing its name would
+// fail that Store (a burst of hibernations did, as "file does not
+// exist"), which evicts again when it is done.
 func (c *Cache) evict() {
-	for c.lru.Len() > 0 && (c.bytes > c.cfg.MaxBytes || c.lru.Len() > c.cfg.MaxFiles) {
-		c.remove(c.lru.Back().Value.(*entry))
+	for el := c.lru.Back(); el != nil && (c.bytes > c.cfg.MaxBytes || c.lru.Len() > c.cfg.MaxFiles); {
+		e := el.Value.(*entry)
+		el = el.Prev()
+		if !e.valid {
+			continue
+		}
+		c.remove(e)
 		c.stats.Evictions++
 	}
 }

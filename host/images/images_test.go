@@ -3,6 +3,7 @@ package images
 import (
 	"bytes"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"testing"
 
@@ -133,6 +134,37 @@ func TestStoreInPlace(t *testing.T) {
 	}
 	if id5, _ := c.Store("a", []byte("m5"), other, nil, id); id5 == id {
 		t.Fatal("saved in place into a file the cache dropped")
+	}
+}
+
+// TestEvictPassesOverAnImageBeingWritten: another room's save that pushes
+// the cache past its bounds while a room's image is being saved in place
+// evicts an image other than that one, whose file the save needs.
+func TestEvictPassesOverAnImageBeingWritten(t *testing.T) {
+	c := newCache(t, Config{MaxFiles: 2, MinBytes: page})
+	idA, _ := c.Store("a", []byte("m"), memory(8, 1), nil, 0)
+	c.Store("b", []byte("m"), memory(8, 2), nil, 0)
+	// What an in-place Store of a holds while it writes, after its
+	// check under the lock (Store: inPlace).
+	c.mu.Lock()
+	a := c.by["a"]
+	a.valid = false
+	a.refs++
+	c.mu.Unlock()
+	if _, err := c.Store("c", []byte("m"), memory(8, 3), nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	if a.gone {
+		t.Fatal("the image being written in place was evicted")
+	}
+	if _, err := os.Stat(fileName(c.cfg.Dir, idA)); err != nil {
+		t.Fatalf("its file: %v", err)
+	}
+	if _, ok := c.Lookup("b", []byte("m")); ok {
+		t.Fatal("b, the next least recent, stayed")
+	}
+	if s := c.Stats(); s.Files != 2 || s.Evictions != 1 {
+		t.Fatalf("stats %+v: want a and c, b evicted", s)
 	}
 }
 
