@@ -239,9 +239,9 @@ func (m *Manifest) Restore(dst []byte, segs map[string]*Segment, dirty func(page
 
 // prefault, if set, is called on each run of pages a restore is about to
 // write, so that the kernel can fault them in with one call rather than
-// one trap each (MADV_POPULATE_WRITE on Linux). Nothing sets it by
-// default: measured on a node, it gained nothing that survived the noise
-// (docs/PERFORMANCE.md, issue 13 §2); benchmarks set it to measure it.
+// one trap each (MADV_POPULATE_WRITE on Linux). The engine sets it on
+// Linux (host/engine/prefault_linux.go); this package stays free of
+// system calls.
 var prefault atomic.Pointer[func([]byte)]
 
 // SetPrefault sets the function Restore calls on each run of pages it is
