@@ -25,7 +25,9 @@ bench:
     WASMKEEP_BURST_WAKES=1 WASMKEEP_BURST_SOCKETS=8000 WASMKEEP_BURST_ROOMS=800 go test -run TestBurstMemory -count 1 -v ./host/node/
     WASMKEEP_BURST_WAKES=1 WASMKEEP_BURST_SOCKETS=10000 WASMKEEP_BURST_ROOMS=100 go test -run TestBurstMemory -count 1 -v ./host/node/
     go test -run '^$' -bench 'DeltaBytes' -benchtime 50x ./host/engine/
-    go test -run '^$' -bench 'Event' -benchtime 3000x -count 3 ./host/engine/
+    go test -run '^$' -bench '^BenchmarkEvent$' -benchtime 3000x -count 3 ./host/engine/
+    go test -run '^$' -bench 'GoChatEvents/message' -benchtime 300000x -count 3 ./host/engine/
+    go test -run '^$' -bench 'GoChatEvents/page' -benchtime 30000x -count 3 ./host/engine/
     go test -run '^$' -bench 'Hibernate|DurableEvent' -benchtime 1000x -count 2 ./host/node/
     go test -run '^$' -bench 'Restore' -benchtime 3000x -count 3 ./host/engine/
     go test -run '^$' -bench 'Snapshot' -benchtime 2000x ./host/engine/

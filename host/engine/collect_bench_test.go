@@ -20,7 +20,8 @@ import (
 // The idle call is looked for through an interface so that this file
 // also builds at a commit that has none, for a before-and-after run.
 //
-//	go test -run '^$' -bench GoChatEvents -benchtime 60000x -count 2 ./host/engine/
+//	go test -run '^$' -bench 'GoChatEvents/message' -benchtime 300000x -count 3 ./host/engine/
+//	go test -run '^$' -bench 'GoChatEvents/page' -benchtime 30000x -count 3 ./host/engine/
 func BenchmarkGoChatEvents(b *testing.B) {
 	ctx := context.Background()
 	e := newEngine(b, Config{})
