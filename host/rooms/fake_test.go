@@ -589,3 +589,10 @@ func (h *harness) counter(name string) float64 {
 	h.t.Helper()
 	return float64(h.metrics.GetOrCreateCounter(name).Get())
 }
+
+// queued is how many events wait in r's mailbox.
+func queued(r *Room) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.queue) - r.head
+}

@@ -82,12 +82,7 @@ func TestIdleCallInALongBurst(t *testing.T) {
 		t.Fatal(err)
 	}
 	room := a.room
-	queued := func() int {
-		room.mu.Lock()
-		defer room.mu.Unlock()
-		return len(room.queue) - room.head
-	}
-	h.waitFor("the room to run the message", func() bool { return queued() == 0 })
+	h.waitFor("the room to run the message", func() bool { return queued(room) == 0 })
 	const requests = maxBurst + 10
 	var wg sync.WaitGroup
 	errs := make(chan error, requests)
@@ -98,7 +93,7 @@ func TestIdleCallInALongBurst(t *testing.T) {
 			}
 		})
 	}
-	h.waitFor("the requests to queue", func() bool { return queued() == requests })
+	h.waitFor("the requests to queue", func() bool { return queued(room) == requests })
 	close(c.gate)
 	wg.Wait()
 	close(errs)

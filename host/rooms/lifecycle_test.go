@@ -464,14 +464,9 @@ func TestOneSocketCannotFillItsRoom(t *testing.T) {
 		t.Fatal(err)
 	}
 	room := a.room
-	queued := func() int {
-		room.mu.Lock()
-		defer room.mu.Unlock()
-		return len(room.queue) - room.head
-	}
 	// The worker has taken "wait" out of the mailbox and runs it: else
 	// the flood's first message would queue behind it, not run after it.
-	h.waitFor("the room to run the wait message", func() bool { return queued() == 0 })
+	h.waitFor("the room to run the wait message", func() bool { return queued(room) == 0 })
 	var calls atomic.Int32
 	flooded := make(chan error, 1)
 	go func() {
@@ -487,7 +482,7 @@ func TestOneSocketCannotFillItsRoom(t *testing.T) {
 	// The event running ("wait") holds one of the socket's two places:
 	// the flood's first message takes the other, its second waits.
 	h.waitFor("the flood to reach its second message", func() bool { return calls.Load() >= 2 })
-	if got, q := calls.Load(), queued(); got != 2 || q != 1 {
+	if got, q := calls.Load(), queued(room); got != 2 || q != 1 {
 		t.Fatalf("with the room busy on one of its events, the socket made %d calls and has %d queued; want its second call waiting and one queued", got, q)
 	}
 	close(h.classes.byName["c"].gate)
