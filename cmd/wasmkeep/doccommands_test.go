@@ -541,6 +541,7 @@ func TestDocCommands(t *testing.T) {
 	}
 	root := moduleRoot(t)
 	wasmkeepBin(t) // once, before the docs run side by side
+	warmDocBuilds(t, root)
 	for _, name := range runDocs {
 		t.Run(strings.TrimSuffix(filepath.Base(name), ".md"), func(t *testing.T) {
 			t.Parallel()
@@ -577,6 +578,24 @@ func TestDocCommands(t *testing.T) {
 			}
 		})
 	}
+}
+
+// warmDocBuilds builds the CLI as the docs' `go install` and `go run`
+// do (with -trimpath, runDoc's GOFLAGS), once and before the docs run side
+// by side, so that their builds find every package in Go's build cache.
+// On a machine whose cache held none of it, two docs compiled the whole
+// module at once beside the other test binaries and ran out of their
+// commands' two minutes.
+func warmDocBuilds(t *testing.T, root string) {
+	t.Helper()
+	cmd := exec.Command("go", "build", "-o", os.DevNull, "./cmd/wasmkeep")
+	cmd.Dir = root
+	cmd.Env = childEnv("GOFLAGS=" + strings.TrimSpace(os.Getenv("GOFLAGS")+" -trimpath"))
+	start := time.Now()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build -trimpath ./cmd/wasmkeep: %v\n%s", err, out)
+	}
+	t.Logf("the docs' build of the CLI, done ahead: %v", time.Since(start).Round(time.Millisecond))
 }
 
 // TestDocCommandsCanFail: the runner fails on a command that fails, on
