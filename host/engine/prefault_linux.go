@@ -5,7 +5,6 @@ package engine
 import (
 	"errors"
 	"sync/atomic"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -22,22 +21,18 @@ import (
 // "Go rooms collect their own garbage").
 func init() { snapshot.SetPrefault(populateWrite) }
 
-// populateUnsupported is set once a kernel has refused the advice, so that
-// older kernels pay one failed call, not one per run.
+// populateUnsupported is set once the kernel has refused the advice
+// (EINVAL: before 5.14, or pages larger than a snapshot's, which a run
+// need not fill), so that it is asked once, not once per run.
 var populateUnsupported atomic.Bool
 
+// populateWrite only makes pages present: any failure is harmless, the
+// pages fault in as they are written.
 func populateWrite(b []byte) {
-	if len(b) == 0 || populateUnsupported.Load() {
+	if populateUnsupported.Load() {
 		return
 	}
-	// Any failure is harmless (the pages fault in as they are written);
-	// EINVAL is an old kernel, or a memory not aligned to pages (the Go
-	// heap's fallback), so it is only remembered for the former.
-	if err := unix.Madvise(b, unix.MADV_POPULATE_WRITE); errors.Is(err, unix.EINVAL) && alignedToPage(b) {
+	if err := unix.Madvise(b, unix.MADV_POPULATE_WRITE); errors.Is(err, unix.EINVAL) {
 		populateUnsupported.Store(true)
 	}
-}
-
-func alignedToPage(b []byte) bool {
-	return uint64(uintptr(unsafe.Pointer(&b[0])))%osPageSize == 0 && uint64(len(b))%osPageSize == 0
 }
