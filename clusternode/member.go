@@ -76,10 +76,17 @@ type Member struct {
 	rereadDue          bool // a re-read of the parked records is due (and was cut short, if it ran)
 	rereadFrom         cluster.Room
 	reportedUnreadable map[rooms.Key]bool
-	sweepClosed        map[rooms.Key]bool // rooms whose sockets the sweep closed, while they have any
+	// ownerClosed are the rooms whose sockets this node closed, until
+	// their last socket is gone (under mu): a move, a drain and the sweep
+	// may each find the same sockets still closing, and only the first
+	// close is counted.
+	ownerClosed map[rooms.Key]bool
 	// advancing are the moves being taken a step now (under mu): one
 	// caller at a time, so that the one that ends a move reports how.
 	advancing map[rooms.Key]bool
+	// beforeMoveCloses, if set, runs between the end of a move and the
+	// close of the room's sockets (tests run a sweep there).
+	beforeMoveCloses func(rooms.Key)
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -133,7 +140,7 @@ func New(ctx context.Context, cfg Config) (*Member, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &Member{cfg: cfg, core: core, log: cfg.Logger.With("node", cfg.Node), seen: map[rooms.Key]seenAt{}, advancing: map[rooms.Key]bool{}, reportedUnreadable: map[rooms.Key]bool{}, sweepClosed: map[rooms.Key]bool{},
+	m := &Member{cfg: cfg, core: core, log: cfg.Logger.With("node", cfg.Node), seen: map[rooms.Key]seenAt{}, advancing: map[rooms.Key]bool{}, reportedUnreadable: map[rooms.Key]bool{}, ownerClosed: map[rooms.Key]bool{},
 		lost: make(chan struct{}), peers: &server.Cluster{Node: cfg.Node, Secret: cfg.Secret}}
 	m.met = newMemberMetrics(cfg.Metrics, m)
 	return m, nil
@@ -235,12 +242,24 @@ func (m *Member) dropEverything(why string) {
 	if err := mgr.DropAll(ctx); err != nil {
 		m.log.Warn("cluster: dropping rooms after the lease ended", "err", err)
 	}
-	keys := mgr.RoomsWithSockets()
-	m.met.ownerCloses(why, len(keys)) // before the closes: whoever sees one sees it counted
-	m.closeSockets(ctx, keys, "the node lost its right to run the room")
+	m.closeOwnerSockets(ctx, mgr.RoomsWithSockets(), why, "the node lost its right to run the room")
 }
 
-func (m *Member) closeSockets(ctx context.Context, keys []rooms.Key, reason string) {
+// closeOwnerSockets closes the sockets of keys here with 1012 for reason,
+// and counts each room for why unless they were closed already since its
+// sockets opened. Counted before the closes go out, so that a client (or
+// a test) that sees its socket closed finds the close counted.
+func (m *Member) closeOwnerSockets(ctx context.Context, keys []rooms.Key, why, reason string) {
+	m.mu.Lock()
+	counted := 0
+	for _, k := range keys {
+		if !m.ownerClosed[k] {
+			m.ownerClosed[k] = true
+			counted++
+		}
+	}
+	m.mu.Unlock()
+	m.met.ownerCloses(why, counted)
 	mgr := m.mgr.Load()
 	for _, k := range keys {
 		if err := mgr.CloseSockets(ctx, k, abi.CloseServiceRestart, reason); err != nil {
@@ -371,8 +390,7 @@ func (m *Member) End(ctx context.Context, h rooms.Hold, why life.EndReason, open
 		m.loops.Add(1)
 		go func() {
 			defer m.loops.Done()
-			m.met.ownerCloses("drain", 1)
-			m.closeSockets(m.baseCtx(), []rooms.Key{h.Key}, "the room's node may not keep it")
+			m.closeOwnerSockets(m.baseCtx(), []rooms.Key{h.Key}, "drain", "the room's node may not keep it")
 		}()
 	}
 }
@@ -381,6 +399,9 @@ func (m *Member) End(ctx context.Context, h rooms.Hold, why life.EndReason, open
 // here went, so a parked record of it is released (on the room's worker,
 // which a wake also runs on: the two never interleave).
 func (m *Member) SocketsGone(key rooms.Key) {
+	m.mu.Lock()
+	delete(m.ownerClosed, key) // a socket that opens from now on was not closed
+	m.mu.Unlock()
 	ctx, cancel := context.WithTimeout(m.baseCtx(), m.ttl())
 	defer cancel()
 	if parked, _ := m.core.ReleaseParked(ctx, roomOf(key)); parked {
@@ -474,7 +495,6 @@ func (m *Member) Drain(on bool) error {
 // drain hands rooms over until the node is drained or undrained.
 func (m *Member) drain() {
 	mgr := m.mgr.Load()
-	closed := map[rooms.Key]bool{} // rooms whose sockets this drain closed, counted once
 	sleeper := cluster.ClockSleeper(m.cfg.Clock)
 	for m.draining.Load() && !m.core.Ended() {
 		// Every socket goes: without parking (the next step), a socket
@@ -484,14 +504,7 @@ func (m *Member) drain() {
 		// park that checked "not draining" just before the drain began
 		// may land after the first pass.
 		m.releaseParked(m.ctx, "drain")
-		withSockets := mgr.RoomsWithSockets()
-		for _, k := range withSockets {
-			if !closed[k] {
-				closed[k] = true
-				m.met.ownerCloses("drain", 1)
-			}
-		}
-		m.closeSockets(m.ctx, withSockets, "the node is draining")
+		m.closeOwnerSockets(m.ctx, mgr.RoomsWithSockets(), "drain", "the node is draining")
 		for _, h := range m.core.Status().Holds {
 			key := rooms.Key{Class: h.Room.Class, Name: h.Room.Name}
 			if err := mgr.HandOver(m.ctx, key, life.EndDrain); err != nil && !errors.Is(err, rooms.ErrUnknownRoom) {
@@ -541,6 +554,14 @@ func (m *Member) SecretsUnavailable() error {
 func (m *Member) isMoving(key rooms.Key) bool {
 	_, moving := m.core.Moving(roomOf(key))
 	return moving
+}
+
+// isAdvancing reports whether a caller is taking key's move a step now:
+// the move may be over, its sockets not closed yet.
+func (m *Member) isAdvancing(key rooms.Key) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.advancing[key]
 }
 
 // ErrNotHeldHere: a move was asked of a node that does not hold the room.
@@ -681,6 +702,9 @@ func (m *Member) advanceMove(ctx context.Context, key rooms.Key) (by string, err
 	}
 	// The sockets go once another node holds the room: reconnecting,
 	// they reach it there.
+	if m.beforeMoveCloses != nil {
+		m.beforeMoveCloses(key)
+	}
 	if by == mv.To {
 		m.closeMovedSockets(ctx, key, "the room moved to another node")
 		m.log.Info("cluster: moved a room", "room", key.String(), "to", mv.To)
@@ -695,10 +719,7 @@ func (m *Member) advanceMove(ctx context.Context, key rooms.Key) (by string, err
 // for reason, counted as a move's.
 func (m *Member) closeMovedSockets(ctx context.Context, key rooms.Key, reason string) {
 	if m.mgr.Load().SocketCount(key) > 0 {
-		// Counted before the closes go out, so that a client (or a test)
-		// that sees its socket closed finds the close counted.
-		m.met.ownerCloses("move", 1)
-		m.closeSockets(ctx, []rooms.Key{key}, reason)
+		m.closeOwnerSockets(ctx, []rooms.Key{key}, "move", reason)
 	}
 }
 

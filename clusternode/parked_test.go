@@ -114,10 +114,20 @@ func TestADrainReleasesParkedRecords(t *testing.T) {
 }
 
 // TestAParkedRoomMoves: a move of a parked room releases its record, has
-// the target take it, and closes the socket with 1012 after.
+// the target take it, and closes the socket with 1012 after, counted
+// as a move's close even when an owner sweep runs meanwhile.
 func TestAParkedRoomMoves(t *testing.T) {
 	t.Parallel()
-	bucket, ms := startClusterWith(t, 2*time.Second, idleSoon, "a", "b")
+	// Only a drops idle rooms soon (so that the room parks there): b
+	// keeps the room it takes, so that its record is still b's when the
+	// sweep below reads it, however slow the machine.
+	edited := 0
+	idleSoonOnA := func(cfg *node.Config) {
+		if edited++; edited == 1 {
+			idleSoon(cfg)
+		}
+	}
+	bucket, ms := startClusterWith(t, 2*time.Second, idleSoonOnA, "a", "b")
 	a, b := ms[0], ms[1]
 	putClass(t, a, "echo", "./testdata/guests/echo", true)
 	ws := wstest.Dial(t, strings.Replace(a.n.URL(), "http", "ws", 1)+"/actor/echo/m")
@@ -125,13 +135,34 @@ func TestAParkedRoomMoves(t *testing.T) {
 	room := cluster.Room{Class: "echo", Name: "m"}
 	h := parkedOn(t, a, room)
 	took := b.mem().met.acquire["acquired"].Get()
+	// An owner sweep between the move's end and its close of the socket
+	// (the room then neither held, parked nor moving here, its record
+	// b's) leaves the socket to the move; so does one while the socket
+	// may still be closing.
+	swept := false
+	a.mem().beforeMoveCloses = func(key rooms.Key) {
+		if key == keyOf(room) && socketsOn(a, room) && readRecord(t, bucket, room.Class, room.Name).Node == "b" {
+			swept = true
+		}
+		a.mem().Sweep(t.Context())
+	}
 	if by, err := a.mem().Move(t.Context(), keyOf(room), "b"); err != nil || by != "b" {
 		t.Fatalf("move to b: by %q, %v", by, err)
 	}
+	if !swept {
+		t.Fatal("no sweep ran with the socket open and the record b's, before the move closed it")
+	}
+	a.mem().Sweep(t.Context())
 	ws.ExpectClose(abi.CloseServiceRestart)
 	checkMovedTo(t, bucket, b, room, h.Generation, took)
 	if got := a.mem().met.parkedReleases["move"].Get(); got != 1 {
 		t.Errorf("wasmkeep_parked_releases_total{reason=move} = %d", got)
+	}
+	if got := a.mem().met.ownerClosed["move"].Get(); got != 1 {
+		t.Errorf("wasmkeep_websocket_owner_closes_total{reason=move} = %d, want 1", got)
+	}
+	if got := a.mem().met.ownerClosed["sweep"].Get(); got != 0 {
+		t.Errorf("wasmkeep_websocket_owner_closes_total{reason=sweep} = %d, want 0", got)
 	}
 }
 

@@ -60,19 +60,11 @@ func (m *Member) Sweep(ctx context.Context) {
 	if m.sweeps%sweepRereadEvery == 0 {
 		m.rereadDue = true
 	}
-	withSockets := mgr.RoomsWithSockets()
-	open := make(map[rooms.Key]bool, len(withSockets))
-	for _, key := range withSockets {
-		open[key] = true
-	}
-	for key := range m.sweepClosed {
-		if !open[key] {
-			delete(m.sweepClosed, key) // its sockets are gone
-		}
-	}
-	for _, key := range withSockets {
+	for _, key := range mgr.RoomsWithSockets() {
 		room := roomOf(key)
-		if _, parked := m.core.Parked(room); parked || m.core.Acting(room) || m.isMoving(key) {
+		// A move being taken a step may have ended, its sockets not
+		// closed yet: it closes them itself, as a move's.
+		if _, parked := m.core.Parked(room); parked || m.core.Acting(room) || m.isMoving(key) || m.isAdvancing(key) {
 			continue
 		}
 		if !m.closeIfElsewhere(ctx, key) {
@@ -117,14 +109,9 @@ func (m *Member) closeIfElsewhere(ctx context.Context, key rooms.Key) bool {
 	case err != nil:
 		return false
 	case w.Kind == cluster.Elsewhere:
-		if !m.sweepClosed[key] {
-			// Counted once (sockets whose close is slow to finish are
-			// still listed at the next pass), and before the close
-			// goes out.
-			m.sweepClosed[key] = true
-			m.met.ownerCloses("sweep", 1)
-		}
-		m.closeSockets(ctx, []rooms.Key{key}, "the room runs on another node")
+		// Sockets whose close is slow to finish are still listed at the
+		// next pass: closed again, counted once.
+		m.closeOwnerSockets(ctx, []rooms.Key{key}, "sweep", "the room runs on another node")
 	}
 	return true
 }

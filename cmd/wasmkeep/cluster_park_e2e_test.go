@@ -281,8 +281,8 @@ func parkedRoomScenario(t *testing.T, onS3 bool) {
 //     while refused; the record is free once the bucket accepts it.
 //   - A move of room P, parked on a, to c (asked through b) goes on in the
 //     background while its release is refused, P's socket open; once the
-//     bucket accepts it, c takes P and the socket closes with 1012 (no
-//     owner sweep runs meanwhile).
+//     bucket accepts it, c takes P and the socket closes with 1012, a
+//     move's close even if a's owner sweep ran meanwhile.
 func refusedWrites(t *testing.T, c *testCluster, proxy *keyCounts) {
 	a, b, cc := c.node("a"), c.node("b"), c.node("c")
 	open := func(name string) (*wstest.Client, cluster.Record) {
