@@ -212,6 +212,27 @@ func (e *Encoder) build(prev *Manifest, c *Capture, pages []uint64, seq uint64, 
 // With SetPrefault, the stored pages are first faulted in with one call
 // per run of them.
 func (m *Manifest) Restore(dst []byte, segs map[string]*Segment, dirty func(page int) bool, basePages []uint64) ([]uint64, error) {
+	var pre func([]byte)
+	if f := prefault.Load(); f != nil {
+		pre = *f
+	}
+	return m.RestoreWith(dst, segs, RestoreOptions{Dirty: dirty, BasePages: basePages, Prefault: pre})
+}
+
+// RestoreOptions are Restore's arguments past the memory and segments.
+type RestoreOptions struct {
+	// Dirty and BasePages are Restore's dirty and basePages.
+	Dirty     func(page int) bool
+	BasePages []uint64
+	// Prefault, if set, is called on each run of stored pages before
+	// they are written (Restore passes SetPrefault's function; a memory
+	// whose pages are mostly present already gains nothing from it).
+	Prefault func([]byte)
+}
+
+// RestoreWith is Restore with its options spelled out.
+func (m *Manifest) RestoreWith(dst []byte, segs map[string]*Segment, o RestoreOptions) ([]uint64, error) {
+	dirty, basePages := o.Dirty, o.BasePages
 	if uint64(len(dst)) != uint64(m.MemorySize()) {
 		return nil, fmt.Errorf("%w: have %d bytes, snapshot has %d", ErrMemorySize, len(dst), m.MemorySize())
 	}
@@ -231,8 +252,8 @@ func (m *Manifest) Restore(dst []byte, segs map[string]*Segment, dirty func(page
 	for i := range m.Chunks {
 		stored += bits.OnesCount16(m.Chunks[i].Stored())
 	}
-	if f := prefault.Load(); f != nil && stored > 0 {
-		m.prefaultStored(dst, *f)
+	if o.Prefault != nil && stored > 0 {
+		m.prefaultStored(dst, o.Prefault)
 	}
 	return hashes, m.restoreChunks(dst, resolved, dirty, basePages, hashes, 0, len(m.Chunks))
 }
