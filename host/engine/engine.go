@@ -146,6 +146,8 @@ type Engine struct {
 	live    map[*Instance]struct{} // instances the watchdog looks at
 	closed  uint64                 // instances closed, for Stats
 	classes map[*Class]struct{}    // closed with the engine
+	// spareRestores counts restores into spare memories, for Stats.
+	spareRestores atomic.Uint64
 
 	stop chan struct{}
 	done chan struct{}
@@ -794,14 +796,21 @@ type Stats struct {
 	// Classes counts the module versions compiled and not closed.
 	Classes int
 	// ClosedInstances counts the instances closed since the engine
-	// started: each one's memory was freed (its linear memory unmapped,
-	// its Go structures left to the garbage collector).
+	// started: each one's memory was freed (its linear memory unmapped or
+	// kept as a spare, its Go structures left to the garbage collector).
 	ClosedInstances uint64
+	// Spares counts the memories of closed instances kept for restores
+	// to write into, and SpareRestores the restores from segments made
+	// into one (spare_linux.go).
+	Spares        int
+	SpareRestores uint64
 }
 
 // Stats returns counts for metrics.
 func (e *Engine) Stats() Stats {
+	spares := e.spares()
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return Stats{LiveInstances: len(e.live), Classes: len(e.classes), ClosedInstances: e.closed}
+	return Stats{LiveInstances: len(e.live), Classes: len(e.classes), ClosedInstances: e.closed,
+		Spares: spares, SpareRestores: e.spareRestores.Load()}
 }

@@ -135,6 +135,12 @@ type Instance struct {
 type instanceKey struct{}
 
 func (c *Class) instantiate(ctx context.Context) (*Instance, error) {
+	return c.instantiateOn(ctx, nil)
+}
+
+// instantiateOn makes a blank instance on spare, or on a new memory if
+// spare is nil.
+func (c *Class) instantiateOn(ctx context.Context, spare spareMemory) (*Instance, error) {
 	inst := &Instance{class: c}
 	inst.ctx, inst.cancel = context.WithCancel(context.WithValue(context.Background(), instanceKey{}, inst))
 	inst.out = &guestOutput{logger: c.e.cfg.Logger, class: c.Hash}
@@ -148,7 +154,7 @@ func (c *Class) instantiate(ctx context.Context) (*Instance, error) {
 		WithRandSource(rand.Reader).
 		WithStdout(inst.out.stream("stdout")).
 		WithStderr(inst.out.stream("stderr"))
-	mod, err := c.rt.InstantiateModule(c.withMemory(inst.ctx), c.compiled, cfg)
+	mod, err := c.rt.InstantiateModule(c.withMemory(inst.ctx, spare), c.compiled, cfg)
 	if err != nil {
 		inst.cancel()
 		return nil, err
@@ -200,7 +206,7 @@ func (i *Instance) sleep(ns int64) {
 // Start creates a fresh room instance: the module's start function and its
 // WASI initializer run, once, now.
 func (c *Class) Start(ctx context.Context, host Host) (*Instance, error) {
-	inst, err := c.handOut(ctx)
+	inst, err := c.handOut(ctx, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -226,7 +232,13 @@ func (c *Class) Start(ctx context.Context, host Host) (*Instance, error) {
 // guest clock come back; no start or initialize function runs. segs holds
 // the segments the manifest references, by id.
 func (c *Class) Restore(ctx context.Context, man *snapshot.Manifest, segs map[string]*snapshot.Segment, host Host) (*Instance, error) {
-	return c.restore(ctx, man, host, func(inst *Instance, view []byte) ([]uint64, error) {
+	spare := c.spareMemory(man)
+	return c.restore(ctx, man, host, spare, func(inst *Instance, view []byte) ([]uint64, error) {
+		if spare != nil {
+			// Most stored pages are there already: a prefault would
+			// cost a system call for each run of them, and gain little.
+			return man.RestoreWith(view, segs, snapshot.RestoreOptions{Dirty: c.isDirty, BasePages: c.basePages})
+		}
 		return man.Restore(view, segs, c.isDirty, c.basePages)
 	})
 }
@@ -246,7 +258,7 @@ func (c *Class) RestoreImage(ctx context.Context, man *snapshot.Manifest, img *o
 	if len(pages) != int(man.MemorySize()/pageSize) {
 		return nil, fmt.Errorf("engine: %d page hashes for a memory of %d bytes", len(pages), man.MemorySize())
 	}
-	return c.restore(ctx, man, host, func(inst *Instance, view []byte) ([]uint64, error) {
+	return c.restore(ctx, man, host, nil, func(inst *Instance, view []byte) ([]uint64, error) {
 		if err := inst.mapImage(view, img); err != nil {
 			return nil, err
 		}
@@ -254,17 +266,25 @@ func (c *Class) RestoreImage(ctx context.Context, man *snapshot.Manifest, img *o
 	})
 }
 
-// restore checks the snapshot against the class, takes a blank instance,
-// grows its memory to the snapshot's, has fill write it (returning its
-// page hashes), and sets the globals and the clock.
-func (c *Class) restore(ctx context.Context, man *snapshot.Manifest, host Host, fill func(inst *Instance, view []byte) ([]uint64, error)) (*Instance, error) {
-	if man.ModuleHash != c.Hash {
-		return nil, fmt.Errorf("snapshot was taken with module %s, not %s", man.ModuleHash, c.Hash)
+// restore checks the snapshot against the class, takes a blank instance
+// (on spare, if not nil), grows its memory to the snapshot's, has fill
+// write it (returning its page hashes), and sets the globals and the
+// clock.
+func (c *Class) restore(ctx context.Context, man *snapshot.Manifest, host Host, spare spareMemory, fill func(inst *Instance, view []byte) ([]uint64, error)) (*Instance, error) {
+	var mismatch error
+	switch {
+	case man.ModuleHash != c.Hash:
+		mismatch = fmt.Errorf("snapshot was taken with module %s, not %s", man.ModuleHash, c.Hash)
+	case len(man.Globals) != len(c.globals):
+		mismatch = fmt.Errorf("snapshot has %d globals, module has %d", len(man.Globals), len(c.globals))
 	}
-	if len(man.Globals) != len(c.globals) {
-		return nil, fmt.Errorf("snapshot has %d globals, module has %d", len(man.Globals), len(c.globals))
+	if mismatch != nil {
+		if spare != nil {
+			spare.release()
+		}
+		return nil, mismatch
 	}
-	inst, err := c.handOut(ctx)
+	inst, err := c.handOut(ctx, spare)
 	if err != nil {
 		return nil, err
 	}
@@ -283,12 +303,25 @@ func (c *Class) restore(ctx context.Context, man *snapshot.Manifest, host Host, 
 }
 
 // handOut takes a blank instance for a room, counted as a use of the
-// class until it is closed.
-func (c *Class) handOut(ctx context.Context) (*Instance, error) {
+// class until it is closed: one made on spare if it is not nil, else one
+// from the pool.
+func (c *Class) handOut(ctx context.Context, spare spareMemory) (*Instance, error) {
 	if err := c.use(); err != nil {
+		if spare != nil {
+			spare.release()
+		}
 		return nil, err
 	}
-	inst, err := c.blank(ctx)
+	var inst *Instance
+	var err error
+	if spare != nil {
+		inst, err = c.instantiateOn(ctx, spare)
+		if err == nil {
+			c.e.spareRestores.Add(1)
+		}
+	} else {
+		inst, err = c.blank(ctx)
+	}
 	if err != nil {
 		c.unuse()
 		return nil, err

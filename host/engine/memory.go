@@ -46,13 +46,30 @@ var memoryBackendSetting atomic.Int32
 
 func init() { memoryBackendSetting.Store(int32(defaultMemoryBackend)) }
 
+// spareMemory is a memory an instance of the class closed with, made
+// ready for a restore (spare_linux.go).
+type spareMemory interface {
+	experimental.LinearMemory
+	// fits reports whether the memory has the maximum wazero asks for.
+	fits(maxBytes uint64) bool
+	// release unmaps it.
+	release()
+}
+
 // withMemory gives an instantiation the class's memory allocator. A backend
 // that cannot allocate (no address space left, too many mappings, no
-// memfd) falls back to the next simpler one: the Go heap always works.
-func (c *Class) withMemory(ctx context.Context) context.Context {
+// memfd) falls back to the next simpler one: the Go heap always works. A
+// spare memory (spare_linux.go), if given, is used instead.
+func (c *Class) withMemory(ctx context.Context, spare spareMemory) context.Context {
 	backend := memoryBackend(memoryBackendSetting.Load())
 	data := c.info.Data
 	return experimental.WithMemoryAllocator(ctx, experimental.MemoryAllocatorFunc(func(capBytes, maxBytes uint64) experimental.LinearMemory {
+		if spare != nil {
+			if spare.fits(maxBytes) {
+				return spare
+			}
+			spare.release()
+		}
 		switch backend {
 		case memoryImage:
 			if m := c.imageMemory(capBytes, maxBytes); m != nil {

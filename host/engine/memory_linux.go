@@ -155,8 +155,22 @@ func (m *mappedMemory) Reallocate(size uint64) []byte {
 	return buf
 }
 
-// Free implements experimental.LinearMemory: it unmaps the memory, once.
+// Free implements experimental.LinearMemory: wazero calls it once the
+// instance is closed. A memory that maps its class's image is kept as a
+// spare (spare_linux.go) while its class keeps them; any other is
+// unmapped.
 func (m *mappedMemory) Free() {
+	if m.base == nil {
+		return
+	}
+	if m.image != nil && !m.file && m.image.keepSpare(m) {
+		return
+	}
+	m.release()
+}
+
+// release unmaps the memory, once.
+func (m *mappedMemory) release() {
 	if m.base == nil {
 		return
 	}
@@ -172,13 +186,19 @@ type classImage struct {
 	mu   sync.RWMutex
 	fd   int    // -1 once closed
 	view []byte // the image, mapped read-only; nil once closed
+
+	spares spares
 }
 
 // imageSlot builds a class's image once.
 type imageSlot struct {
-	once sync.Once
-	img  *classImage
+	once  sync.Once
+	img   *classImage
+	ready atomic.Pointer[classImage] // img, once built
 }
+
+// loaded returns the slot's image if it was built, without building it.
+func (s *imageSlot) loaded() *classImage { return s.ready.Load() }
 
 // images holds each class's image. Keys are weak so that a class that is
 // dropped without Close (tests do) releases its image when collected.
@@ -197,7 +217,13 @@ func (c *Class) imageMemory(_, maxBytes uint64) experimental.LinearMemory {
 		}
 	}
 	slot := v.(*imageSlot)
-	slot.once.Do(func() { slot.img = newClassImage(uint64(c.info.Memory.Min)<<16, c.info.Data) })
+	slot.once.Do(func() {
+		slot.img = newClassImage(uint64(c.info.Memory.Min)<<16, c.info.Data)
+		if slot.img != nil {
+			slot.img.spares.now = c.e.clock.Now
+			slot.ready.Store(slot.img)
+		}
+	})
 	if slot.img == nil {
 		return nil
 	}
@@ -289,6 +315,7 @@ func (img *classImage) newMemory(maxBytes uint64) experimental.LinearMemory {
 }
 
 func (img *classImage) close() {
+	img.spares.close()
 	img.mu.Lock()
 	defer img.mu.Unlock()
 	if img.fd >= 0 {
@@ -311,6 +338,7 @@ var pagemap = sync.OnceValue(func() *os.File {
 // Bits of a /proc/self/pagemap entry.
 const (
 	pagePresent   = 1 << 63
+	pageSwapped   = 1 << 62
 	pageFile      = 1 << 61 // a page-cache page, not a private copy
 	pageExclusive = 1 << 56 // mapped once (not the zero page, not shared)
 )

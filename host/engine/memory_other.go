@@ -4,10 +4,12 @@ package engine
 
 import (
 	"os"
+	"time"
 
 	"github.com/tetratelabs/wazero/experimental"
 
 	"github.com/wasmkeep/wasmkeep/host/engine/wasmrw"
+	"github.com/wasmkeep/wasmkeep/host/snapshot"
 )
 
 // Instances keep their memory on the Go heap: the mapped backends are
@@ -19,6 +21,15 @@ func newMappedMemory(uint64, []wasmrw.DataSegment) experimental.LinearMemory { r
 func (c *Class) imageMemory(_, _ uint64) experimental.LinearMemory { return nil }
 
 func (c *Class) releaseMemoryImage() {}
+
+// spareMemory: no memory is kept after its instance closes off linux.
+func (c *Class) spareMemory(*snapshot.Manifest) spareMemory { return nil }
+
+// DropSpares releases the spare memories kept longer than age ago: off
+// linux there are none.
+func (e *Engine) DropSpares(age time.Duration) int { return 0 }
+
+func (e *Engine) spares() int { return 0 }
 
 // trimMemory has nothing to give back: a memory on the Go heap is
 // returned by the garbage collector.
