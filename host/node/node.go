@@ -262,6 +262,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	})
 	n.Classes = classes.New(n.Bucket, n.Engine, cfg.MaxModuleBytes)
 	n.Metrics.NewGauge(`wasmkeep_classes_compiled`, func() float64 { return float64(n.Engine.Stats().Classes) })
+	n.Metrics.NewGauge(`wasmkeep_spare_memories`, func() float64 { return float64(n.Engine.Stats().Spares) })
 
 	sockets := cfg.Sockets
 	sockets.Clock = cfg.Clock

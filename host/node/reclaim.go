@@ -22,6 +22,12 @@ import (
 // minutes, against 1.3 KB of live heap. So the node collects and returns
 // the memory itself once a burst of closes pauses.
 
+// spareFor is how long the engine keeps the memory of a closed instance
+// for a restore to write into (engine.Engine.DropSpares): a wake from the
+// store soon after a hibernation of the class does not fault its pages
+// in, and RSS still falls back a second after a burst.
+const spareFor = time.Second
+
 // DefaultReclaimCloses is Config.ReclaimCloses: the heap a few rooms leave
 // is not worth a collection; that of sixteen (some 5 MB) is.
 const DefaultReclaimCloses = 16
@@ -116,6 +122,7 @@ func (n *Node) reclaimer(stop <-chan struct{}, done chan<- struct{}, reclaims *m
 		case <-t.C():
 		}
 		now := clk.Now()
+		n.Engine.DropSpares(spareFor)
 		closes := n.Engine.Stats().ClosedInstances
 		kept, _ := n.Rooms.Warm()
 		if !p.due(now, closes, kept) {

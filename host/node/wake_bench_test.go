@@ -101,6 +101,8 @@ func benchGoChatWake(b *testing.B, chain int, wake string) {
 	resumes := func() float64 { return benchMetric(b, n, "wasmkeep_room_resumes_total") }
 	imaged := func() float64 { return benchMetric(b, n, "wasmkeep_room_image_restores_total") }
 	r0, i0 := resumes(), imaged()
+	spares := func() float64 { return float64(n.Engine.Stats().SpareRestores) }
+	s0 := spares()
 	var ds, hs []time.Duration // wakes, hibernations
 	segments, stored, decoded := 0, 0, 0
 	for b.Loop() {
@@ -117,9 +119,9 @@ func benchGoChatWake(b *testing.B, chain int, wake string) {
 		}
 		hs = append(hs, time.Since(hstart))
 		if restart {
-			r, i := resumes()-r0, imaged()-i0
+			r, i, sp := resumes()-r0, imaged()-i0, spares()-s0
 			n = startNode(b, ncfg)
-			r0, i0 = resumes()-r, imaged()-i // counted across the nodes
+			r0, i0, s0 = resumes()-r, imaged()-i, spares()-sp // counted across the nodes
 			if _, err := n.Classes.Current(ctx, "chat"); err != nil {
 				b.Fatal(err)
 			}
@@ -155,6 +157,7 @@ func benchGoChatWake(b *testing.B, chain int, wake string) {
 	b.ReportMetric(float64(segments)/float64(len(ds)), "segments")
 	b.ReportMetric((resumes()-r0)/float64(len(ds)), "resumed")
 	b.ReportMetric((imaged()-i0)/float64(len(ds)), "imaged")
+	b.ReportMetric((spares()-s0)/float64(len(ds)), "into-spare")
 	b.ReportMetric(float64(stored)/float64(len(ds)), "stored-pages")
 	b.ReportMetric(float64(decoded)/float64(len(ds)), "decoded-pages")
 }
