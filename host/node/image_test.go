@@ -12,6 +12,24 @@ import (
 	"github.com/wasmkeep/wasmkeep/internal/wstest"
 )
 
+// wakeChatWithMessage hibernates chat room key as the idle sweep does,
+// sends message i from one of its sockets in turn, which wakes it, and
+// checks that every socket gets it back; it returns the message.
+func wakeChatWithMessage(t *testing.T, n *Node, key rooms.Key, i int, sockets ...*wstest.Client) string {
+	t.Helper()
+	if err := n.Rooms.HandOver(context.Background(), key, life.EndIdle); err != nil {
+		t.Fatal(err)
+	}
+	msg := fmt.Sprintf("message %d", i)
+	sockets[i%len(sockets)].Send(msg)
+	for _, c := range sockets {
+		if got := c.ReadText(); got != msg {
+			t.Fatalf("round %d: got %q, want %q", i, got, msg)
+		}
+	}
+	return msg
+}
+
 // TestChatWakesFromItsImage: a Go chat room hibernated again and again by
 // the idle sweep, with no instance kept, wakes each time by mapping the
 // memory image the node saved (rooms.Config.ImageDir), with its history
@@ -30,17 +48,7 @@ func TestChatWakesFromItsImage(t *testing.T) {
 	var history []string
 	const rounds = 6
 	for i := range rounds {
-		if err := n.Rooms.HandOver(context.Background(), key, life.EndIdle); err != nil {
-			t.Fatal(err)
-		}
-		msg := fmt.Sprintf("message %d", i)
-		history = append(history, msg)
-		[]*wstest.Client{a, b}[i%2].Send(msg)
-		for _, c := range []*wstest.Client{a, b} {
-			if got := c.ReadText(); got != msg {
-				t.Fatalf("round %d: got %q, want %q", i, got, msg)
-			}
-		}
+		history = append(history, wakeChatWithMessage(t, n, key, i, a, b))
 	}
 	// Each round's message woke the room from the image its hibernation
 	// saved.

@@ -26,16 +26,7 @@ func TestChatWakesIntoASpare(t *testing.T) {
 	before := n.Engine.Stats().SpareRestores
 	const rounds = 4
 	for i := range rounds {
-		if err := n.Rooms.HandOver(context.Background(), key, life.EndIdle); err != nil {
-			t.Fatal(err)
-		}
-		msg := fmt.Sprintf("message %d", i)
-		[]*wstest.Client{a, b}[i%2].Send(msg)
-		for _, c := range []*wstest.Client{a, b} {
-			if got := c.ReadText(); got != msg {
-				t.Fatalf("round %d: got %q, want %q", i, got, msg)
-			}
-		}
+		wakeChatWithMessage(t, n, key, i, a, b)
 	}
 	if got := metric(t, n, "wasmkeep_room_restores_total"); got != rounds {
 		t.Fatalf("%v restores from the store, want %d", got, rounds)
