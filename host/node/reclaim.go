@@ -41,10 +41,11 @@ const (
 	reclaimMaxWait = 5 * time.Second
 	// reclaimMinGap spaces reclaims by a second at least.
 	reclaimMinGap = time.Second
-	// Reclaims spend a budget of time that grows by 1/reclaimShare of the
-	// time that passes, up to reclaimBudget: over time they take at most
-	// 2% of one core, whatever the size of the heap, while one that lands
-	// in the middle of a burst still leaves room for the one after it.
+	// Reclaims spend a budget of CPU time (reclaimCost) that grows by
+	// 1/reclaimShare of the time that passes, up to reclaimBudget: over
+	// time they take at most 2% of one core, whatever the size of the
+	// heap, while one that lands in the middle of a burst still leaves
+	// room for the one after it.
 	reclaimShare  = 50
 	reclaimBudget = time.Second
 )
@@ -130,12 +131,26 @@ func (n *Node) reclaimer(stop <-chan struct{}, done chan<- struct{}, reclaims *m
 		}
 		// FreeOSMemory collects (concurrently with the rest of the
 		// node; the caller waits) and then returns every free page.
-		debug.FreeOSMemory()
-		cost := clk.Now() - now
-		p.done(now, cost, closes)
+		cost := reclaimCost(func() { debug.FreeOSMemory() }, clk.Now)
+		p.done(now, int64(cost), closes)
 		reclaims.Inc()
-		seconds.Add(time.Duration(cost).Seconds())
+		seconds.Add(cost.Seconds())
 	}
+}
+
+// reclaimCost runs reclaim and returns what it is charged: the CPU time
+// the process spent meanwhile where the OS tells (so that other
+// processes on a loaded machine do not inflate it: a reclaim that took 2
+// s of wall time on shared cores spent the whole budget, and none ran
+// after the burst it was for), else the time that passed on now's clock.
+func reclaimCost(reclaim func(), now func() int64) time.Duration {
+	cpu0, ok0 := processCPU()
+	t0 := now()
+	reclaim()
+	if cpu1, ok1 := processCPU(); ok0 && ok1 {
+		return cpu1 - cpu0
+	}
+	return time.Duration(now() - t0)
 }
 
 // startReclaimer starts the reclaimer unless Config.ReclaimCloses is off,
