@@ -51,10 +51,7 @@ func BenchmarkChatFootprint(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.Run(cc.name+"/message", func(b *testing.B) {
-			inst, err := c.Start(ctx, &fakeHost{})
-			if err != nil {
-				b.Fatal(err)
-			}
+			inst := startRoom(b, c)
 			defer inst.Close()
 			for i := range 100 {
 				chatSay(b, inst, i)
@@ -74,10 +71,7 @@ func BenchmarkChatFootprint(b *testing.B) {
 			b.ReportMetric(float64(mem1000), "memory-1000-bytes")
 		})
 		b.Run(cc.name+"/wake", func(b *testing.B) {
-			a, err := c.Start(ctx, &fakeHost{})
-			if err != nil {
-				b.Fatal(err)
-			}
+			a := startRoom(b, c)
 			for i := range 100 {
 				chatSay(b, a, i)
 			}

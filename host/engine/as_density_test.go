@@ -36,10 +36,7 @@ func TestChatDensity(t *testing.T) {
 			}
 			d := newDensityRun(t, cc.name+" chat, ", n)
 			d.phase("started, 100 messages", func(i int) *Instance {
-				inst, err := c.Start(ctx, &fakeHost{})
-				if err != nil {
-					t.Fatal(err)
-				}
+				inst := startRoom(t, c)
 				for m := range 100 {
 					chatSay(t, inst, m)
 				}

@@ -30,10 +30,7 @@ func BenchmarkGoChatEvents(b *testing.B) {
 		b.Fatal(err)
 	}
 	run := func(b *testing.B, event func(inst *Instance, i int)) {
-		inst, err := c.Start(ctx, &fakeHost{})
-		if err != nil {
-			b.Fatal(err)
-		}
+		inst := startRoom(b, c)
 		defer inst.Close()
 		idler, _ := any(inst).(interface {
 			IdleRequested() bool

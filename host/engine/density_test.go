@@ -140,10 +140,7 @@ func TestDensity(t *testing.T) {
 			}
 
 			d.phase("started", func(i int) *Instance {
-				inst, err := c.Start(ctx, &fakeHost{})
-				if err != nil {
-					t.Fatal(err)
-				}
+				inst := startRoom(t, c)
 				if got := request(t, inst, postRoot); got != "1" {
 					t.Fatalf("room %d answered %q", i, got)
 				}
@@ -259,10 +256,7 @@ func BenchmarkMemoryBackends(b *testing.B) {
 			var ds []time.Duration
 			for b.Loop() {
 				t0 := time.Now()
-				inst, err := c.Start(ctx, &fakeHost{})
-				if err != nil {
-					b.Fatal(err)
-				}
+				inst := startRoom(b, c)
 				request(b, inst, postRoot)
 				ds = append(ds, time.Since(t0))
 				inst.Close()

@@ -96,10 +96,7 @@ func request(tb testing.TB, inst *Instance, payload []byte) string {
 func TestRestoreContinuesWhereCaptured(t *testing.T) {
 	e := newEngine(t, Config{})
 	c := compile(t, e, "./examples/counter")
-	a, err := c.Start(context.Background(), &fakeHost{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := startRoom(t, c)
 	for range 5 {
 		request(t, a, postRoot)
 	}
@@ -147,6 +144,16 @@ var testEncoder = func() *snapshot.Encoder {
 }()
 
 // takeSnapshot snapshots inst as a room's first snapshot and returns the
+// startRoom starts a fresh instance of c with a fake host.
+func startRoom(tb testing.TB, c *Class) *Instance {
+	tb.Helper()
+	inst, err := c.Start(context.Background(), &fakeHost{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return inst
+}
+
 // manifest and segments as a wake would read them back.
 func takeSnapshot(tb testing.TB, inst *Instance, roomState []byte) (*snapshot.Manifest, map[string]*snapshot.Segment) {
 	tb.Helper()
@@ -183,11 +190,8 @@ func TestTrapKillsInstance(t *testing.T) {
 	} {
 		e := newEngine(t, Config{EventTimeout: tc.timeout, MaxMemoryPages: 512})
 		c := compile(t, e, "./testdata/guests/hostile")
-		inst, err := c.Start(context.Background(), &fakeHost{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, err = inst.Request(abi.AppendRequest(nil, &abi.Request{Method: "POST", Path: tc.path}))
+		inst := startRoom(t, c)
+		_, err := inst.Request(abi.AppendRequest(nil, &abi.Request{Method: "POST", Path: tc.path}))
 		if !errors.Is(err, tc.want) {
 			t.Fatalf("%s: %v, want %v", tc.path, err, tc.want)
 		}

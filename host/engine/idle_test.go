@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"context"
 	"testing"
 
 	"github.com/wasmkeep/wasmkeep/abi"
@@ -13,10 +12,7 @@ import (
 func TestIdleCollects(t *testing.T) {
 	e := newEngine(t, Config{})
 	c := compile(t, e, "./testdata/guests/echo")
-	inst, err := c.Start(context.Background(), &fakeHost{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	inst := startRoom(t, c)
 	defer inst.Close()
 	if !inst.Handles(EventIdle) {
 		t.Fatal("a Go SDK guest does not export " + abi.ExportOnIdle)

@@ -23,10 +23,7 @@ func TestRestoreImage(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer cache.Close()
-		a, err := c.Start(context.Background(), &fakeHost{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		a := startRoom(t, c)
 		defer a.Close()
 		for range 5 {
 			request(t, a, postRoot)

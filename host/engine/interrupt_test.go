@@ -60,10 +60,7 @@ func TestEventTimeoutEndsEveryOverrun(t *testing.T) {
 				t.Fatalf("class has the interrupt global: %v, want %v", c.interrupt, m.own)
 			}
 			for _, path := range []string{"/loop", "/sleep-forever"} {
-				inst, err := c.Start(context.Background(), &fakeHost{})
-				if err != nil {
-					t.Fatal(err)
-				}
+				inst := startRoom(t, c)
 				endsWithin(t, path, time.Minute, ErrTimeout, func() error {
 					_, err := inst.Request(abi.AppendRequest(nil, &abi.Request{Method: "POST", Path: path}))
 					return err
@@ -72,18 +69,12 @@ func TestEventTimeoutEndsEveryOverrun(t *testing.T) {
 					t.Fatalf("%s: the instance lives on", path)
 				}
 			}
-			inst, err := c.Start(context.Background(), &fakeHost{})
-			if err != nil {
-				t.Fatal(err)
-			}
+			inst := startRoom(t, c)
 			endsWithin(t, "socket loop", time.Minute, ErrTimeout, func() error {
 				return inst.SocketMessage(1, abi.MessageText, []byte("loop"))
 			})
 			// A fresh instance of the class runs normally.
-			inst, err = c.Start(context.Background(), &fakeHost{})
-			if err != nil {
-				t.Fatal(err)
-			}
+			inst = startRoom(t, c)
 			if got := request(t, inst, postRoot); got != "1" {
 				t.Fatalf("POST / after the overruns: %q", got)
 			}
@@ -107,10 +98,7 @@ func TestEngineCloseEndsARunningCall(t *testing.T) {
 				t.Fatal(err)
 			}
 			c := compile(t, e, "./testdata/guests/hostile")
-			inst, err := c.Start(context.Background(), &fakeHost{})
-			if err != nil {
-				t.Fatal(err)
-			}
+			inst := startRoom(t, c)
 			done := make(chan error, 1)
 			go func() {
 				_, err := inst.Request(abi.AppendRequest(nil, &abi.Request{Method: "POST", Path: "/loop"}))
@@ -198,10 +186,7 @@ func TestRefusedModuleFallsBackToWazeroChecks(t *testing.T) {
 	if entries, err := os.ReadDir(filepath.Join(cache, checkedCacheDir)); err != nil || len(entries) == 0 {
 		t.Fatalf("nothing in the checked runtime's cache (%v)", err)
 	}
-	inst, err := c.Start(context.Background(), &fakeHost{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	inst := startRoom(t, c)
 	endsWithin(t, "/loop", time.Minute, ErrTimeout, func() error {
 		_, err := inst.Request(abi.AppendRequest(nil, &abi.Request{Method: "POST", Path: "/loop"}))
 		return err

@@ -118,10 +118,7 @@ func TestClassImage(t *testing.T) {
 	if ma[first] != c.initial[first]+1 || !bytes.Equal(mb, c.initial) {
 		t.Fatal("release changed a mapped instance")
 	}
-	inst, err := c.Start(context.Background(), &fakeHost{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	inst := startRoom(t, c)
 	defer inst.Close()
 	if got := request(t, inst, postRoot); got != "1" {
 		t.Fatalf("after release: %q", got)
@@ -181,10 +178,7 @@ func privatePages(t *testing.T, view []byte) int {
 // the guest sees, on every backend (on the heap, it does nothing).
 func TestTrimMemory(t *testing.T) {
 	forEachBackend(t, "./examples/counter", func(t *testing.T, b memoryBackend, c *Class) {
-		inst, err := c.Start(context.Background(), &fakeHost{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		inst := startRoom(t, c)
 		defer inst.Close()
 		request(t, inst, postRoot)
 		// A snapshot reads every page.
@@ -239,10 +233,7 @@ func TestMappingLimit(t *testing.T) {
 		m.Free()
 		t.Fatal("a mapped memory past the mapping limit")
 	}
-	inst, err := c.Start(context.Background(), &fakeHost{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	inst := startRoom(t, c)
 	defer inst.Close()
 	if got := request(t, inst, postRoot); got != "1" {
 		t.Fatalf("on the heap: %q", got)

@@ -100,10 +100,7 @@ func TestMemoryLimitEveryBackend(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			inst, err := c.Start(context.Background(), &fakeHost{})
-			if err != nil {
-				t.Fatal(err)
-			}
+			inst := startRoom(t, c)
 			_, err = inst.Request(abi.AppendRequest(nil, &abi.Request{Method: "POST", Path: "/grow"}))
 			if !errors.Is(err, ErrMemoryLimit) || !inst.Dead() {
 				t.Fatalf("/grow: %v (dead %v), want %v", err, inst.Dead(), ErrMemoryLimit)

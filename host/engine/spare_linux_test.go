@@ -21,10 +21,7 @@ func TestRestoreIntoASpare(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Room a: a few requests, snapshotted, its memory kept to compare.
-	a, err := c.Start(context.Background(), &fakeHost{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := startRoom(t, c)
 	for range 3 {
 		request(t, a, postRoot)
 	}
@@ -42,10 +39,7 @@ func TestRestoreIntoASpare(t *testing.T) {
 
 	// Room b: many requests, and its memory grown past a's and written
 	// all over, then closed: its memory is the class's spare.
-	b, err := c.Start(context.Background(), &fakeHost{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := startRoom(t, c)
 	for range 300 {
 		request(t, b, postRoot)
 	}
