@@ -295,6 +295,7 @@ type sock struct {
 
 	closing    atomic.Bool
 	readerDone chan struct{}
+	joined     atomic.Bool // got a join probe of its stream (broadcast)
 
 	// Reader's goroutine only (read once it has ended).
 	next   uint32 // next sequence number expected
@@ -373,6 +374,14 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		r.closeAll()
 		readers.Wait()
 		return nil, err
+	}
+
+	if cfg.Mode == Broadcast {
+		if err := r.join(ctx); err != nil {
+			r.closeAll()
+			readers.Wait()
+			return nil, err
+		}
 	}
 
 	// Send for warmup + duration.
@@ -489,6 +498,63 @@ func (r *runner) plan() {
 	}
 	for i, s := range r.socks {
 		s.recv = r.streams[i%cfg.Rooms]
+	}
+}
+
+// probeSeq is the sequence number of a join probe: a message that tells
+// its receivers they are in its sender's room, and is not counted.
+const probeSeq = math.MaxUint32
+
+// joinWait bounds how long the sockets of a room may take to join it.
+const joinWait = 10 * time.Second
+
+// join waits until every socket of every room receives what the room's
+// sender sends. A server may add a socket to its room a moment after the
+// handshake that opened it (the plain server does; so may a room's
+// guest): a message sent before then never reaches it, and a window
+// waiting for its delivery would stall the sender for the whole run. So
+// each sender sends a probe, again every joinProbeEvery, until all of its
+// room has had one.
+func (r *runner) join(ctx context.Context) error {
+	const joinProbeEvery = 20 * time.Millisecond
+	probe := newPayload(r.cfg.Size)
+	deadline := time.Now().Add(joinWait)
+	for {
+		waiting := 0
+		for _, st := range r.streams {
+			missing := 0
+			for _, s := range r.socks {
+				if s.recv == st && !s.joined.Load() {
+					missing++
+				}
+			}
+			if missing == 0 {
+				continue
+			}
+			waiting++
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%s: %d of its %d sockets received nothing its sender sent within %v", r.cfg.RoomURL(int(st.id)), missing, st.members, joinWait)
+			}
+			s := st.sender
+			encode(probe, header{run: r.runID, stream: st.id, seq: probeSeq, sent: int64(r.now())})
+			s.wmu.Lock()
+			err := s.writeFrame(ws.OpText, probe)
+			if err == nil {
+				err = s.bw.Flush()
+			}
+			s.wmu.Unlock()
+			if err != nil {
+				return fmt.Errorf("%s: a join probe: %w", r.cfg.RoomURL(int(st.id)), err)
+			}
+		}
+		if waiting == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(joinProbeEvery):
+		}
 	}
 }
 
@@ -766,6 +832,10 @@ func (s *sock) message(p []byte) {
 	st := s.recv
 	if !ok || h.run != s.r.runID || h.stream != st.id {
 		s.other++
+		return
+	}
+	if h.seq == probeSeq {
+		s.joined.Store(true)
 		return
 	}
 	now := s.r.now()
