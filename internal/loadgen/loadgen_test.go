@@ -295,8 +295,7 @@ func TestPlainBroadcastRooms(t *testing.T) {
 	s := plainServer(t, Broadcast)
 	a, b := dialPlain(t, s, "/room/1"), dialPlain(t, s, "/room/1?x=y")
 	other := dialPlain(t, s, "/room/2")
-	// The join of the last socket is in its own goroutine: wait until a
-	// message of b reaches a, which proves b is in the room.
+	// Each socket joined its room before its handshake was answered.
 	b.send(ws.OpText, []byte("hi"))
 	for _, c := range []*client{a, b} {
 		if f := c.frame(); f.Header.OpCode != ws.OpText || string(f.Payload) != "hi" {

@@ -114,18 +114,35 @@ func (s *PlainServer) serve(c net.Conn) {
 		s.mu.Unlock()
 		_ = c.Close()
 	}()
-	var path string
+	var (
+		path string
+		m    *plainMember
+		room *plainRoom
+	)
 	u := ws.Upgrader{OnRequest: func(uri []byte) error {
 		path, _, _ = strings.Cut(string(uri), "?")
 		return nil
 	}}
+	if s.broadcast {
+		// The socket joins its room before the handshake's answer goes
+		// out, so that a client that sees the socket open is in the room
+		// (what is queued meanwhile is written after the answer).
+		u.OnBeforeUpgrade = func() (ws.HandshakeHeader, error) {
+			m = &plainMember{c: c, wake: make(chan struct{}, 1)}
+			room = s.join(path, m)
+			return nil, nil
+		}
+	}
 	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
 	if _, err := u.Upgrade(c); err != nil {
+		if room != nil {
+			s.leave(path, room, m)
+		}
 		return
 	}
 	_ = c.SetDeadline(time.Time{})
 	if s.broadcast {
-		s.serveRoom(c, path)
+		s.serveRoom(c, path, m, room)
 		return
 	}
 	serveEcho(c)
@@ -351,10 +368,9 @@ func (s *PlainServer) leave(path string, r *plainRoom, m *plainMember) {
 	}
 }
 
-// serveRoom reads a socket of a room and sends every message it sends to
-// every socket of the room, itself included.
-func (s *PlainServer) serveRoom(c net.Conn, path string) {
-	m := &plainMember{c: c, wake: make(chan struct{}, 1)}
+// serveRoom reads socket m of room, which it has joined, and sends every
+// message it sends to every socket of the room, itself included.
+func (s *PlainServer) serveRoom(c net.Conn, path string, m *plainMember, room *plainRoom) {
 	done := make(chan struct{})
 	writer := make(chan struct{})
 	go func() {
@@ -365,7 +381,6 @@ func (s *PlainServer) serveRoom(c net.Conn, path string) {
 		close(done)
 		<-writer
 	}()
-	room := s.join(path, m)
 	defer s.leave(path, room, m)
 
 	br := bufio.NewReaderSize(c, plainBuffer)
