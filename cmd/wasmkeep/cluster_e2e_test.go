@@ -118,6 +118,14 @@ func testStoreS3(t testing.TB) bool {
 }
 
 // startCluster starts n nodes, n1..nN, and waits until each has joined.
+// pausable is the store of the tests that pause a node (SIGSTOP): S3
+// (versitygw), whatever WASMKEEP_TEST_STORE says. A node stopped while
+// it holds one of the directory store's file locks holds up every other
+// node's operations on the keys behind that lock until it resumes (a
+// CI run's TestClusterPausedOwner waited out its client's 3 minutes so),
+// which S3 has no counterpart of (docs/configuration.md, --store).
+const pausable = true
+
 func startE2ECluster(t *testing.T, n int, ttl time.Duration) *testCluster {
 	t.Helper()
 	c := newTestCluster(t, ttl, testStoreS3(t))
@@ -505,7 +513,10 @@ func TestClusterFailover(t *testing.T) {
 // with status 1, saying it was fenced.
 func TestClusterPausedOwner(t *testing.T) {
 	t.Parallel()
-	c := startE2ECluster(t, 3, e2eTTL)
+	c := newTestCluster(t, e2eTTL, pausable)
+	for i := 1; i <= 3; i++ {
+		c.add(fmt.Sprintf("n%d", i))
+	}
 	c.putClass(c.nodes[0], "counter", "./examples/counter", true)
 	for i := 1; i <= 3; i++ {
 		increment(t, c.nodes[0], "p", i, 10*time.Second)
@@ -568,7 +579,7 @@ func TestClusterPausedOwner(t *testing.T) {
 func TestClusterFenceByHand(t *testing.T) {
 	t.Parallel()
 	const ttl = 10 * time.Second
-	c := newTestCluster(t, ttl, testStoreS3(t))
+	c := newTestCluster(t, ttl, pausable)
 	for i := 1; i <= 3; i++ {
 		c.add(fmt.Sprintf("n%d", i))
 	}
