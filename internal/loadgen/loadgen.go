@@ -535,15 +535,8 @@ func (r *runner) join(ctx context.Context) error {
 			if time.Now().After(deadline) {
 				return fmt.Errorf("%s: %d of its %d sockets received nothing its sender sent within %v", r.cfg.RoomURL(int(st.id)), missing, st.members, joinWait)
 			}
-			s := st.sender
 			encode(probe, header{run: r.runID, stream: st.id, seq: probeSeq, sent: int64(r.now())})
-			s.wmu.Lock()
-			err := s.writeFrame(ws.OpText, probe)
-			if err == nil {
-				err = s.bw.Flush()
-			}
-			s.wmu.Unlock()
-			if err != nil {
+			if err := st.sender.writeNow(ws.OpText, probe); err != nil {
 				return fmt.Errorf("%s: a join probe: %w", r.cfg.RoomURL(int(st.id)), err)
 			}
 		}
@@ -761,8 +754,8 @@ func (s *sock) writeFrame(op ws.OpCode, p []byte) error {
 	return err
 }
 
-// control writes a control frame at once.
-func (s *sock) control(op ws.OpCode, p []byte) error {
+// writeNow writes one frame at once (a control frame, a join probe).
+func (s *sock) writeNow(op ws.OpCode, p []byte) error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	if err := s.writeFrame(op, p); err != nil {
@@ -804,7 +797,7 @@ func (r *runner) readLoop(s *sock, wg *sync.WaitGroup) {
 		switch h.OpCode {
 		case ws.OpPing:
 			pong := append([]byte(nil), p...)
-			go func() { _ = s.control(ws.OpPong, pong) }() // never blocks the reader
+			go func() { _ = s.writeNow(ws.OpPong, pong) }() // never blocks the reader
 		case ws.OpPong:
 		case ws.OpClose:
 			code, reason := ws.ParseCloseFrameData(p)
@@ -881,7 +874,7 @@ func (r *runner) closeAll() {
 			defer wg.Done()
 			s.closing.Store(true)
 			_ = s.conn.SetWriteDeadline(time.Now().Add(closeWait)) // a writer blocked by the server gives up
-			if s.control(ws.OpClose, ws.NewCloseFrameBody(ws.StatusNormalClosure, "")) == nil {
+			if s.writeNow(ws.OpClose, ws.NewCloseFrameBody(ws.StatusNormalClosure, "")) == nil {
 				select {
 				case <-s.readerDone:
 				case <-time.After(closeWait):
