@@ -411,16 +411,6 @@ func (i *Instance) mapImage(view []byte, img *os.File) error {
 }
 
 func (m *mappedMemory) trim(view []byte) {
-	f := pagemap()
-	if f == nil {
-		return
-	}
-	ps := int(osPageSize)
-	n := len(view) / ps
-	entries := make([]byte, 8*n)
-	if _, err := f.ReadAt(entries, int64(uintptr(m.base)/uintptr(ps)*8)); err != nil {
-		return
-	}
 	// Once the image is closed, the part of the memory that maps it can no
 	// longer be compared: only what lies past it is trimmed.
 	var image []byte
@@ -429,33 +419,50 @@ func (m *mappedMemory) trim(view []byte) {
 		defer m.image.mu.RUnlock()
 		image = m.image.view
 	}
+	ps := int(osPageSize)
 	imagePages := int(m.imageSize) / ps
-	run := -1 // first page of the run of pages to drop
-	flush := func(end int) {
+	_ = m.giveBack(len(view)/ps, func(p int, e uint64) bool {
+		page := view[p*ps : (p+1)*ps]
+		switch {
+		case !private(e):
+			return false // not there, or shared: nothing to give back
+		case p < imagePages:
+			return (p+1)*ps <= len(image) && bytes.Equal(page, image[p*ps:(p+1)*ps])
+		default:
+			return bytes.Equal(page, zeroPage)
+		}
+	})
+}
+
+// giveBack reads the pagemap entries of the memory's first n pages and
+// gives back (MADV_DONTNEED) each run of pages p whose entry e give(p, e)
+// selects. It reports false if the entries cannot be read or a page
+// cannot be given back.
+func (m *mappedMemory) giveBack(n int, give func(p int, e uint64) bool) bool {
+	f := pagemap()
+	if f == nil || m.base == nil {
+		return false
+	}
+	ps := int(osPageSize)
+	entries := make([]byte, 8*n)
+	if _, err := f.ReadAt(entries, int64(uintptr(m.base)/uintptr(ps)*8)); err != nil {
+		return false
+	}
+	view := unsafe.Slice((*byte)(m.base), n*ps)
+	run := -1 // first page of the run of pages to give back
+	for p := 0; p <= n; p++ {
+		if p < n && give(p, binary.LittleEndian.Uint64(entries[8*p:])) {
+			if run < 0 {
+				run = p
+			}
+			continue
+		}
 		if run >= 0 {
-			_ = unix.Madvise(view[run*ps:end*ps], unix.MADV_DONTNEED)
+			if err := unix.Madvise(view[run*ps:p*ps], unix.MADV_DONTNEED); err != nil {
+				return false
+			}
 			run = -1
 		}
 	}
-	for p := range n {
-		e := binary.LittleEndian.Uint64(entries[8*p:])
-		page := view[p*ps : (p+1)*ps]
-		var same bool
-		switch {
-		case !private(e):
-			// Not there, or shared: nothing to give back.
-		case p < imagePages:
-			same = (p+1)*ps <= len(image) && bytes.Equal(page, image[p*ps:(p+1)*ps])
-		default:
-			same = bytes.Equal(page, zeroPage)
-		}
-		if !same {
-			flush(p)
-			continue
-		}
-		if run < 0 {
-			run = p
-		}
-	}
-	flush(n)
+	return true
 }

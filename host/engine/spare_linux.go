@@ -3,13 +3,9 @@
 package engine
 
 import (
-	"encoding/binary"
 	"sync"
 	"time"
-	"unsafe"
 	"weak"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/wasmkeep/wasmkeep/host/snapshot"
 )
@@ -149,51 +145,29 @@ func (m *mappedMemory) fits(maxBytes uint64) bool { return m.max == maxBytes }
 // man does not store; it reports false if the memory's pages cannot be
 // read (then m must not be used).
 func (m *mappedMemory) resetFor(man *snapshot.Manifest) bool {
-	f := pagemap()
-	if f == nil || m.base == nil {
-		return false
-	}
 	ps := int(osPageSize)
 	if ps%snapshot.PageSize != 0 {
 		return false
 	}
-	n := int(m.usable) / ps
-	entries := make([]byte, 8*n)
-	if _, err := f.ReadAt(entries, int64(uintptr(m.base)/uintptr(ps)*8)); err != nil {
-		return false
+	stored := make([]uint16, len(man.Chunks))
+	for i := range man.Chunks {
+		stored[i] = man.Chunks[i].Stored()
 	}
-	view := unsafe.Slice((*byte)(m.base), m.usable)
 	// An OS page is kept only if the restore writes all of it: every
 	// snapshot page in it is stored.
 	const perChunk = snapshot.ChunkSize / snapshot.PageSize
 	sub := ps / snapshot.PageSize
-	stored := func(p int) bool {
+	written := func(p int) bool {
 		for k := p * sub; k < (p+1)*sub; k++ {
-			c := k / perChunk
-			if c >= len(man.Chunks) || man.Chunks[c].Stored()&(1<<(k%perChunk)) == 0 {
+			if c := k / perChunk; c >= len(stored) || stored[c]&(1<<(k%perChunk)) == 0 {
 				return false
 			}
 		}
 		return true
 	}
-	run := -1
-	for p := 0; p <= n; p++ {
-		give := false
-		if p < n {
-			e := binary.LittleEndian.Uint64(entries[8*p:])
-			give = e&(pagePresent|pageSwapped) != 0 && e&pageFile == 0 && !stored(p)
-		}
-		switch {
-		case give && run < 0:
-			run = p
-		case !give && run >= 0:
-			if err := unix.Madvise(view[run*ps:p*ps], unix.MADV_DONTNEED); err != nil {
-				return false
-			}
-			run = -1
-		}
-	}
-	return true
+	return m.giveBack(int(m.usable)/ps, func(p int, e uint64) bool {
+		return e&(pagePresent|pageSwapped) != 0 && e&pageFile == 0 && !written(p)
+	})
 }
 
 // DropSpares releases the spare memories of every class that were kept
