@@ -232,8 +232,9 @@ func (c *Class) Start(ctx context.Context, host Host) (*Instance, error) {
 // guest clock come back; no start or initialize function runs. segs holds
 // the segments the manifest references, by id.
 func (c *Class) Restore(ctx context.Context, man *snapshot.Manifest, segs map[string]*snapshot.Segment, host Host) (*Instance, error) {
-	spare := c.spareMemory(man)
-	return c.restore(ctx, man, host, spare, func(inst *Instance, view []byte) ([]uint64, error) {
+	var spare spareMemory
+	takeSpare := func() spareMemory { spare = c.spareMemory(man); return spare }
+	return c.restore(ctx, man, host, takeSpare, func(inst *Instance, view []byte) ([]uint64, error) {
 		if spare != nil {
 			// Most stored pages are there already: a prefault would
 			// cost a system call for each run of them, and gain little.
@@ -267,22 +268,19 @@ func (c *Class) RestoreImage(ctx context.Context, man *snapshot.Manifest, img *o
 }
 
 // restore checks the snapshot against the class, takes a blank instance
-// (on spare, if not nil), grows its memory to the snapshot's, has fill
-// write it (returning its page hashes), and sets the globals and the
-// clock.
-func (c *Class) restore(ctx context.Context, man *snapshot.Manifest, host Host, spare spareMemory, fill func(inst *Instance, view []byte) ([]uint64, error)) (*Instance, error) {
-	var mismatch error
-	switch {
-	case man.ModuleHash != c.Hash:
-		mismatch = fmt.Errorf("snapshot was taken with module %s, not %s", man.ModuleHash, c.Hash)
-	case len(man.Globals) != len(c.globals):
-		mismatch = fmt.Errorf("snapshot has %d globals, module has %d", len(man.Globals), len(c.globals))
+// (on the memory takeSpare gives, if it is set and gives one), grows its
+// memory to the snapshot's, has fill write it (returning its page
+// hashes), and sets the globals and the clock.
+func (c *Class) restore(ctx context.Context, man *snapshot.Manifest, host Host, takeSpare func() spareMemory, fill func(inst *Instance, view []byte) ([]uint64, error)) (*Instance, error) {
+	if man.ModuleHash != c.Hash {
+		return nil, fmt.Errorf("snapshot was taken with module %s, not %s", man.ModuleHash, c.Hash)
 	}
-	if mismatch != nil {
-		if spare != nil {
-			spare.release()
-		}
-		return nil, mismatch
+	if len(man.Globals) != len(c.globals) {
+		return nil, fmt.Errorf("snapshot has %d globals, module has %d", len(man.Globals), len(c.globals))
+	}
+	var spare spareMemory
+	if takeSpare != nil {
+		spare = takeSpare()
 	}
 	inst, err := c.handOut(ctx, spare)
 	if err != nil {
