@@ -146,7 +146,11 @@ func (n *Node) ackLocked(s sentLease, etag string, now int64) {
 	if n.lease.closing {
 		return // a clean stop has ended the node's validity for good
 	}
-	n.lease.validUntil = max(n.lease.validUntil, from+int64(n.cfg.TTL-n.cfg.Safety))
+	valid := n.cfg.TTL - n.cfg.Safety
+	if n.cfg.Broken.ValidityPastGrace {
+		valid = n.cfg.TTL + n.cfg.Grace
+	}
+	n.lease.validUntil = max(n.lease.validUntil, from+int64(valid))
 	n.lease.nextRenew = s.at + int64(n.cfg.TTL/3)
 	n.counts.Renewals++
 }
@@ -280,6 +284,7 @@ func (n *Node) lapseLocked(now int64) {
 	n.counts.ParkedLapsed += uint64(len(n.parked))
 	n.pendParkedLocked(now)
 	n.counts.Lapses++
+	n.lapseUnacked = n.cfg.AckLapses
 }
 
 // pendParkedLocked makes every parked record a pending release (a lapse,

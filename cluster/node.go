@@ -64,6 +64,18 @@ type Config struct {
 	// generations a room's snapshots were tagged with before it had a
 	// record stay below those of its holds.
 	FirstGeneration uint64
+	// WatchEvery is how often the node lists its peers' leases (TTL/3):
+	// a peer's silence is measured from the listing that first saw its
+	// lease unchanged, and it is fenced at the first listing past TTL +
+	// Grace. The simulation lists more often, to come closer to the edge
+	// the lease's margins guard.
+	WatchEvery time.Duration
+	// AckLapses makes the node count its lease not valid after a lapse
+	// until its host acknowledges it (AckLapse), once the host has closed
+	// the sockets and dropped the rooms of the holds the lapse ended:
+	// without it a renewal in the same step could make the node valid
+	// again with those sockets still open. The cluster member sets it.
+	AckLapses bool
 
 	// Bucket is where leases and records live. It must bound each call
 	// (an attempt timeout): the node never waits on its own.
@@ -121,6 +133,9 @@ type Node struct {
 
 	phase    phase
 	draining bool
+	// lapseUnacked: a lapse ended holds or parked records, and the host
+	// has not acknowledged it yet (Config.AckLapses).
+	lapseUnacked bool
 
 	lease leaseState
 
@@ -156,6 +171,9 @@ func New(cfg Config) (*Node, error) {
 	}
 	if cfg.ResolveWindow == 0 {
 		cfg.ResolveWindow = 2 * cfg.TTL
+	}
+	if cfg.WatchEvery == 0 {
+		cfg.WatchEvery = cfg.TTL / 3
 	}
 	if cfg.RouteCache == 0 {
 		cfg.RouteCache = cfg.TTL / 10
@@ -237,5 +255,37 @@ func (n *Node) LeaseValid() bool {
 
 // validLocked: the node's lease lets it act at now.
 func (n *Node) validLocked(now int64) bool {
-	return (n.phase == active || n.phase == stopping) && now < n.lease.validUntil
+	return (n.phase == active || n.phase == stopping) && now < n.lease.validUntil && !n.lapseUnacked
+}
+
+// LapseUnacked reports whether a lapse ended holds or parked records that
+// the host has not acknowledged yet (Config.AckLapses): until AckLapse,
+// the node counts its lease not valid.
+func (n *Node) LapseUnacked() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.lapseLocked(n.clock.Now())
+	return n.lapseUnacked
+}
+
+// AckLapse acknowledges the lapses so far: the host has closed the
+// sockets and dropped the rooms of the holds they ended.
+func (n *Node) AckLapse() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.lapseUnacked = false
+}
+
+// Draining reports whether the node drains: it takes and parks no room.
+func (n *Node) Draining() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.draining
+}
+
+// Stopping reports whether a clean stop has begun (or ended).
+func (n *Node) Stopping() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.phase == stopping || n.phase == stopped
 }

@@ -29,7 +29,7 @@ func (n *Node) Park(h Hold) bool {
 	now := n.clock.Now()
 	n.lapseLocked(now)
 	_, moving := n.moves[h.Room]
-	if cur, ok := n.holds[h.Room]; !ok || cur != h || n.phase != active || !n.validLocked(now) || n.draining || moving {
+	if cur, ok := n.holds[h.Room]; !ok || cur != h || n.phase != active || !n.validLocked(now) || (n.draining && !n.cfg.Broken.ParkWhileDraining) || moving {
 		return false
 	}
 	delete(n.holds, h.Room)

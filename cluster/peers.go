@@ -55,7 +55,7 @@ func (n *Node) WatchPeers(ctx context.Context) time.Duration {
 	}
 	p := n.phase
 	n.mu.Unlock()
-	period := n.cfg.TTL / 3
+	period := n.cfg.WatchEvery
 	switch p {
 	case stopped, lost:
 		return 0

@@ -20,6 +20,10 @@ type Variants struct {
 	// ValidityFromAnswer counts the lease's validity from the arrival of
 	// a renewal's answer instead of the renewal's send time.
 	ValidityFromAnswer bool
+	// ValidityPastGrace counts the lease valid until TTL + Grace after
+	// the renewal's send, instead of TTL − Safety: past the point where a
+	// peer may fence it.
+	ValidityPastGrace bool
 
 	// The parked records' (seed 000, socket home):
 
@@ -35,15 +39,18 @@ type Variants struct {
 	// UnknownDropsParked drops the parked entry when the wake's write has
 	// no answer: if it did not land, nothing here releases the record.
 	UnknownDropsParked bool
+	// ParkWhileDraining parks a hold while the node drains: a drain pass
+	// that ran before leaves the record naming the draining node.
+	ParkWhileDraining bool
 }
 
 // VariantNames are the names the simulation's tests switch Variants on
 // by.
-var VariantNames = []string{"AcquireLive", "ResolverEndsUnchanged", "ReleaseUnconditional", "ValidityFromAnswer"}
+var VariantNames = []string{"AcquireLive", "ResolverEndsUnchanged", "ReleaseUnconditional", "ValidityFromAnswer", "ValidityPastGrace"}
 
 // ParkVariantNames are the variants of the parked records, which a
 // simulation with sockets catches.
-var ParkVariantNames = []string{"WakeReadopts", "LapseForgetsParked", "ResolverParkedAnyGeneration", "UnknownDropsParked"}
+var ParkVariantNames = []string{"WakeReadopts", "LapseForgetsParked", "ResolverParkedAnyGeneration", "UnknownDropsParked", "ParkWhileDraining"}
 
 // Variant returns the Variants with the one of that name switched on.
 func Variant(name string) (Variants, error) {
@@ -57,6 +64,10 @@ func Variant(name string) (Variants, error) {
 		v.ReleaseUnconditional = true
 	case "ValidityFromAnswer":
 		v.ValidityFromAnswer = true
+	case "ValidityPastGrace":
+		v.ValidityPastGrace = true
+	case "ParkWhileDraining":
+		v.ParkWhileDraining = true
 	case "WakeReadopts":
 		v.WakeReadopts = true
 	case "LapseForgetsParked":

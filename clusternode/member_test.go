@@ -22,9 +22,11 @@ import (
 
 	"github.com/wasmkeep/wasmkeep/abi"
 	"github.com/wasmkeep/wasmkeep/cluster"
+	cm "github.com/wasmkeep/wasmkeep/cluster/member"
 	"github.com/wasmkeep/wasmkeep/host/engine"
 	"github.com/wasmkeep/wasmkeep/host/node"
 	"github.com/wasmkeep/wasmkeep/host/rooms"
+	"github.com/wasmkeep/wasmkeep/host/server"
 	"github.com/wasmkeep/wasmkeep/host/store"
 	"github.com/wasmkeep/wasmkeep/internal/testhttp"
 	"github.com/wasmkeep/wasmkeep/internal/testwasm"
@@ -136,11 +138,10 @@ func startMember(t *testing.T, bucket store.Bucket, name string, ttl time.Durati
 		// the binary's own every run compiled each class again.
 		Engine: engine.Config{CacheDir: testwasm.CompileCacheDir(t)},
 		Cluster: &node.ClusterConfig{
-			Secret:       testSecret,
-			FailoverWait: time.Second,
+			Secret: testSecret,
 			// As cmd/wasmkeep/clusterflags.go builds it.
 			Member: func(ctx context.Context, env node.MemberEnv) (node.Member, error) {
-				return New(ctx, Config{Node: name, Address: env.Addr, Secret: testSecret, TTL: ttl,
+				return New(ctx, Config{Node: name, Address: env.Addr, Secret: testSecret, TTL: ttl, FailoverWait: time.Second,
 					Bucket: env.Bucket, Clock: env.Clock, Metrics: env.Metrics, Logger: env.Logger.With("test_node", name)})
 			},
 		},
@@ -561,8 +562,8 @@ func TestMoveHandsOver(t *testing.T) {
 		t.Fatalf("after the move the room routes from a to %+v (%v), want c", route, err)
 	}
 	count(t, c, "m", "3")
-	if _, err := a.mem().Move(context.Background(), key, "b"); !errors.Is(err, ErrNotHeldHere) {
-		t.Fatalf("moving a room a does not hold: %v, want ErrNotHeldHere", err)
+	if _, err := a.mem().Move(context.Background(), key, "b"); !errors.Is(err, cm.ErrNotHeldHere) {
+		t.Fatalf("moving a room a does not hold: %v, want cm.ErrNotHeldHere", err)
 	}
 }
 
@@ -650,5 +651,14 @@ func TestConcurrentWakesOneHolder(t *testing.T) {
 	}
 	if len(seen) == 0 {
 		t.Fatal("no request was served")
+	}
+}
+
+// TestForwardBoundsAreTheMembers: the server's forwarder keeps the
+// bounds the member's routing counts on (and the simulation models).
+func TestForwardBoundsAreTheMembers(t *testing.T) {
+	if server.DefaultForwardDialTimeout != cm.ForwardDialTimeout || server.DefaultForwardHeaderTimeout != cm.ForwardHeaderTimeout {
+		t.Errorf("the server forwards with %v and %v; the member counts on %v and %v", server.DefaultForwardDialTimeout,
+			server.DefaultForwardHeaderTimeout, cm.ForwardDialTimeout, cm.ForwardHeaderTimeout)
 	}
 }

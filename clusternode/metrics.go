@@ -6,7 +6,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/wasmkeep/wasmkeep/cluster"
-	"github.com/wasmkeep/wasmkeep/host/rooms/life"
+	cm "github.com/wasmkeep/wasmkeep/cluster/member"
 )
 
 // memberMetrics are the member's own counters; the core's counts are read
@@ -20,6 +20,7 @@ type memberMetrics struct {
 	sweepUnreadable *metrics.Counter
 	parkedReleases  map[string]*metrics.Counter
 	ownerClosed     map[string]*metrics.Counter
+	waits           map[string]*metrics.Counter
 }
 
 var acquireOutcomes = []string{"acquired", "contended", "unknown", "refused", "error"}
@@ -37,6 +38,10 @@ func newMemberMetrics(set *metrics.Set, m *Member) memberMetrics {
 	}
 	for _, r := range ownerCloseReasons {
 		mm.ownerClosed[r] = set.NewCounter(`wasmkeep_websocket_owner_closes_total{reason="` + r + `"}`)
+	}
+	mm.waits = map[string]*metrics.Counter{}
+	for _, o := range waitOutcomes {
+		mm.waits[o] = set.NewCounter(`wasmkeep_cluster_failover_waits_total{outcome="` + o + `"}`)
 	}
 	counts := func(f func(cluster.Counters) uint64) func() float64 {
 		return func() float64 { return float64(f(m.core.Counts())) }
@@ -85,16 +90,29 @@ func (mm memberMetrics) acquisition(err error) {
 // wasmkeep_websocket_owner_closes_total.
 var (
 	parkedReleaseReasons = []string{"last_socket", "drain", "move"}
-	ownerCloseReasons    = []string{"sweep", "drain", "move", "lapse", "fenced"}
+	ownerCloseReasons    = []string{"sweep", "elsewhere", "drain", "move", "lapse", "fenced", "stop"}
+	waitOutcomes         = []string{"here", "elsewhere", "timeout"}
 )
 
-func (mm memberMetrics) parkedRelease(why string) { mm.parkedReleases[why].Inc() }
-
-// ownerCloses counts the rooms whose sockets this node closed, for why.
-func (mm memberMetrics) ownerCloses(why string, rooms int) {
-	mm.ownerClosed[why].Add(rooms)
-}
-
-func (mm memberMetrics) release(why life.EndReason) {
-	mm.set.GetOrCreateCounter(`wasmkeep_cluster_releases_total{reason="` + why.String() + `"}`).Inc()
+// Observe implements cm.Observer: the member's events as metrics.
+func (mm memberMetrics) Observe(e cm.Event) {
+	switch e.Kind {
+	case cm.Released:
+		mm.set.GetOrCreateCounter(`wasmkeep_cluster_releases_total{reason="` + e.Why + `"}`).Inc()
+	case cm.ParkedReleased:
+		mm.parkedReleases[e.Why].Inc()
+	case cm.OwnerClosed:
+		// The rooms whose sockets this node closed, for why.
+		mm.ownerClosed[e.Why].Add(e.Rooms)
+	case cm.Acquired:
+		mm.acquisition(e.Err)
+	case cm.Lapsed:
+		mm.lapses.Inc()
+	case cm.MoveBegun:
+		mm.moves.Inc()
+	case cm.Unreadable:
+		mm.sweepUnreadable.Inc()
+	case cm.Waited:
+		mm.waits[e.Why].Inc()
+	}
 }

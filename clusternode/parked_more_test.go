@@ -19,6 +19,7 @@ import (
 
 	"github.com/wasmkeep/wasmkeep/abi"
 	"github.com/wasmkeep/wasmkeep/cluster"
+	cm "github.com/wasmkeep/wasmkeep/cluster/member"
 	"github.com/wasmkeep/wasmkeep/host/node"
 	"github.com/wasmkeep/wasmkeep/host/server"
 	"github.com/wasmkeep/wasmkeep/host/store"
@@ -183,7 +184,7 @@ func TestMoveOfAParkedRoomWaitsForItsRelease(t *testing.T) {
 	ws.ExpectClose(abi.CloseServiceRestart)
 	moved := time.Since(moveStart)
 	checkMovedTo(t, bucket, b, room, h.Generation, took)
-	if a.mem().isMoving(keyOf(room)) || len(a.mem().Status().Moving) != 0 {
+	if isMoving(a, room) || len(a.mem().Status().Moving) != 0 {
 		t.Fatal("the move is still listed after the target took the room")
 	}
 	if got := a.mem().met.ownerClosed["move"].Get(); got != 1 {
@@ -263,7 +264,7 @@ func TestAMovingRoomTakenByAnotherNodeFirst(t *testing.T) {
 
 	// The test takes the next step itself: the move loop leaves the
 	// move alone meanwhile, and a request for it is told so.
-	if !a.mem().beginAdvance(key) {
+	if !a.mem().Member().BeginAdvance(room) {
 		t.Fatal("the move is being advanced by another caller")
 	}
 	if _, err := a.mem().Move(t.Context(), key, "b"); !errors.Is(err, server.ErrMoveUnderWay) || !strings.Contains(err.Error(), "another request") {
@@ -273,14 +274,14 @@ func TestAMovingRoomTakenByAnotherNodeFirst(t *testing.T) {
 	if r := do(t, "GET", c.n.URL()+"/actor/echo/"+room.Name, nil); r.Status != http.StatusOK {
 		t.Fatalf("an event of the free room at c: %d %s", r.Status, r.Body)
 	}
-	by, err := a.mem().advanceMove(t.Context(), key)
-	a.mem().endAdvance(key)
+	by, err := a.mem().Member().AdvanceMove(t.Context(), room)
+	a.mem().Member().EndAdvance(room)
 	if err != nil || by != "c" {
 		t.Fatalf("the move's step once c holds the room: by %q, %v; want taken by c", by, err)
 	}
 	ws.ExpectClose(abi.CloseServiceRestart)
 	checkMovedTo(t, bucket, c, room, h.Generation, took)
-	if a.mem().isMoving(key) {
+	if isMoving(a, room) {
 		t.Fatal("the move outlived c's take")
 	}
 	if got := a.mem().met.ownerClosed["move"].Get(); got != 1 {
@@ -303,12 +304,12 @@ func checkMovedTo(t *testing.T, bucket store.Bucket, target *member, room cluste
 }
 
 // sweepUntil runs owner sweep passes on m until done holds, at most
-// sweepRereadEvery of them, and returns how many ran. The passes that do
+// cm.SweepRereadEvery of them, and returns how many ran. The passes that do
 // not re-read parked records must cost no record request.
 func sweepUntil(t *testing.T, m *member, what string, done func() bool) int {
 	t.Helper()
-	for pass := 1; pass <= sweepRereadEvery; pass++ {
-		rereads := (m.mem().sweeps+1)%sweepRereadEvery == 0
+	for pass := 1; pass <= cm.SweepRereadEvery; pass++ {
+		rereads := (m.mem().Member().Sweeps()+1)%cm.SweepRereadEvery == 0
 		gets, puts := m.link.records()
 		m.mem().Sweep(t.Context())
 		if g, p := m.link.records(); !rereads && (g != gets || p != puts) {
@@ -318,7 +319,7 @@ func sweepUntil(t *testing.T, m *member, what string, done func() bool) int {
 			return pass
 		}
 	}
-	t.Fatalf("not within %d sweep passes: %s", sweepRereadEvery, what)
+	t.Fatalf("not within %d sweep passes: %s", cm.SweepRereadEvery, what)
 	return 0
 }
 
@@ -555,4 +556,10 @@ func TestLapseWithAParkedRoom(t *testing.T) {
 	}
 	t.Logf("setup %v; the socket closed %v after the cut; made pending by the lapse %d, by its last socket %d; %s %v after the bucket answered again",
 		setup.Round(time.Millisecond), closed.Round(time.Millisecond), lapsed, lastSocket, how, settled.Round(time.Millisecond))
+}
+
+// isMoving reports whether m's node is moving room away.
+func isMoving(m *member, room cluster.Room) bool {
+	_, moving := m.mem().Core().Moving(room)
+	return moving
 }

@@ -8,7 +8,6 @@ import (
 	"github.com/wasmkeep/wasmkeep/abi"
 	"github.com/wasmkeep/wasmkeep/cluster"
 	"github.com/wasmkeep/wasmkeep/host/node"
-	"github.com/wasmkeep/wasmkeep/host/rooms"
 	"github.com/wasmkeep/wasmkeep/internal/wstest"
 )
 
@@ -140,12 +139,12 @@ func TestAParkedRoomMoves(t *testing.T) {
 	// b's) leaves the socket to the move; so does one while the socket
 	// may still be closing.
 	swept := false
-	a.mem().beforeMoveCloses = func(key rooms.Key) {
-		if key == keyOf(room) && socketsOn(a, room) && readRecord(t, bucket, room.Class, room.Name).Node == "b" {
+	a.mem().Member().SetBeforeMoveCloses(func(r cluster.Room) {
+		if r == room && socketsOn(a, room) && readRecord(t, bucket, room.Class, room.Name).Node == "b" {
 			swept = true
 		}
 		a.mem().Sweep(t.Context())
-	}
+	})
 	if by, err := a.mem().Move(t.Context(), keyOf(room), "b"); err != nil || by != "b" {
 		t.Fatalf("move to b: by %q, %v", by, err)
 	}
@@ -165,8 +164,6 @@ func TestAParkedRoomMoves(t *testing.T) {
 		t.Errorf("wasmkeep_websocket_owner_closes_total{reason=sweep} = %d, want 0", got)
 	}
 }
-
-func keyOf(r cluster.Room) rooms.Key { return rooms.Key{Class: r.Class, Name: r.Name} }
 
 // TestARefusedParkClosesTheSockets: a room that goes idle with a socket
 // open while its node may not park it (here the core is draining) is
@@ -210,7 +207,6 @@ func TestAnEventForAParkedRoomOfADrainingNodeReleasesItFirst(t *testing.T) {
 	parkedOn(t, a, cluster.Room{Class: "echo", Name: "ev"})
 	// Draining as far as the member and its core know, with no drain
 	// pass running yet.
-	a.mem().draining.Store(true)
 	a.mem().Core().SetDraining(true)
 	if r := do(t, "GET", a.n.URL()+"/actor/echo/ev/room", nil); r.Status != 200 || r.Body != "echo/ev" {
 		t.Fatalf("GET through the draining node: %d %q", r.Status, r.Body)

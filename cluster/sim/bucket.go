@@ -32,6 +32,16 @@ type Faults struct {
 	Latency, Timeout, LateMax time.Duration
 }
 
+// Scaled is f with every rate times k.
+func (f Faults) Scaled(k float64) Faults {
+	f.LostRequest *= k
+	f.LostAnswer *= k
+	f.Late *= k
+	f.Conflict *= k
+	f.Slow *= k
+	return f
+}
+
 // DefaultFaults are the simulation's rates: about one request in ten goes
 // wrong.
 var DefaultFaults = Faults{
@@ -183,7 +193,10 @@ func (b *bucket) call(ctx context.Context, o op) answer {
 	if p.fault != "" {
 		n.s.line(b.name, o.key, p.fault)
 	}
+	t.bucketFrom, t.inBucket = n.s.Now(), true
 	t.BlockUntil(p.answerAt)
+	t.bucketTime += n.s.Now() - t.bucketFrom
+	t.inBucket = false
 	if p.answerErr != nil {
 		return answer{err: fmt.Errorf("sim: %s %q: %w (%s)", o.kind, o.key, p.answerErr, p.fault)}
 	}

@@ -29,14 +29,20 @@ import (
 //   - never a process that an operator fenced by hand running again (it
 //     was dead, or hung for good);
 //
-// and, where the host does what they are about (host.go, ops.go):
+// and, where the member does what they are about (checked as it acts):
 //
 //   - every event is answered or refused within eventBound of its landing,
 //     besides its origin's bucket calls and pauses (deadline), and at the
 //     end as many were answered and refused as landed (Run);
 //   - no event is relayed twice (the hop rule; relayed);
-//   - a take that starts while its node drains never succeeds
-//     (serveHere);
+//   - a take that starts while its node drains never succeeds, nor does
+//     a park (serve, hibernate);
+//   - a drain reports drained only when no record names its process
+//     (checkDrained);
+//   - the owner sweep closes the sockets of a room only when its record
+//     does not name the sweeping process (checkSweepClose);
+//   - a move that ends as taken by another node leaves no record naming
+//     the node it moved from (moveEnded);
 //   - a drain reports drained within drainBound, besides its process's
 //     pauses and bucket outages, unless the process ends first
 //     (drainDeadline);
@@ -61,7 +67,7 @@ import (
 // check looks for a broken invariant after a step in which ran (nil for
 // the scheduler's own events) ran and the writes to w.touched applied.
 func (w *World) check(ran *process) {
-	if ran != nil && ran.machine.proc == ran && w.handFenced[ran.node.Instance()] {
+	if ran != nil && ran.machine.proc == ran && w.handFenced[ran.member.Core().Instance()] {
 		w.fail("%s, fenced by hand, ran again", ran.name)
 		return
 	}
@@ -97,7 +103,7 @@ func (w *World) checkProcess(p *process) {
 		return // it runs no more: it acts on nothing, whatever its clock says
 	}
 	name := p.machine.name
-	if l := w.leases[name]; (l.Instance != p.node.Instance() || l.State != cluster.LeaseLive) && p.node.LeaseValid() {
+	if l := w.leases[name]; (l.Instance != p.member.Core().Instance() || l.State != cluster.LeaseLive) && p.member.Core().LeaseValid() {
 		w.fail("%s counts its lease valid, but the bucket has it %s for instance %s", p.name, l.State, l.Instance)
 		return
 	}
@@ -105,10 +111,10 @@ func (w *World) checkProcess(p *process) {
 		// The node's holds are among the host's (Acquire hands each one
 		// over at once), so a room the host does not hold is not acted
 		// on.
-		if _, held := p.holds[room]; held && p.node.Acting(room) {
+		if _, held := p.holds[room]; held && p.member.Core().Acting(room) {
 			var acting []string
 			for _, m := range w.machines {
-				if q := m.proc; q != nil && !q.hung && q.node.Acting(room) {
+				if q := m.proc; q != nil && !q.hung && q.member.Core().Acting(room) {
 					acting = append(acting, q.name)
 				}
 			}
@@ -136,10 +142,10 @@ func (w *World) checkRecord(i int) {
 		return
 	}
 	p := m.proc
-	if p.node.Instance() != r.rec.Instance || !p.node.LeaseValid() {
+	if p.member.Core().Instance() != r.rec.Instance || !p.member.Core().LeaseValid() {
 		return
 	}
-	if !p.node.Accounts(room, r.etag, r.rec.Nonce) {
+	if !p.member.Core().Accounts(room, r.etag, r.rec.Nonce) {
 		w.fail("room %s: its record (generation %d, version %s) names %s, which has nothing that will release it", room, r.rec.Generation, r.etag, p.name)
 	}
 }
@@ -154,12 +160,12 @@ func (w *World) checkTaken(i int, rec cluster.Record) {
 	exposed := false
 	for _, m := range w.machines {
 		q := m.proc
-		if q == nil || q.hung || m.name == rec.Node || !q.node.LeaseValid() {
+		if q == nil || q.hung || m.name == rec.Node || !q.member.Core().LeaseValid() {
 			continue
 		}
-		h, parked := q.node.Parked(room)
+		h, parked := q.member.Core().Parked(room)
 		sockets := w.openSockets(q, room)
-		_, moving := q.node.Moving(room)
+		_, moving := q.member.Core().Moving(room)
 		if !parked && (sockets == 0 || q.draining || moving) {
 			continue
 		}
@@ -184,11 +190,30 @@ func (w *World) checkTaken(i int, rec cluster.Record) {
 // parked at p with its record naming p at the parked generation (a
 // draining node sends every room away).
 func (w *World) checkNotAway(p *process, room cluster.Room, to string) {
-	h, parked := p.node.Parked(room)
+	h, parked := p.member.Core().Parked(room)
 	if !parked || p.draining {
 		return
 	}
-	if r := w.records[cluster.RecordKey(room)].rec; !r.Free && r.Instance == p.node.Instance() && r.Generation == h.Generation {
+	if r := w.records[cluster.RecordKey(room)].rec; !r.Free && r.Instance == p.member.Core().Instance() && r.Generation == h.Generation {
 		w.fail("%s routes room %s to %s, though it keeps the room parked (generation %d) and the record names it", p.name, room, to, h.Generation)
+	}
+}
+
+// checkSweepClose checks, as p's owner sweep closes the sockets of room,
+// that room's record does not name p for a hold p keeps (parked, or
+// acting on it): the sweep closes only the sockets of rooms that are not
+// this node's. (A record left naming p by a release still on its way is
+// not p's room any more.)
+func (w *World) checkSweepClose(p *process, room cluster.Room) {
+	if room == (cluster.Room{}) {
+		return
+	}
+	core := p.member.Core()
+	r := w.records[cluster.RecordKey(room)].rec
+	if r.Free || r.Instance != core.Instance() {
+		return
+	}
+	if h, parked := core.Parked(room); parked && h.Generation == r.Generation || core.Acting(room) {
+		w.fail("%s's owner sweep closed the sockets of room %s, whose record names it for a hold it keeps (generation %d)", p.name, room, r.Generation)
 	}
 }

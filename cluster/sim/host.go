@@ -8,28 +8,26 @@ import (
 	"time"
 
 	"github.com/wasmkeep/wasmkeep/cluster"
+	"github.com/wasmkeep/wasmkeep/cluster/member"
 )
 
-// The host: what a node does with the events that land on it, with the
-// same calls of the core as clusternode's member and host/server's
-// routing make (clusternode/member.go, host/server/forward.go). An event
-// lands on a random machine, which routes it:
+// Events, and the fake of a node's rooms. Every process runs the real
+// cluster member (cluster/member) over its real core (cluster): the
+// member routes each event, ends holds, drains, moves and sweeps exactly
+// as a server's does. What the simulation owns is only what stands in for
+// the rest of a server:
 //
-//   - Here: the room is held here, or Take writes over the routing read
-//     (ErrContended: Acquire once more; a room parked here wakes so, at a
-//     new generation). The event runs on the hold, and the room stays
-//     resident for a while, then goes idle: parked if it has sockets
-//     here, else released (socket.go). A take that finds another holder
-//     closes the room's sockets here.
-//   - Elsewhere: the room's sockets here, if any, close (it runs
-//     elsewhere), and the event is relayed to that node. A relay that
-//     cannot connect tells the core (Unreachable) and routes once more; a
-//     second Elsewhere to the same node, or after a second dial, is
-//     refused.
-//     The node an event was relayed to routes it once and refuses it
-//     unless it is here: an event is relayed at most once (the hop rule).
-//   - Wait: the host polls the route (50 ms doubling to 500 ms) for up to
-//     the failover wait, then refuses the event.
+//   - the rooms (this file and socket.go): a room the member routes Here
+//     is served by a fake room manager, which acquires it through the
+//     member (Acquire), keeps it resident for a while and then ends its
+//     hold through the member (End, parking it if sockets are open here);
+//   - the peers (peer.go): the member's forwards and a move's ask to take
+//     a room travel over the simulated network to the member of the
+//     process on the target machine;
+//   - the workload (ops.go): clients' events and sockets, crashes,
+//     pauses, hangs, clean stops, cut links, and an operator's drains,
+//     moves and fences by hand;
+//   - the checks (check.go).
 
 // reason is why an event was refused.
 type reason uint8
@@ -57,52 +55,30 @@ const (
 var ReasonNames = [nReasons]string{"down", "dropped", "inactive", "wait", "moved", "unreachable", "relay",
 	"held", "busy", "contended", "unknown", "draining", "bucket", "moving"}
 
-// HostVariants break the simulated host's rules on purpose, one at a
-// time, as cluster.Variants do the core's, to show that the checks catch
-// each break.
-type HostVariants struct {
-	// Bounce relays a relayed event that is not here once more, instead
-	// of refusing it.
-	Bounce bool
-	// DrainUntold drains the host (it hands its rooms over) without
-	// telling its core (SetDraining), which then goes on taking rooms.
-	DrainUntold bool
-	// ForwardWithoutTimeout waits for a relay's answer for ever, as an
+// Variants break what the simulation's world does on purpose, as
+// cluster.Variants and member.Variants break the core's and the member's
+// rules: its network and its operator.
+type Variants struct {
+	// ForwardWithoutTimeout waits for a forward's answer for ever, as an
 	// HTTP client without a timeout does.
 	ForwardWithoutTimeout bool
 	// FencePaused has the operator fence by hand a process that is only
 	// paused, taking it for hung: it resumes.
 	FencePaused bool
-	// ReleaseOnHibernation releases the hold of a room that goes idle
-	// with sockets open here, instead of parking it: the room's next
-	// event may wake it on another node, away from its sockets.
-	ReleaseOnHibernation bool
-	// GiveUpKeepsSockets leaves a room's sockets open when its move
-	// ends unfinished: they stay on a node that neither holds nor parks
-	// the room, which another node then takes.
-	GiveUpKeepsSockets bool
 }
 
-// HostVariantNames are the names of HostVariants' fields.
-var HostVariantNames = []string{"Bounce", "DrainUntold", "ForwardWithoutTimeout", "FencePaused", "ReleaseOnHibernation", "GiveUpKeepsSockets"}
+// VariantNames are the names of Variants' fields.
+var VariantNames = []string{"ForwardWithoutTimeout", "FencePaused"}
 
-// HostVariant returns the HostVariants with the one of that name switched
-// on, and whether there is one of that name.
-func HostVariant(name string) (HostVariants, bool) {
-	var v HostVariants
+// variant returns the Variants with the one of that name switched on,
+// and whether there is one of that name.
+func variant(name string) (Variants, bool) {
+	var v Variants
 	switch name {
-	case "Bounce":
-		v.Bounce = true
-	case "DrainUntold":
-		v.DrainUntold = true
 	case "ForwardWithoutTimeout":
 		v.ForwardWithoutTimeout = true
 	case "FencePaused":
 		v.FencePaused = true
-	case "ReleaseOnHibernation":
-		v.ReleaseOnHibernation = true
-	case "GiveUpKeepsSockets":
-		v.GiveUpKeepsSockets = true
 	default:
 		return v, false
 	}
@@ -114,23 +90,21 @@ type request struct {
 	id     int
 	room   cluster.Room
 	origin *process
+	task   *Task // the task that routes it on its origin
 	landed int64
-	// excused is time the bound does not count: the origin's bucket
-	// calls (callFrom is the start of the one under way, if inCall) and
-	// its pauses.
-	excused  int64
-	callFrom int64
-	inCall   bool
-	done     bool
+	// excused is time the bound does not count besides its task's bucket
+	// calls: its origin's pauses.
+	excused int64
+	done    bool
 	// r is its outcome, once done.
 	r reply
 }
 
 // eventBound is the longest an event may take, on its origin's clock,
-// besides its origin's bucket calls and pauses: the host's loop dials at
-// most twice in vain, waits once for the failover, and makes one relay
-// that connects.
-const eventBound = 2*dialTimeout + failoverWait + headerTimeout
+// besides its origin's bucket calls and pauses: the member dials at most
+// twice in vain, waits once for the failover, and makes one forward that
+// connects.
+const eventBound = 2*dialTimeout + member.DefaultFailoverWait + headerTimeout
 
 // eventSlack covers the legs, the event's run on its hold, and the
 // rounding of the clocks' rates.
@@ -161,9 +135,56 @@ func (w *World) land(m *machine, room cluster.Room) *request {
 	p.events = append(p.events, ev)
 	w.s.At(ev.landed+p.clock.global(eventBound)+int64(eventSlack), "deadline", func() { w.deadline(ev) })
 	w.s.Spawn(p.group, fmt.Sprintf("event %d %s", ev.id, room.Name), func(ctx context.Context) {
-		w.close(ev, w.route(ctx, p, ev, false))
+		ev.task = TaskOf(ctx)
+		w.close(ev, w.dispatch(ctx, p, ev.room, false))
 	})
 	return ev
+}
+
+// dispatch is what p does with an event for room: the member routes it
+// (forwarded: it was forwarded to p), the fake rooms serve it if it is
+// here, and a forward goes over the network to the member of the target.
+func (w *World) dispatch(ctx context.Context, p *process, room cluster.Room, forwarded bool) reply {
+	var answer reply
+	d := p.member.Dispatch(ctx, room, forwarded, func(ctx context.Context, node, _ string) bool {
+		to := w.machineNamed[node]
+		r, err := w.call(ctx, p, to, "forward "+room.Name, func(ctx context.Context, q *process) reply {
+			w.stats.Relays++
+			if forwarded {
+				w.fail("an event for room %s forwarded twice, the second time by %s to %s", room, p.name, q.name)
+			}
+			r := w.dispatch(ctx, q, room, true)
+			r.relayed = r.answered
+			return r
+		})
+		switch {
+		case errors.Is(err, errUnreachable):
+			w.stats.Dials++
+			return true
+		case err != nil:
+			answer = refuse(refusedRelay)
+		default:
+			answer = r
+		}
+		return false
+	})
+	switch d.Outcome {
+	case member.Serve:
+		return w.serve(ctx, p, room)
+	case member.Forwarded:
+		return answer
+	}
+	switch d.Refusal {
+	case member.RefusedInactive:
+		return refuse(refusedInactive)
+	case member.RefusedMoved:
+		return refuse(refusedMoved)
+	case member.RefusedUnreachable:
+		return refuse(refusedUnreachable)
+	case member.RefusedBucket:
+		return refuse(refusedBucket)
+	}
+	return refuse(refusedWait)
 }
 
 // close gives ev its outcome, once.
@@ -173,7 +194,7 @@ func (w *World) close(ev *request, r reply) {
 	}
 	ev.done, ev.r = true, r
 	w.open--
-	w.stats.LongestEvent = max(w.stats.LongestEvent, time.Duration(w.s.Now()-ev.landed-ev.excused))
+	w.stats.LongestEvent = max(w.stats.LongestEvent, time.Duration(w.s.Now()-ev.landed-w.excused(ev)))
 	if p := ev.origin; p != nil {
 		p.events = slices.DeleteFunc(p.events, func(e *request) bool { return e == ev })
 	}
@@ -186,6 +207,19 @@ func (w *World) close(ev *request, r reply) {
 	}
 	w.stats.Refused++
 	w.stats.Reasons[r.why]++
+}
+
+// excused is the time ev's bound does not count: its origin's pauses, and
+// the bucket calls of the task that routes it (the one under way too).
+func (w *World) excused(ev *request) int64 {
+	e := ev.excused
+	if t := ev.task; t != nil {
+		e += t.bucketTime
+		if t.inBucket {
+			e += w.s.Now() - t.bucketFrom
+		}
+	}
+	return e
 }
 
 // dropEvents refuses the events under way on p, whose process died or
@@ -202,12 +236,10 @@ func (w *World) deadline(ev *request) {
 	if ev.done {
 		return
 	}
-	excused := ev.excused
-	if ev.inCall {
-		excused += w.s.Now() - ev.callFrom
-	}
+	excused := w.excused(ev)
+	inCall := ev.task != nil && ev.task.inBucket
 	due := ev.landed + ev.origin.clock.global(eventBound) + int64(eventSlack) + excused
-	if w.s.Now() < due || ev.inCall {
+	if w.s.Now() < due || inCall {
 		w.s.At(max(due, w.s.Now()+int64(time.Second)), "deadline", func() { w.deadline(ev) })
 		return
 	}
@@ -215,136 +247,25 @@ func (w *World) deadline(ev *request) {
 		ev.id, ev.room, ev.origin.name, time.Duration(ev.landed), time.Duration(w.s.Now()-ev.landed), time.Duration(excused))
 }
 
-// timed runs a call of the core for ev on p; on ev's origin, the time it
-// takes in the bucket does not count towards ev's bound.
-func (w *World) timed(ev *request, p *process, f func()) {
-	if ev == nil || ev.origin != p {
-		f()
-		return
-	}
-	ev.callFrom, ev.inCall = w.s.Now(), true
-	f()
-	ev.excused += w.s.Now() - ev.callFrom
-	ev.inCall = false
-}
-
-func (w *World) routeOnce(ctx context.Context, p *process, ev *request) (where cluster.Where, err error) {
-	w.timed(ev, p, func() { where, err = p.node.Route(ctx, ev.room) })
-	return where, err
-}
-
-// route is what p's host does with ev: serve it here, relay it, or wait
-// for its room to be free; relayed says ev was relayed here (host/server's
-// routeCluster).
-func (w *World) route(ctx context.Context, p *process, ev *request, relayed bool) reply {
-	where, err := w.routeOnce(ctx, p, ev)
-	waited, redialed := false, false
-	for {
-		if err != nil {
-			return refuse(refusedBucket)
-		}
-		switch where.Kind {
-		case cluster.Here:
-			return w.serveHere(ctx, p, ev, ev.room, where)
-		case cluster.Wait:
-			if relayed || waited {
-				return refuse(w.waitReason(p))
-			}
-			waited = true
-			where, err = w.awaitRoute(ctx, p, ev)
-		case cluster.Elsewhere:
-			// The room runs elsewhere (or, from a draining node, is
-			// taken elsewhere): its sockets here are not its own any
-			// more.
-			// A room this node moves away keeps its sockets until
-			// another node holds it (the move closes them then).
-			w.checkNotAway(p, ev.room, where.Node)
-			if _, moving := p.node.Moving(ev.room); !moving {
-				w.closeRoomSockets(p, ev.room, "the room runs on "+where.Node)
-			}
-			if relayed && !w.cfg.Host.Bounce {
-				return refuse(refusedMoved)
-			}
-			to := w.machineNamed[where.Node]
-			r, cerr := w.call(ctx, p, to, fmt.Sprintf("relay %d %s", ev.id, ev.room.Name), func(ctx context.Context, q *process) reply {
-				return w.relayed(ctx, q, ev, relayed)
-			})
-			switch {
-			case cerr == nil:
-				return r
-			case !errors.Is(cerr, errUnreachable):
-				return refuse(refusedRelay)
-			}
-			w.stats.Dials++
-			w.timed(ev, p, func() { p.node.Unreachable(ctx, where.Node) })
-			gone := where.Node
-			where, err = w.routeOnce(ctx, p, ev)
-			if err == nil && where.Kind == cluster.Elsewhere && (redialed || where.Node == gone) {
-				return refuse(refusedUnreachable)
-			}
-			redialed = true
-		}
-	}
-}
-
-// relayed is the host of q handling ev, relayed to it; again says the
-// relay came from a node ev had been relayed to already (a bounce).
-func (w *World) relayed(ctx context.Context, q *process, ev *request, again bool) reply {
-	w.stats.Relays++
-	if again {
-		w.fail("event %d for room %s relayed twice, the second time to %s", ev.id, ev.room, q.name)
-	}
-	r := w.route(ctx, q, ev, true)
-	r.relayed = r.answered
-	return r
-}
-
-func (w *World) waitReason(p *process) reason {
-	if !p.node.LeaseValid() {
-		return refusedInactive
-	}
-	return refusedWait
-}
-
-// awaitRoute polls where ev's room runs, with back-off, until it is here
-// or elsewhere, or the failover wait has passed (Wait then).
-func (w *World) awaitRoute(ctx context.Context, p *process, ev *request) (cluster.Where, error) {
-	w.stats.FailoverWaits++
-	sl := sleeper{p}
-	deadline := p.clock.Now() + int64(failoverWait)
-	for delay := failoverPollFirst; ; delay = min(2*delay, failoverPollMax) {
-		left := time.Duration(deadline - p.clock.Now())
-		if left <= 0 {
-			return cluster.Where{Kind: cluster.Wait}, nil
-		}
-		sl.Sleep(ctx, min(delay, left))
-		where, err := w.routeOnce(ctx, p, ev)
-		if err != nil || where.Kind != cluster.Wait {
-			return where, err
-		}
-	}
-}
-
-// serveHere runs an event (ev; nil for a move's take) on room here:
-// on the hold the host has, or on one Take writes over where's read. A
-// room taken stays resident for a while.
-func (w *World) serveHere(ctx context.Context, p *process, ev *request, room cluster.Room, where cluster.Where) reply {
-	node := p.node
+// serve is the fake room manager of p serving an event for room, which
+// the member routed here: on the hold it has, or on one the member
+// acquires (a wake, for a room parked here). A room taken stays resident
+// for a while. It is also the target's side of a move (take).
+func (w *World) serve(ctx context.Context, p *process, room cluster.Room) reply {
+	mem, node := p.member, p.member.Core()
 	if h, ok := p.holds[room]; ok {
-		if node.Valid(h) {
+		if mem.Valid(h) {
 			return reply{answered: true, gen: h.Generation}
 		}
-		delete(p.holds, room) // dropped: the host's instance goes, unwritten
-		node.Release(ctx, h)
+		delete(p.holds, room) // dropped: the instance goes, unwritten
+		mem.End(ctx, h, "invalid", false)
 	}
-	if where.Seen.Room != room {
-		// Here without a read: the core holds the room, and the host
-		// has every hold of the core.
-		w.fail("%s routes room %s here as held, but its host holds no valid hold of it", p.name, room)
+	if node.Acting(room) {
+		// The core acts on the room, and the rooms would have every
+		// hold of it.
+		w.fail("%s routes room %s here as held, but its rooms hold no valid hold of it", p.name, room)
 		return refuse(refusedHeld) // the run ends at the violation
 	}
-	var h cluster.Hold
-	var err error
 	// A wake of the room parked here (an acquisition at generation + 1)
 	// that finds another holder, or whose outcome is unknown (the core
 	// then keeps the parked entry), exposes what it keeps here
@@ -354,14 +275,10 @@ func (w *World) serveHere(ctx context.Context, p *process, ev *request, room clu
 	// core must have refused it (it decides after any read of a lease the
 	// take makes first, during which a drain may end).
 	draining, flips := p.draining, p.drainFlips
-	w.timed(ev, p, func() { h, err = node.Take(ctx, where.Seen) })
-	if errors.Is(err, cluster.ErrContended) {
-		draining, flips = p.draining, p.drainFlips
-		_, parked := node.Parked(room)
-		wake = wake || parked
-		w.timed(ev, p, func() { h, err = node.Acquire(ctx, room) })
-	}
+	h, err := mem.Acquire(ctx, room)
 	draining = draining && p.drainFlips == flips
+	_, parked := node.Parked(room)
+	wake = wake || parked
 	var held *cluster.HeldError
 	switch {
 	case err == nil:
@@ -369,7 +286,6 @@ func (w *World) serveHere(ctx context.Context, p *process, ev *request, room clu
 		if wake {
 			p.exposed[room] = true
 		}
-		w.closeRoomSockets(p, room, "the room is held by "+held.Node)
 		return refuse(refusedHeld)
 	case errors.Is(err, cluster.ErrNotActive):
 		return refuse(refusedInactive)
@@ -385,7 +301,7 @@ func (w *World) serveHere(ctx context.Context, p *process, ev *request, room clu
 		// Parked now, so at the write too (nothing parks a room while
 		// an acquisition of it is in flight here): a wake, even if
 		// the room parked only while its read was on the way.
-		if _, kept := node.Parked(room); kept || wake {
+		if wake {
 			p.exposed[room] = true
 		}
 		return refuse(refusedUnknown)
@@ -411,19 +327,19 @@ func (w *World) serveHere(ctx context.Context, p *process, ev *request, room clu
 	return reply{answered: true, gen: h.Generation}
 }
 
-// resident keeps a room taken here for a while, then it goes idle
-// (hibernate: parked if it has sockets here, else released). Most rooms
-// stay for a few events; some stay for long (a busy room), outliving
-// lease renewals, cut links and fences.
+// resident keeps a room taken here for a while, then it goes idle: its
+// hold ends through the member, which parks it if sockets are open here.
+// Most rooms stay for a few events; some stay for long (a busy room),
+// outliving lease renewals, cut links and fences.
 func (w *World) resident(ctx context.Context, p *process, h cluster.Hold) {
-	node, sl := p.node, sleeper{p}
+	sl := sleeper{p}
 	uses := 1 + w.rng.IntN(6)
 	if w.rng.IntN(3) == 0 {
 		uses = 10 + w.rng.IntN(20)
 	}
 	for range uses {
 		sl.Sleep(ctx, w.between(100*time.Millisecond, 2*time.Second))
-		if !node.Valid(h) {
+		if !p.member.Valid(h) {
 			break
 		}
 		w.stats.Uses++
@@ -431,5 +347,20 @@ func (w *World) resident(ctx context.Context, p *process, h cluster.Hold) {
 	if p.holds[h.Room] == h {
 		delete(p.holds, h.Room)
 		w.hibernate(ctx, p, h)
+	}
+}
+
+// hibernate ends a resident room's hold h as the room goes idle, through
+// the member, telling it whether sockets are open here; it checks that a
+// room never parks on a node that was draining throughout.
+func (w *World) hibernate(ctx context.Context, p *process, h cluster.Hold) {
+	draining, flips := p.draining, p.drainFlips
+	p.member.End(ctx, h, "idle", w.openSockets(p, h.Room) > 0)
+	if cur, parked := p.member.Core().Parked(h.Room); parked && cur == h {
+		delete(p.exposed, h.Room)
+		w.s.Note("%s parks %s at generation %d", p.name, h.Room.Name, h.Generation)
+		if draining && p.drainFlips == flips {
+			w.fail("%s parked room %s (generation %d) while draining", p.name, h.Room, h.Generation)
+		}
 	}
 }

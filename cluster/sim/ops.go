@@ -2,11 +2,13 @@ package sim
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/wasmkeep/wasmkeep/cluster"
+	"github.com/wasmkeep/wasmkeep/cluster/member"
 )
 
 // What happens to the machines and what operators do to them: crashes,
@@ -59,14 +61,14 @@ func (w *World) pause(p *process, until int64) {
 // pausedFor is how long p stays paused from now (0 if it is not).
 func (w *World) pausedFor(p *process) int64 { return max(0, p.group.pausedUntil-w.s.Now()) }
 
-// stop stops p cleanly, then it exits. Its sockets close first (1012);
-// the core then releases its holds and parked records, then its lease.
+// stop stops p cleanly, then it exits: its member closes its sockets
+// (1012), and its core releases its holds and parked records, then its
+// lease.
 func (w *World) stop(p *process) {
 	w.stats.Stops++
 	p.stopping = true
-	w.closeAllSockets(p, "the node is stopping")
 	w.s.Spawn(p.group, "stop", func(ctx context.Context) {
-		p.node.Stop(ctx, sleeper{p})
+		p.member.Leave(ctx)
 		w.exit(p, "stopped")
 	})
 }
@@ -89,7 +91,7 @@ func (w *World) die(p *process) {
 func (w *World) hang(p *process) {
 	w.stats.Hangs++
 	m := p.machine
-	if w.cfg.Host.FencePaused {
+	if w.cfg.World.FencePaused {
 		// The operator takes a long pause for a hang.
 		until := w.s.Now() + int64(w.between(w.cfg.TTL/2, 5*w.cfg.TTL/2))
 		w.s.Note("pause %s until %d", p.name, until)
@@ -133,7 +135,7 @@ func (w *World) handFence(m *machine, dead func() bool) {
 		tries++
 		var live []*process
 		for _, o := range w.machines {
-			if q := o.proc; o != m && q != nil && !q.hung && !q.stopping && !q.node.Ended() {
+			if q := o.proc; o != m && q != nil && !q.hung && !q.stopping && !q.member.Core().Ended() {
 				live = append(live, q)
 			}
 		}
@@ -147,7 +149,7 @@ func (w *World) handFence(m *machine, dead func() bool) {
 			if !dead() {
 				return
 			}
-			l, err := q.node.FenceByHand(ctx, m.name)
+			l, err := q.member.Core().FenceByHand(ctx, m.name)
 			if err != nil {
 				w.stats.HandFencesFailed++
 				if tries < 3 {
@@ -239,7 +241,7 @@ func (w *World) drainBound() time.Duration {
 // drainOpen reports whether p has a drain under way that must end.
 func (w *World) drainOpen(p *process) bool {
 	d := p.drain
-	return d != nil && !d.done && !d.over && !p.hung && !p.node.Ended() && p.machine.proc == p
+	return d != nil && !d.done && !d.over && !p.hung && !p.member.Core().Ended() && p.machine.proc == p
 }
 
 // endDrain notes that p's drain, if one is under way, ended with p.
@@ -250,18 +252,17 @@ func (w *World) endDrain(p *process) {
 	}
 }
 
-// startDrain has an operator drain a running process: it takes no room,
-// and at each pass closes every socket (1012), releases every parked
-// record, then hands each room it holds over; it reports drained once
-// nothing names it (no hold, no parked record, no pending release); then
-// it stops cleanly, or takes rooms again a little later.
+// startDrain has an operator drain a running process (its member's
+// Drain, as `cluster drain --wait` does) and wait until it is drained;
+// then the operator stops it cleanly, or has it take rooms again a little
+// later.
 func (w *World) startDrain() {
 	if w.s.Now() < int64(w.cfg.Duration) {
 		w.s.At(w.after(25*time.Second), "drain", w.startDrain)
 	}
 	var ps []*process
 	for _, m := range w.machines {
-		if p := m.proc; p != nil && !p.hung && !p.stopping && !p.draining && p.node.LeaseValid() {
+		if p := m.proc; p != nil && !p.hung && !p.stopping && !p.draining && p.member.Core().LeaseValid() {
 			ps = append(ps, p)
 		}
 	}
@@ -272,42 +273,20 @@ func (w *World) startDrain() {
 	d := &drainState{start: w.s.Now(), excused: w.pausedFor(p)}
 	p.draining, p.drain = true, d
 	p.drainFlips++
-	if !w.cfg.Host.DrainUntold {
-		p.node.SetDraining(true)
-	}
+	p.member.Drain(true)
 	w.stats.Drains++
 	w.s.Note("drain %s", p.name)
 	w.s.At(d.start+int64(w.drainBound()), "drain deadline", func() { w.drainDeadline(p, d) })
 	w.s.Spawn(p.group, "drain", func(ctx context.Context) {
-		node, sl := p.node, sleeper{p}
-		for !node.Ended() {
-			w.closeAllSockets(p, "the node is draining")
-			// Every pass, not only the first: a park that saw the node
-			// not draining just before the drain began lands after it.
-			for _, h := range node.ParkedRooms() {
-				if parked, _ := node.ReleaseParked(ctx, h.Room); parked {
-					w.stats.ParkedDrains++
-				}
-			}
-			for _, room := range w.rooms {
-				if h, ok := p.holds[room]; ok {
-					// A hand-over closes the room's sockets, those
-					// opened since the pass began too.
-					w.closeRoomSockets(p, room, "the room is handed over")
-					delete(p.holds, room)
-					node.Release(ctx, h)
-					w.stats.Releases++
-				}
-			}
-			if node.Drained() && len(p.holds) == 0 {
-				break
-			}
+		sl, core := sleeper{p}, p.member.Core()
+		for !core.Ended() && !p.member.Drained() {
 			sl.Sleep(ctx, w.cfg.TTL/20)
 		}
-		if node.Ended() {
+		if core.Ended() {
 			w.endDrain(p)
 			return
 		}
+		w.checkDrained(p)
 		d.done = true
 		w.stats.Drained++
 		w.stats.LongestDrain = max(w.stats.LongestDrain, time.Duration(w.s.Now()-d.start-d.excused))
@@ -320,10 +299,21 @@ func (w *World) startDrain() {
 			w.stop(p)
 			return
 		}
-		node.SetDraining(false)
+		p.member.Drain(false)
 		p.draining = false
 		p.drainFlips++
 	})
+}
+
+// checkDrained checks, as p's member reports it drained, that no record
+// names p: nothing it holds, parks or has yet to release.
+func (w *World) checkDrained(p *process) {
+	for i, room := range w.rooms {
+		if r := w.records[w.recordKeys[i]].rec; !r.Free && r.Instance == p.member.Core().Instance() {
+			w.fail("%s reports drained, but room %s's record names it (generation %d)", p.name, room, r.Generation)
+			return
+		}
+	}
 }
 
 // drainDeadline checks that d, a drain of p, reported drained within
@@ -336,20 +326,15 @@ func (w *World) drainDeadline(p *process, d *drainState) {
 		w.s.At(due, "drain deadline", func() { w.drainDeadline(p, d) })
 		return
 	}
-	s := p.node.Status()
-	w.fail("%s, draining since %v, is not drained after %v: %d holds, %d pending releases, %d unresolved acquisitions",
-		p.name, time.Duration(d.start), time.Duration(w.s.Now()-d.start), len(s.Holds), len(s.Pending), len(s.Unresolved))
+	s := p.member.Core().Status()
+	w.fail("%s, draining since %v, is not drained after %v: %d holds, %d parked, %d pending releases, %d unresolved acquisitions",
+		p.name, time.Duration(d.start), time.Duration(w.s.Now()-d.start), len(s.Holds), len(s.Parked), len(s.Pending), len(s.Unresolved))
 }
 
 // move has an operator move a room from the process that holds it, or
-// keeps it parked, to another node, as clusternode's Member.Move does:
-// the move is recorded (BeginMove: the room takes no hold here any
-// more), the hold released (handed over) or the parked record released,
-// and then the move is looked after as the member's move loop does: the
-// target is asked to take the room once its record is free, and the
-// room's sockets here close once another node holds it (or the move gives
-// up). A release that did not land (pending, or a wake of this node's
-// that landed unanswered) keeps the move waiting, with the sockets open.
+// keeps it parked, to another node (the member's Move, as `cluster move`
+// does). The member takes it on from there (its move duty); the world
+// follows it through the member's events (moveEnded).
 func (w *World) move() {
 	if w.s.Now() < int64(w.cfg.Duration) {
 		w.s.At(w.after(6*time.Second), "move", w.move)
@@ -362,7 +347,7 @@ func (w *World) move() {
 	for _, m := range w.machines {
 		if p := m.proc; p != nil && !p.hung && !p.stopping && !p.draining {
 			for _, room := range w.rooms {
-				_, parked := p.node.Parked(room)
+				_, parked := p.member.Core().Parked(room)
 				if _, ok := p.holds[room]; ok || parked {
 					hs = append(hs, held{p, room})
 				}
@@ -376,29 +361,43 @@ func (w *World) move() {
 	p, room := x.p, x.room
 	to := w.machines[(p.machine.idx+1+w.rng.IntN(len(w.machines)-1))%len(w.machines)]
 	w.s.Spawn(p.group, "move "+room.Name+" to "+to.name, func(ctx context.Context) {
-		node := p.node
-		if _, err := node.BeginMove(room, to.name); err != nil {
+		if _, under := p.moveStarts[room]; under {
+			return // one move of a room at a time: the operator waits for it
+		}
+		p.moveStarts[room] = moveStart{at: w.s.Now(), paused: p.paused}
+		begun := p.movesBegun
+		_, err := p.member.Move(ctx, room, to.name)
+		if err != nil && !errors.Is(err, member.ErrMoveUnderWay) && p.movesBegun == begun {
 			w.stats.MovesRefused++
-			return
-		}
-		if h, held := p.holds[room]; held {
-			delete(p.holds, room)
-			node.Release(ctx, h)
-			w.stats.Releases++
-		} else if parked, landed := node.ReleaseParked(ctx, room); parked {
-			w.stats.ParkedMoves++
-			if !landed {
-				w.stats.ParkedMovesPending++
-			}
-		}
-		w.stats.Moves++
-		start, paused := w.s.Now(), p.paused
-		for w.moveStep(ctx, p, to, room) && (sleeper{p}).Sleep(ctx, w.cfg.TTL/10) == nil {
-		}
-		if p.machine.proc == p && !p.node.Ended() {
-			w.checkMoveEnded(p, room, time.Duration(w.s.Now()-start-(p.paused-paused)))
+			delete(p.moveStarts, room)
 		}
 	})
+}
+
+// moveStart is when a move began, and how long its process had been
+// paused by then.
+type moveStart struct{ at, paused int64 }
+
+// moveEnded follows the end of p's move of room, which the member
+// reports: it ended within its bound, and, if another node holds the room
+// now, the record does not name p.
+func (w *World) moveEnded(p *process, e member.Event) {
+	start, ok := p.moveStarts[e.Room]
+	delete(p.moveStarts, e.Room)
+	switch {
+	case e.Err != nil:
+		w.stats.MovesGivenUp++
+	case e.By != e.Node:
+		w.stats.MovesFoundTaken++
+	}
+	if e.By != "" {
+		if r := w.records[cluster.RecordKey(e.Room)].rec; !r.Free && r.Instance == p.member.Core().Instance() {
+			w.fail("%s's move of room %s to %s ended as taken by %s, but the record names %s (generation %d)", p.name, e.Room, e.Node, e.By, p.name, r.Generation)
+		}
+	}
+	if ok && p.machine.proc == p && !p.member.Core().Ended() {
+		w.checkMoveEnded(p, e.Room, time.Duration(w.s.Now()-start.at-(p.paused-start.paused)))
+	}
 }
 
 // checkMoveEnded checks that p's move of room ended within its look, less
@@ -414,45 +413,7 @@ func (w *World) checkMoveEnded(p *process, room cluster.Room, took time.Duration
 // moveBound bounds a move on p, pauses aside (see checkMoveEnded), with
 // a lease time for the drift of p's clock and the scheduler's leg times.
 func (w *World) moveBound(p *process) time.Duration {
-	return p.node.LookFor() + w.cfg.TTL/10 + 2*w.cfg.Faults.Timeout + headerTimeout + w.cfg.TTL
-}
-
-// moveStep takes p's move of room to machine to one step, as the
-// member's advanceMove does; it reports whether the move goes on.
-func (w *World) moveStep(ctx context.Context, p *process, to *machine, room cluster.Room) bool {
-	node := p.node
-	step, ok := node.LookMove(ctx, room)
-	if !ok {
-		return false
-	}
-	switch step.Kind {
-	case cluster.MoveWait:
-		return true
-	case cluster.MoveGiveUp:
-		w.stats.MovesGivenUp++
-		if _, parked := node.Parked(room); !parked && !node.Acting(room) && !w.cfg.Host.GiveUpKeepsSockets {
-			w.closeRoomSockets(p, room, "the move of the room ended unfinished")
-		}
-		return false
-	case cluster.MoveTaken:
-		w.stats.MovesFoundTaken++
-	case cluster.MoveAsk:
-		r, err := w.call(ctx, p, to, "take "+room.Name, func(ctx context.Context, q *process) reply {
-			where, err := q.node.Route(ctx, room)
-			if err != nil || where.Kind != cluster.Here {
-				return refuse(refusedMoved)
-			}
-			return w.serveHere(ctx, q, nil, room, where)
-		})
-		if err != nil || !r.answered {
-			return true // the next look reads the record again
-		}
-		node.EndMove(step.Move)
-		w.stats.MovesDone++
-		w.checkMove(p, to, room, r.gen)
-	}
-	w.closeRoomSockets(p, room, "the room moved to "+to.name)
-	return false
+	return p.member.Core().LookFor() + w.cfg.TTL/10 + 2*w.cfg.Faults.Timeout + headerTimeout + w.cfg.TTL
 }
 
 // checkMove checks a move of room from p to machine to, which answered
@@ -466,7 +427,7 @@ func (w *World) checkMove(p *process, to *machine, room cluster.Room, gen uint64
 		return
 	case r.rec.Generation < gen, !r.rec.Free && r.rec.Node != to.name:
 		w.fail("room %s moved from %s to %s at generation %d, but its record is at generation %d naming %q", room, p.name, to.name, gen, r.rec.Generation, r.rec.Node)
-	case p.node.Acting(room) && p.machine.proc == p:
+	case p.member.Core().Acting(room) && p.machine.proc == p:
 		w.fail("room %s moved from %s to %s, which still acts on it", room, p.name, to.name)
 	}
 }

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/wasmkeep/wasmkeep/cluster"
+	"github.com/wasmkeep/wasmkeep/cluster/member"
 )
 
 // Calls between machines: a relayed event, or a move's take. They travel
@@ -23,15 +26,10 @@ import (
 //     resets the connection (errReset). The caller gives up at
 //     headerTimeout (errTimeout).
 //
-// The timeouts are host/server's: DefaultForwardDialTimeout and
-// DefaultForwardHeaderTimeout; the failover wait and its poll are its
-// DefaultFailoverWait and failoverPoll*.
+// The timeouts are the ones a member's Forward keeps.
 const (
-	dialTimeout       = 2 * time.Second
-	headerTimeout     = 30 * time.Second
-	failoverWait      = 5 * time.Second
-	failoverPollFirst = 50 * time.Millisecond
-	failoverPollMax   = 500 * time.Millisecond
+	dialTimeout   = member.ForwardDialTimeout
+	headerTimeout = member.ForwardHeaderTimeout
 	// peerLegMax bounds one leg of a call on the machines' network.
 	peerLegMax = 3 * time.Millisecond
 )
@@ -41,6 +39,8 @@ var (
 	errUnreachable = errors.New("sim: peer unreachable")
 	// errReset: the target's process died while handling the call.
 	errReset = errors.New("sim: connection reset by peer")
+	// errRefused: the target refused the call.
+	errRefused = errors.New("sim: the peer refused")
 	// errTimeout: no answer came within headerTimeout.
 	errTimeout = errors.New("sim: peer answered nothing in time")
 )
@@ -105,7 +105,7 @@ func (w *World) call(ctx context.Context, p *process, to *machine, what string, 
 		})
 	})
 	deadline := now + p.clock.global(headerTimeout)
-	if w.cfg.Host.ForwardWithoutTimeout {
+	if w.cfg.World.ForwardWithoutTimeout {
 		deadline = Forever
 	}
 	t.BlockUntil(deadline)
@@ -140,4 +140,31 @@ func removeCall(cs []*call, c *call) []*call {
 		}
 	}
 	return cs
+}
+
+// fakePeers is a process's calls to other nodes as its member makes them
+// (member.Peers).
+type fakePeers struct {
+	w *World
+	p *process
+}
+
+// AskTake asks the process on machine node to take room, as a server's
+// Member.Take does: its rooms acquire and wake it. A take that answers
+// is checked (checkMove).
+func (f fakePeers) AskTake(ctx context.Context, node, _ string, room cluster.Room) error {
+	w, p := f.w, f.p
+	to := w.machineNamed[node]
+	r, err := w.call(ctx, p, to, "take "+room.Name, func(ctx context.Context, q *process) reply {
+		return w.serve(ctx, q, room)
+	})
+	if err != nil {
+		return err
+	}
+	if !r.answered {
+		return errRefused
+	}
+	w.stats.MovesDone++
+	w.checkMove(p, to, room, r.gen)
+	return nil
 }

@@ -8,13 +8,14 @@ import (
 	"time"
 
 	"github.com/wasmkeep/wasmkeep/cluster"
+	"github.com/wasmkeep/wasmkeep/cluster/member"
 )
 
 // callWorld is a world of two machines whose processes have no duties
 // running: n1 calls n2.
-func callWorld(t *testing.T, host HostVariants) (*World, *process, *process) {
+func callWorld(t *testing.T, host Variants) (*World, *process, *process) {
 	t.Helper()
-	w := newWorld(Config{Seed: 1, Nodes: 2, Host: host})
+	w := newWorld(Config{Seed: 1, Nodes: 2, World: host})
 	var ps []*process
 	for _, m := range w.machines {
 		p := &process{machine: m, name: m.name + ".1", holds: map[cluster.Room]cluster.Hold{}}
@@ -24,7 +25,10 @@ func callWorld(t *testing.T, host HostVariants) (*World, *process, *process) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p.node = node
+		p.member, err = member.New(member.Config{Core: node, Rooms: fakeRooms{w, p}, Peers: fakePeers{w, p}, Clock: p.clock, Sleeper: sleeper{p}})
+		if err != nil {
+			t.Fatal(err)
+		}
 		m.proc = p
 		w.procs[p.group] = p
 		ps = append(ps, p)
@@ -36,7 +40,7 @@ func TestPeerCalls(t *testing.T) {
 	sec := int64(time.Second)
 	for _, tc := range []struct {
 		name string
-		host HostVariants
+		host Variants
 		// setup runs before the call, during runs on the scheduler while
 		// the target handles it (which takes a second).
 		setup, during func(w *World, from, to *process)
@@ -54,7 +58,7 @@ func TestPeerCalls(t *testing.T) {
 		{name: "reset", during: func(w *World, from, to *process) { w.kill(to, "crash") }, err: errReset, within: sec},
 		{name: "answer lost", during: func(w *World, from, to *process) { from.machine.cutUntil[1], to.machine.cutUntil[0] = 10*sec, 10*sec },
 			err: errTimeout, within: int64(headerTimeout) + sec},
-		{name: "no timeout", host: HostVariants{ForwardWithoutTimeout: true}, setup: func(w *World, from, to *process) { w.s.Pause(to.group, Forever) }},
+		{name: "no timeout", host: Variants{ForwardWithoutTimeout: true}, setup: func(w *World, from, to *process) { w.s.Pause(to.group, Forever) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w, from, to := callWorld(t, tc.host)

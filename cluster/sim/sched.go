@@ -82,6 +82,10 @@ type Task struct {
 	// parked is the event that will resume the task from its current
 	// block, for Unpark to replace by an earlier one.
 	parked *event
+	// bucketTime is the virtual time the task spent in bucket calls;
+	// inBucket says it is in one now, since bucketFrom.
+	bucketTime, bucketFrom int64
+	inBucket               bool
 }
 
 type taskKey struct{}

@@ -12,12 +12,14 @@ import (
 	"testing"
 
 	"github.com/wasmkeep/wasmkeep/cluster"
+	"github.com/wasmkeep/wasmkeep/cluster/member"
 )
 
 // defaultSeeds is how many seeds TestSim runs unless WASMKEEP_SIM_SEEDS
 // says otherwise: enough to catch every broken variant and to exercise
 // every part of the protocol, in seconds. Under -race, which makes a run
-// ten times slower, an eighth of them: each seed runs on one goroutine,
+// ten times slower, a fifth of them (enough to catch every variant still):
+// each seed runs on one goroutine,
 // so what the race detector can find (state shared between runs, the
 // pool of runs itself) a few seeds find as well as many. CI runs the
 // full count again without -race (.ci/run).
@@ -25,7 +27,7 @@ var defaultSeeds uint64 = 200
 
 func init() {
 	if raceEnabled {
-		defaultSeeds /= 8
+		defaultSeeds /= 5
 		checkSeeds = 1
 	}
 }
@@ -85,20 +87,23 @@ func replay(seed uint64, variant string) string {
 }
 
 // variants are the names of every broken variant: the core's (its
-// parked records' among them), then the host's.
+// parked records' among them), the member's, then the world's.
 func variants() []string {
-	return slices.Concat(cluster.VariantNames, cluster.ParkVariantNames, HostVariantNames)
+	return slices.Concat(cluster.VariantNames, cluster.ParkVariantNames, member.VariantNames, VariantNames)
 }
 
 // variantConfig is the Config with the variant of that name switched on
 // ("" for none).
 func variantConfig(name string) (Config, error) {
-	if v, ok := HostVariant(name); ok {
-		return Config{Host: v}, nil
+	if v, ok := variant(name); ok {
+		return Config{World: v}, nil
+	}
+	if v, err := member.Variant(name); err == nil {
+		return Config{Member: v}, nil
 	}
 	v, err := cluster.Variant(name)
 	if err != nil {
-		return Config{}, fmt.Errorf("%w (or one of the host's, %v)", err, HostVariantNames)
+		return Config{}, fmt.Errorf("%w (or one of the member's, %v, or the world's, %v)", err, member.VariantNames, VariantNames)
 	}
 	return Config{Broken: v}, nil
 }
@@ -134,7 +139,7 @@ func TestSim(t *testing.T) {
 		"drains": total.Drained, "moves": total.MovesDone, "fences by hand": total.HandFences, "hangs": total.Hangs,
 		"sockets": total.SocketsOpened, "parks": c.Parks, "wakes at home": c.ParkedWakes,
 		"releases at the last socket": total.LastSocketReleases, "drains of a parked room": total.ParkedDrains,
-		"moves of a parked room": total.ParkedMoves,
+		"moves of a parked room": total.ParkedMoves, "sweep passes": total.Sweeps, "sockets closed by a sweep": total.SweepCloses,
 	} {
 		if count == 0 {
 			t.Errorf("the runs never exercised %s: %+v", what, total)
@@ -167,7 +172,7 @@ func TestSim(t *testing.T) {
 		"%d fences (%d processes found themselves fenced), %d by hand (%d failed), %d lapses; "+
 		"resolver: %d landed, %d moved, %d expired; "+
 		"%d sockets opened (%d closed by their client, %d by their node), %d parks, %d wakes at home, "+
-		"%d parked records released (%d at the last socket, %d by a drain), %d moves of a parked room (%d whose release did not land), "+
+		"%d parked records released (%d at the last socket, %d by a drain), %d moves of a parked room, %d sweep passes (%d rooms' sockets closed), "+
 		"%d exposed takeovers; %d violations; variants caught: %s",
 		n, total.Steps, total.Acquisitions, total.Releases, c.ReleaseRetries, c.ReleaseMoot, total.Uses,
 		total.Landed, total.Answered, total.AnsweredRelayed, total.Refused, strings.Join(reasons, ", "),
@@ -177,7 +182,7 @@ func TestSim(t *testing.T) {
 		c.Fences, total.Fenced, total.HandFences, total.HandFencesFailed, c.Lapses,
 		c.ResolvedLanded, c.ResolvedMoved, c.ResolvedExpired,
 		total.SocketsOpened, total.SocketsClosedByClient, total.SocketsClosedByNode, c.Parks, c.ParkedWakes,
-		c.ParkedReleases, total.LastSocketReleases, total.ParkedDrains, total.ParkedMoves, total.ParkedMovesPending,
+		c.ParkedReleases, total.LastSocketReleases, total.ParkedDrains, total.ParkedMoves, total.Sweeps, total.SweepCloses,
 		total.Exposed, violations, strings.Join(caught, ", "))
 }
 

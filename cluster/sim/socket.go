@@ -6,36 +6,24 @@ import (
 	"time"
 
 	"github.com/wasmkeep/wasmkeep/cluster"
+	"github.com/wasmkeep/wasmkeep/cluster/member"
 )
 
 // Sockets (seed 000, socket home). A client's WebSocket is opened on the
 // node that runs its room: the upgrade is routed like any event, and the
 // node that holds the room keeps the socket. The socket outlives the
 // room's residence: when the room goes idle with a socket still open, the
-// host parks its hold (cluster.Node.Park) instead of releasing it, so the
-// record goes on naming this node, every other node relays the room's
-// events here, and the room wakes here, at a new generation (Route says
-// Here, Take writes generation + 1).
+// member parks its hold instead of releasing it, so the record goes on
+// naming this node, every other node routes the room's events here, and
+// the room wakes here, at a new generation.
 //
-// The host (this file and host.go, ops.go) does what clusternode's member
-// does, with the same calls of the core:
-//
-//   - a room that goes idle with a socket open here parks (Park), or is
-//     released if the core will not park it (draining, lapsed, stopping);
-//   - when a room's last socket here goes, whatever closed it, and the room
-//     is not resident here, its parked record is released (ReleaseParked);
-//   - every drain pass closes every socket (1012) and releases every
-//     parked record before it hands resident rooms over;
-//   - a move of a parked room releases its record first; the target is
-//     asked once the record is free, and the sockets close once another
-//     node holds the room (or the move gives up);
-//   - a room found taken elsewhere (a route to another node, a take that
-//     finds another holder) loses its sockets here;
-//   - a lapse closes every socket (1012), as does a clean stop, before the
-//     core releases the parked records with the holds.
-//
-// The world opens sockets for random rooms on the process that runs them
-// and closes each after a while, as its client would.
+// What a node does with its sockets is the member's (cluster/member):
+// it closes them when their room runs elsewhere, on a drain, a move, a
+// lapse or a clean stop, and releases a parked record when its room's last
+// socket goes. This file is the fake of the rooms the member asks about
+// (member.Rooms), and the clients: the world opens sockets for random
+// rooms on the process that runs them and closes each after a while, as
+// its client would.
 
 // socket is one client's WebSocket to a room, on the process that ran the
 // room when it connected.
@@ -72,7 +60,7 @@ func (w *World) connect() {
 func (w *World) runner(room cluster.Room) *process {
 	for _, m := range w.machines {
 		if p := m.proc; p != nil && !p.hung && !p.stopping {
-			if _, held := p.holds[room]; held && p.node.Acting(room) {
+			if _, held := p.holds[room]; held && p.member.Core().Acting(room) {
 				return p
 			}
 		}
@@ -139,51 +127,23 @@ func (w *World) closeSockets(p *process, why string, match func(cluster.Room) bo
 	}
 }
 
-// closeRoomSockets closes p's sockets of room, with 1012.
-func (w *World) closeRoomSockets(p *process, room cluster.Room, why string) {
-	w.closeSockets(p, why, func(r cluster.Room) bool { return r == room })
-}
-
-// closeAllSockets closes every socket of p, with 1012.
-func (w *World) closeAllSockets(p *process, why string) {
-	w.closeSockets(p, why, func(cluster.Room) bool { return true })
-}
-
-// lastSocketGone is the check made when a socket's slot is freed: a room
-// with no socket left here and no hold here releases its parked record.
+// lastSocketGone tells the member that room has no socket left on p,
+// as a room's worker does: not while the room is resident (its worker is
+// busy with it, and it parks or releases as it goes idle), and not if a
+// wake came first.
 func (w *World) lastSocketGone(p *process, room cluster.Room) {
 	if _, held := p.holds[room]; held {
-		return // resident: it releases (or parks) as it goes idle
+		return
 	}
-	if _, parked := p.node.Parked(room); !parked {
+	if _, parked := p.member.Core().Parked(room); !parked {
 		return
 	}
 	w.s.Spawn(p.group, "last socket "+room.Name, func(ctx context.Context) {
 		if _, held := p.holds[room]; held || w.openSockets(p, room) > 0 {
 			return // woken meanwhile
 		}
-		if parked, _ := p.node.ReleaseParked(ctx, room); parked {
-			w.stats.LastSocketReleases++
-		}
+		p.member.SocketsGone(ctx, room)
 	})
-}
-
-// closeOnLapse closes every socket of p, which just ran a step, if its
-// lease is not valid, or lapsed since it last looked (the core ended its
-// holds and made its parked records pending releases, and may have been
-// renewed since, in the same step): no room of a lapsed hold may keep its
-// clients here. A lapse happens only in a step of p's own, so looking
-// after each of them closes the sockets before anything else runs.
-func (w *World) closeOnLapse(p *process) {
-	if p == nil || p.machine.proc != p || p.hung {
-		return
-	}
-	n := p.node.Counts().Lapses
-	lapsed := n != p.lapses
-	p.lapses = n
-	if len(p.sockets) > 0 && (lapsed || !p.node.LeaseValid()) {
-		w.closeAllSockets(p, "the lease lapsed")
-	}
 }
 
 // forgetSockets drops p's sockets as its process ends: they are gone with
@@ -195,22 +155,54 @@ func (w *World) forgetSockets(p *process) {
 	p.sockets = nil
 }
 
-// hibernate ends a resident room's hold h as the room goes idle: with a
-// socket open here its hold is parked (the record keeps naming this node,
-// so the room wakes here); otherwise it is released. A room the core
-// will not park (the node drains, or its lease lapsed, or it stops) is
-// released, and its sockets close (1012): the room is not this node's
-// any more, and nothing else would close them (a drain whose passes
-// found it resident could report drained with them open).
-func (w *World) hibernate(ctx context.Context, p *process, h cluster.Hold) {
-	if w.openSockets(p, h.Room) > 0 && !w.cfg.Host.ReleaseOnHibernation {
-		if p.node.Park(h) {
-			delete(p.exposed, h.Room)
-			w.s.Note("%s parks %s at generation %d", p.name, h.Room.Name, h.Generation)
-			return
+// fakeRooms is a process's rooms and sockets as its member sees them
+// (member.Rooms).
+type fakeRooms struct {
+	w *World
+	p *process
+}
+
+// WithSockets lists the rooms with sockets open on the process, in the
+// order their first open socket opened (deterministic).
+func (r fakeRooms) WithSockets() []cluster.Room {
+	var out []cluster.Room
+	for _, s := range r.p.sockets {
+		if !slices.Contains(out, s.room) {
+			out = append(out, s.room)
 		}
-		w.closeRoomSockets(p, h.Room, "the room is released, not parked")
 	}
-	p.node.Release(ctx, h)
-	w.stats.Releases++
+	return out
+}
+
+func (r fakeRooms) Sockets(room cluster.Room) int { return r.w.openSockets(r.p, room) }
+
+// CloseSockets closes the sockets at once: the simulation's sockets close
+// in no time.
+func (r fakeRooms) CloseSockets(room cluster.Room, reason string) {
+	r.w.closeSockets(r.p, reason, func(x cluster.Room) bool { return x == room })
+}
+
+// HandOver ends a resident room's hold, not parking it.
+func (r fakeRooms) HandOver(ctx context.Context, room cluster.Room, why member.HandOverReason) error {
+	h, held := r.p.holds[room]
+	if !held {
+		return nil
+	}
+	delete(r.p.holds, room)
+	reason := "drain"
+	if why == member.HandOverMove {
+		reason = "move"
+	}
+	r.p.member.End(ctx, h, reason, false)
+	return nil
+}
+
+// DropAll drops every resident room: their holds end, unwritten.
+func (r fakeRooms) DropAll(ctx context.Context) {
+	for _, room := range r.w.rooms {
+		if h, held := r.p.holds[room]; held {
+			delete(r.p.holds, room)
+			r.p.member.End(ctx, h, "lapse", false)
+		}
+	}
 }

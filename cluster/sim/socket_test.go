@@ -54,11 +54,11 @@ func socketHome(t *testing.T, seed uint64) {
 	room := w.rooms[0]
 	record := func() cluster.Record { return w.records[cluster.RecordKey(room)].rec }
 	parkedAt := func(p *process, gen uint64) func() bool {
-		return func() bool { h, ok := p.node.Parked(room); return ok && h.Generation == gen }
+		return func() bool { h, ok := p.member.Core().Parked(room); return ok && h.Generation == gen }
 	}
 	runUntil(t, w, time.Minute, "the nodes join", func() bool {
 		for _, m := range w.machines {
-			s := m.proc.node.Status()
+			s := m.proc.member.Core().Status()
 			if !s.LeaseValid || len(s.Peers) != 2 || s.Peers[0].State != cluster.LeaseLive || s.Peers[1].State != cluster.LeaseLive {
 				return false
 			}
@@ -81,7 +81,7 @@ func socketHome(t *testing.T, seed uint64) {
 		if !ev.r.answered || !ev.r.relayed || ev.r.gen != gen+1 {
 			t.Fatalf("an event through %s: %+v; want it relayed to n1 and answered at generation %d", via.name, ev.r, gen+1)
 		}
-		if rec := record(); rec.Node != n1.name || rec.Instance != p1.node.Instance() || rec.Generation != gen+1 {
+		if rec := record(); rec.Node != n1.name || rec.Instance != p1.member.Core().Instance() || rec.Generation != gen+1 {
 			t.Fatalf("after a wake through %s the record is %+v", via.name, rec)
 		}
 		if !socket.open {
@@ -90,7 +90,7 @@ func socketHome(t *testing.T, seed uint64) {
 		gen++
 		runUntil(t, w, 2*time.Minute, "n1 parks the room again", parkedAt(p1, gen))
 	}
-	if c := p1.node.Counts(); c.ParkedWakes != 2 || c.Parks != 3 {
+	if c := p1.member.Core().Counts(); c.ParkedWakes != 2 || c.Parks != 3 {
 		t.Errorf("n1 woke the room %d times at home and parked it %d times; want 2 and 3", c.ParkedWakes, c.Parks)
 	}
 
@@ -98,7 +98,7 @@ func socketHome(t *testing.T, seed uint64) {
 	killed := w.s.Now()
 	w.kill(p1, "killed")
 	n1.down = true
-	bound := (2*w.cfg.TTL+w.cfg.Grace)*102/100 + failoverPollMax + time.Second
+	bound := (2*w.cfg.TTL+w.cfg.Grace)*102/100 + 500*time.Millisecond + time.Second
 	for !record().Free && record().Node == n1.name {
 		ev := w.land(n2, room)
 		runUntil(t, w, time.Minute, "an event through n2 after the kill", func() bool { return ev.done })
@@ -131,7 +131,7 @@ func socketHome(t *testing.T, seed uint64) {
 	if rec := record(); rec.Node != "" || rec.Instance != "" {
 		t.Errorf("the record after the last socket: %+v", rec)
 	}
-	if _, ok := q.node.Parked(room); ok || w.stats.LastSocketReleases != 1 || q.node.Counts().ParkedReleases != 1 {
-		t.Errorf("after the last socket: parked %v, %d releases at the last socket, %d parked releases", ok, w.stats.LastSocketReleases, q.node.Counts().ParkedReleases)
+	if _, ok := q.member.Core().Parked(room); ok || w.stats.LastSocketReleases != 1 || q.member.Core().Counts().ParkedReleases != 1 {
+		t.Errorf("after the last socket: parked %v, %d releases at the last socket, %d parked releases", ok, w.stats.LastSocketReleases, q.member.Core().Counts().ParkedReleases)
 	}
 }

@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"strings"
 	"time"
 
 	"github.com/wasmkeep/wasmkeep/cluster"
+	"github.com/wasmkeep/wasmkeep/cluster/member"
 	"github.com/wasmkeep/wasmkeep/host/store"
 )
 
@@ -29,9 +31,15 @@ type Config struct {
 	Faults Faults
 	// Broken is handed to every node.
 	Broken cluster.Variants
-	// Host breaks rules of the simulated host (routing, relaying,
-	// draining), as Broken does the core's.
-	Host HostVariants
+	// Member is handed to every node's member: it breaks the member's
+	// rules, as Broken does the core's.
+	Member member.Variants
+	// World breaks what the world does itself (its network, its
+	// operator).
+	World Variants
+	// SweepInterval is every member's owner sweep interval (5 s when
+	// zero: a minute would leave most runs without a sweep).
+	SweepInterval time.Duration
 	// Trace receives every event, if not nil.
 	Trace io.Writer
 	// CheckEverything checks every invariant of every process and room
@@ -91,11 +99,13 @@ type Stats struct {
 	// Node.ParkedWakes.
 	SocketsOpened, SocketsClosedByClient, SocketsClosedByNode uint64
 	// LastSocketReleases are the parked records released because their
-	// room's last socket here went; ParkedDrains those a drain pass
-	// released; ParkedMoves the moves of a parked room, and
-	// ParkedMovesPending those whose release did not land (the move then
-	// goes no further, and the sockets stay).
-	LastSocketReleases, ParkedDrains, ParkedMoves, ParkedMovesPending uint64
+	// room's last socket here went (or the sweep found none); ParkedDrains
+	// those a drain pass (or an event on a draining node) released;
+	// ParkedMoves the moves of a parked room.
+	LastSocketReleases, ParkedDrains, ParkedMoves uint64
+	// Sweeps are the owner sweep's passes; SweepCloses the rooms whose
+	// sockets it closed.
+	Sweeps, SweepCloses uint64
 	// Exposed are the takes of a room by another node while a node kept
 	// it parked, or held its sockets, after that node's own wake had an
 	// unknown outcome or found another holder: allowed, and counted.
@@ -145,7 +155,8 @@ func (s *Stats) Add(o Stats) {
 	s.LastSocketReleases += o.LastSocketReleases
 	s.ParkedDrains += o.ParkedDrains
 	s.ParkedMoves += o.ParkedMoves
-	s.ParkedMovesPending += o.ParkedMovesPending
+	s.Sweeps += o.Sweeps
+	s.SweepCloses += o.SweepCloses
 	s.Exposed += o.Exposed
 	s.LongestEvent = max(s.LongestEvent, o.LongestEvent)
 	s.LongestDrain = max(s.LongestDrain, o.LongestDrain)
@@ -239,12 +250,12 @@ type machine struct {
 	fencing int
 }
 
-// process is one run of a node: its cluster.Node, its clock, its tasks
-// and the holds its host runs rooms on.
+// process is one run of a node: its cluster member (and core), its
+// clock, its tasks and the holds its rooms run on.
 type process struct {
 	machine  *machine
 	name     string
-	node     *cluster.Node
+	member   *member.Member
 	clock    *nodeClock
 	group    *Group
 	holds    map[cluster.Room]cluster.Hold
@@ -268,10 +279,12 @@ type process struct {
 	events  []*request
 	serving []*call
 	// sockets are the WebSockets open here, in the order they opened
-	// (socket.go); lapses is the core's count of lapses when they were
-	// last looked at (a lapse closes them all).
+	// (socket.go).
 	sockets []*socket
-	lapses  uint64
+	// moveStarts are the moves an operator began here and not yet ended;
+	// movesBegun counts the moves the member began.
+	moveStarts map[cluster.Room]moveStart
+	movesBegun int
 	// exposed are the rooms whose wake here had an unknown outcome or
 	// found another holder, until the room is taken or parked here again
 	// (checkTaken).
@@ -337,7 +350,8 @@ func Run(cfg Config) Result {
 	w.stats.Faults = w.net.Injected
 	for _, m := range w.machines {
 		if p := m.proc; p != nil {
-			addCounters(&w.stats.Node, p.node.Counts())
+			addCounters(&w.stats.Node, p.member.Core().Counts())
+			w.stats.Sweeps += uint64(p.member.Sweeps())
 			if !w.drainOpen(p) {
 				w.endDrain(p) // its node ended, not yet its process
 			}
@@ -346,17 +360,14 @@ func Run(cfg Config) Result {
 	return Result{Seed: cfg.Seed, Hash: w.s.Hash(), Stats: w.stats, Violation: w.failure}
 }
 
-// step runs the next event at or before end, then what the world does
-// after each step (a process whose lease lapsed in it loses its sockets)
-// and the checks; it reports whether there was an event.
+// step runs the next event at or before end, then the checks; it
+// reports whether there was an event.
 func (w *World) step(end int64) bool {
 	g, ok := w.s.Step(end)
 	if !ok {
 		return false
 	}
-	p := w.procs[g]
-	w.closeOnLapse(p)
-	w.check(p)
+	w.check(w.procs[g])
 	return true
 }
 
@@ -380,7 +391,7 @@ func (w *World) busy() bool {
 // movesOpen reports whether p has moves under way that must end: each
 // ends within its look (checkMoveEnded), so the tail waits for them.
 func (w *World) movesOpen(p *process) bool {
-	return !p.hung && !p.node.Ended() && len(p.node.Moves()) > 0
+	return !p.hung && !p.member.Core().Ended() && len(p.moveStarts) > 0
 }
 
 // newWorld is cfg's world with its machines, none of them started.
@@ -403,10 +414,20 @@ func newWorld(cfg Config) *World {
 	if cfg.Grace == 0 {
 		cfg.Grace = cfg.TTL / 10
 	}
-	if cfg.Faults == (Faults{}) {
-		cfg.Faults = DefaultFaults
+	if cfg.SweepInterval == 0 {
+		cfg.SweepInterval = 5 * time.Second
 	}
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x5eed))
+	if cfg.Faults == (Faults{}) {
+		cfg.Faults = DefaultFaults
+		if rng.IntN(3) == 0 {
+			// A calm bucket, one run in three: with a request in ten
+			// going wrong, a node's watch of its peers is stalled
+			// much of the time, and the fences come long after the
+			// lease's edge, which a calm run reaches.
+			cfg.Faults = cfg.Faults.Scaled(0.1)
+		}
+	}
 	w := &World{
 		cfg: cfg, rng: rng, s: NewScheduler(rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64())), cfg.Trace),
 		records: map[string]storedRecord{}, leases: map[string]cluster.Lease{},
@@ -423,7 +444,14 @@ func newWorld(cfg Config) *World {
 		w.roomOf[w.recordKeys[i]] = i
 	}
 	for i := range cfg.Nodes {
-		m := &machine{idx: i, name: fmt.Sprintf("n%d", i+1), ppm: w.rng.Int64N(40001) - 20000, cutUntil: make([]int64, cfg.Nodes)}
+		// Clocks run up to 2% fast or slow, most near either edge: two
+		// nodes whose clocks drift apart fastest are where the lease's
+		// margins are thinnest.
+		ppm := 15000 + w.rng.Int64N(5001)
+		if w.rng.IntN(2) == 0 {
+			ppm = -ppm
+		}
+		m := &machine{idx: i, name: fmt.Sprintf("n%d", i+1), ppm: ppm, cutUntil: make([]int64, cfg.Nodes)}
 		w.machines = append(w.machines, m)
 		w.machineOf[cluster.LeaseKey(m.name)], w.machineNamed[m.name] = m, m
 	}
@@ -473,34 +501,82 @@ func (w *World) noteWrite(key string, body []byte, etag string) {
 	w.touched = append(w.touched, key)
 }
 
-// start runs a new process on m: a new instance with a new clock.
+// start runs a new process on m: a new instance with a new clock, its
+// core and its member, and the duties of both.
 func (w *World) start(m *machine) {
 	m.starts++
 	p := &process{machine: m, name: fmt.Sprintf("%s.%d", m.name, m.starts), holds: map[cluster.Room]cluster.Hold{},
-		exposed: map[cluster.Room]bool{}}
+		exposed: map[cluster.Room]bool{}, moveStarts: map[cluster.Room]moveStart{}}
 	p.clock = &nodeClock{s: w.s, origin: w.rng.Int64N(1 << 50), boot: w.s.Now(), ppm: m.ppm}
 	p.group = &Group{Name: p.name}
 	w.procs[p.group] = p
-	node, err := cluster.New(cluster.Config{
-		Node: m.name, Address: m.name + ":8080", TTL: w.cfg.TTL, Safety: w.cfg.Safety, Grace: w.cfg.Grace,
-		Bucket: w.net.Bucket(p.name, &m.link), Clock: p.clock,
+	core, err := cluster.New(cluster.Config{
+		Node: m.name, Address: m.name + ":8080", TTL: w.cfg.TTL, Safety: w.cfg.Safety, Grace: w.cfg.Grace, AckLapses: true,
+		WatchEvery: w.cfg.TTL / 100,
+		Bucket:     w.net.Bucket(p.name, &m.link), Clock: p.clock,
 		Rand:   rand.New(rand.NewPCG(w.rng.Uint64(), w.rng.Uint64())),
 		Broken: w.cfg.Broken,
 	})
 	if err != nil {
 		panic(err)
 	}
-	p.node = node
+	p.member, err = member.New(member.Config{
+		Core: core, Rooms: fakeRooms{w, p}, Peers: fakePeers{w, p}, Clock: p.clock, Sleeper: sleeper{p},
+		TTL: w.cfg.TTL, SweepInterval: w.cfg.SweepInterval, Observer: observer{w, p},
+		Logger: slog.New(slog.DiscardHandler), Broken: w.cfg.Member,
+	})
+	if err != nil {
+		panic(err)
+	}
 	m.proc = p
-	for i, duty := range node.Duties() {
+	for i, duty := range p.member.Duties() {
 		lease := i == 0
-		w.s.Spawn(p.group, []string{"lease", "peers", "settle"}[i], func(ctx context.Context) {
-			node.Run(ctx, sleeper{p}, duty)
-			if lease && node.Lost() {
+		w.s.Spawn(p.group, fmt.Sprintf("duty %d", i), func(ctx context.Context) {
+			core.Run(ctx, sleeper{p}, duty)
+			if lease && core.Lost() {
 				w.stats.Fenced++
 				w.exit(p, "fenced")
 			}
 		})
+	}
+}
+
+// observer follows what a process's member does: statistics, and the
+// checks made as it acts.
+type observer struct {
+	w *World
+	p *process
+}
+
+// Observe implements member.Observer.
+func (o observer) Observe(e member.Event) {
+	w, p := o.w, o.p
+	switch e.Kind {
+	case member.Released:
+		w.stats.Releases++
+	case member.ParkedReleased:
+		switch e.Why {
+		case "last_socket":
+			w.stats.LastSocketReleases++
+		case "drain":
+			w.stats.ParkedDrains++
+		case "move":
+			w.stats.ParkedMoves++
+		}
+	case member.Waited:
+		w.stats.FailoverWaits++
+	case member.Routed:
+		w.checkNotAway(p, e.Room, e.Node)
+	case member.OwnerClosed:
+		if e.Why == "sweep" {
+			w.stats.SweepCloses++
+			w.checkSweepClose(p, e.Room)
+		}
+	case member.MoveBegun:
+		w.stats.Moves++
+		p.movesBegun++
+	case member.MoveEnded:
+		w.moveEnded(p, e)
 	}
 }
 
@@ -525,7 +601,8 @@ func (w *World) kill(p *process, why string) bool {
 	if m.proc != p {
 		return false
 	}
-	addCounters(&w.stats.Node, p.node.Counts())
+	addCounters(&w.stats.Node, p.member.Core().Counts())
+	w.stats.Sweeps += uint64(p.member.Sweeps())
 	w.s.Kill(p.group)
 	m.proc = nil
 	w.s.Note("%s exits: %s", p.name, why)

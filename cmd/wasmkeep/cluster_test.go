@@ -77,7 +77,9 @@ func (m *drainMember) FenceNode(_ context.Context, node string) error {
 
 func (m *drainMember) Gone(string) bool { return false }
 
-func (m *drainMember) Unreachable(context.Context, string) {}
+func (m *drainMember) Dispatch(context.Context, rooms.Key, bool, func(context.Context, string, string) bool) server.ClusterRoute {
+	return server.ClusterRoute{Serve: true}
+}
 
 func (m *drainMember) Peer(context.Context, string) (server.ClusterPeer, bool) {
 	return server.ClusterPeer{}, false

@@ -14,7 +14,6 @@ import (
 	"github.com/wasmkeep/wasmkeep/cluster"
 	"github.com/wasmkeep/wasmkeep/clusternode"
 	"github.com/wasmkeep/wasmkeep/host/node"
-	"github.com/wasmkeep/wasmkeep/host/server"
 )
 
 // minSecretBytes keeps the cluster secret out of a guesser's reach.
@@ -26,7 +25,7 @@ func clusterFlags() []cli.Flag {
 		&cli.StringFlag{Name: "cluster-secret", Usage: "the secret every node of the cluster shares, at least 16 bytes, which signs node-to-node requests (prefer the environment variable: a flag shows in the process list)", EnvVars: env("cluster-secret")},
 		&cli.StringFlag{Name: "advertise", Usage: "host:port where the other nodes reach this node's --listen (default: the bound listen address, with the host name for an unspecified host)", EnvVars: env("advertise")},
 		&cli.DurationFlag{Name: "lease-ttl", Value: cluster.DefaultTTL, Usage: "the node's lease time: renewed every third of it; a node silent for it (plus a fifth) is fenced and its rooms taken", EnvVars: env("lease-ttl")},
-		&cli.DurationFlag{Name: "failover-wait", Value: server.DefaultFailoverWait, Usage: "time a request for a room of a node that stopped answering waits for the room to be free before HTTP 503", EnvVars: env("failover-wait")},
+		&cli.DurationFlag{Name: "failover-wait", Value: clusternode.DefaultFailoverWait, Usage: "time a request for a room of a node that stopped answering waits for the room to be free before HTTP 503", EnvVars: env("failover-wait")},
 		&cli.DurationFlag{Name: "owner-sweep-interval", Value: clusternode.DefaultSweepInterval, Usage: "how often the node checks the rooms whose sockets it keeps: releases parked records with no socket left, closes sockets of rooms another node took (one pass in ten re-reads parked records)", EnvVars: env("owner-sweep-interval")},
 	}
 }
@@ -90,14 +89,13 @@ func clusterTiming(c *cli.Context) (memberTiming, error) {
 // they reach it, and t its timing.
 func memberConfig(name string, secret []byte, advertise string, t memberTiming) *node.ClusterConfig {
 	return &node.ClusterConfig{
-		Secret:       secret,
-		FailoverWait: t.wait,
+		Secret: secret,
 		Member: func(ctx context.Context, env node.MemberEnv) (node.Member, error) {
 			addr := advertise
 			if addr == "" {
 				addr = advertised(env.Addr)
 			}
-			return clusternode.New(ctx, clusternode.Config{Node: name, Address: addr, Secret: secret, TTL: t.ttl, SweepInterval: t.sweep,
+			return clusternode.New(ctx, clusternode.Config{Node: name, Address: addr, Secret: secret, TTL: t.ttl, FailoverWait: t.wait, SweepInterval: t.sweep,
 				Bucket: env.Bucket, Clock: env.Clock, Metrics: env.Metrics, Logger: env.Logger})
 		},
 	}

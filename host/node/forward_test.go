@@ -3,12 +3,10 @@ package node
 import (
 	"context"
 	"errors"
-	"io"
 	"net/http"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/wasmkeep/wasmkeep/abi"
 	"github.com/wasmkeep/wasmkeep/host/rooms"
@@ -62,12 +60,45 @@ func (p *steeredPlacement) times(name string) int {
 	return p.asked[name]
 }
 
-// member is a cluster membership that records Unreachable calls and runs
-// onUnreachable, if set, before it returns.
+// member is a cluster membership that routes by its placement: it
+// forwards to the node the placement names, routes once more after a
+// node it could not reach (recording it, and running onUnreachable, if
+// set, first), and refuses what waits. The member's own routing rules
+// (the failover wait, the hop rule, re-routing) are cluster/member's,
+// tested there; these tests are of the forwarding itself.
 type member struct {
+	place         rooms.Placement
 	mu            sync.Mutex
 	unreachable   []string
 	onUnreachable func(node string)
+}
+
+func (m *member) Dispatch(ctx context.Context, key rooms.Key, forwarded bool, forward func(ctx context.Context, node, address string) bool) server.ClusterRoute {
+	for try := 0; ; try++ {
+		route, err := m.place.Route(ctx, key)
+		switch {
+		case err != nil:
+			return server.ClusterRoute{Err: err}
+		case route.Kind == rooms.RouteHere:
+			return server.ClusterRoute{Serve: true}
+		case route.Kind == rooms.RouteWait:
+			return server.ClusterRoute{Refused: "wait; retry"}
+		case forwarded:
+			return server.ClusterRoute{Refused: "the room moved; retry", Moved: true}
+		case try > 0 && route.Node == m.last():
+			return server.ClusterRoute{Refused: "the room's node " + route.Node + " cannot be reached; retry"}
+		}
+		if !forward(ctx, route.Node, route.Address) {
+			return server.ClusterRoute{Answered: true}
+		}
+		m.Unreachable(ctx, route.Node)
+	}
+}
+
+func (m *member) last() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.unreachable[len(m.unreachable)-1]
 }
 
 func (m *member) Status() server.ClusterNode { return server.ClusterNode{} }
@@ -102,7 +133,8 @@ func (m *member) calls() []string {
 func clusterNode(t *testing.T, name string, place rooms.Placement, m *member, cfg Config) *Node {
 	t.Helper()
 	cfg.Placement = place
-	cfg.Server.Cluster = &server.Cluster{Node: name, Secret: clusterSecret, Member: m, FailoverWait: cfg.Server.Cluster.FailoverWait}
+	m.place = place
+	cfg.Server.Cluster = &server.Cluster{Node: name, Secret: clusterSecret, Member: m}
 	return startNode(t, cfg)
 }
 
@@ -295,70 +327,6 @@ func TestForwardNeverBounces(t *testing.T) {
 	if got := p.placeA.times("moved"); got != 1 {
 		t.Errorf("A routed the room %d times: the request came back", got)
 	}
-}
-
-// TestFailoverWait: a room nobody may run yet is waited for up to
-// FailoverWait: served here or forwarded once it is free, 503 with
-// Retry-After past the wait.
-func TestFailoverWait(t *testing.T) {
-	p := startPair(t, Config{Server: server.Config{Cluster: &server.Cluster{FailoverWait: 20 * time.Second}}}, Config{})
-	putClass(t, p.a, "echo", "./testdata/guests/echo")
-	waits := func(outcome string) float64 {
-		return metric(t, p.a, `wasmkeep_cluster_failover_waits_total{outcome="`+outcome+`"}`)
-	}
-	// Free here after a few polls.
-	p.placeA.set("later", rooms.Route{Kind: rooms.RouteWait})
-	done := make(chan httpResult, 1)
-	go func() { done <- doAsync(p.a.URL() + "/actor/echo/later/room") }()
-	waitFor(t, "the wait to poll", func() bool { return p.placeA.times("later") >= 3 })
-	p.placeA.set("later", rooms.Route{Kind: rooms.RouteHere})
-	if r := <-done; r.Status != 200 || r.Body != "echo/later" {
-		t.Fatalf("a room free here after a wait: %d %q", r.Status, r.Body)
-	}
-	if _, ok := roomRowOf(t, p.a, "echo", "later"); !ok || waits("here") != 1 {
-		t.Fatalf("the room does not run on A, or the wait not counted (%v)", waits("here"))
-	}
-	// Taken by B meanwhile: forwarded there.
-	p.placeA.set("taken", rooms.Route{Kind: rooms.RouteWait})
-	go func() { done <- doAsync(p.a.URL() + "/actor/echo/taken/room") }()
-	waitFor(t, "the wait to poll", func() bool { return p.placeA.times("taken") >= 2 })
-	p.onB("taken")
-	if r := <-done; r.Status != 200 || r.Body != "echo/taken" || waits("elsewhere") != 1 {
-		t.Fatalf("a room taken by B during the wait: %d %q, counted %v", r.Status, r.Body, waits("elsewhere"))
-	}
-	if _, ok := roomRowOf(t, p.b, "echo", "taken"); !ok {
-		t.Fatal("the room does not run on B")
-	}
-
-	// Past the wait.
-	short := startPair(t, Config{Server: server.Config{Cluster: &server.Cluster{FailoverWait: 300 * time.Millisecond}}}, Config{})
-	short.placeA.set("stuck", rooms.Route{Kind: rooms.RouteWait})
-	start := time.Now()
-	r := do(t, "GET", short.a.URL()+"/actor/echo/stuck", nil)
-	if took := time.Since(start); r.Status != http.StatusServiceUnavailable || r.Header.Get("Retry-After") == "" || took < 300*time.Millisecond {
-		t.Fatalf("a room not free within the wait: %d %q after %v", r.Status, r.Body, took)
-	}
-	if got := metric(t, short.a, `wasmkeep_cluster_failover_waits_total{outcome="timeout"}`); got != 1 {
-		t.Fatalf("timeouts counted: %v", got)
-	}
-	// Polled with a back-off: 50, 100, 150 (the rest of the wait) ms.
-	if got := short.placeA.times("stuck"); got < 3 || got > 5 {
-		t.Errorf("the placement was asked %d times in a wait of 300 ms", got)
-	}
-}
-
-// doAsync is a GET for a goroutine: errors are a status of 0.
-func doAsync(url string) httpResult {
-	resp, err := http.Get(url)
-	if err != nil {
-		return httpResult{Body: err.Error()}
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return httpResult{Body: err.Error()}
-	}
-	return httpResult{Status: resp.StatusCode, Body: string(b), Header: resp.Header}
 }
 
 // TestForwardUnreachable: a forward to a node that refuses connections

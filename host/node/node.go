@@ -90,8 +90,6 @@ type ClusterConfig struct {
 	Member func(ctx context.Context, env MemberEnv) (Member, error)
 	// Secret authenticates node-to-node requests. Required.
 	Secret []byte
-	// FailoverWait is server.Cluster.FailoverWait.
-	FailoverWait time.Duration
 }
 
 // MemberEnv is what a node gives the builder of its cluster membership.
@@ -314,7 +312,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if n.member != nil {
 		n.member.Join(n.Rooms)
 		n.closers = append(n.closers, func() error { n.member.Leave(context.Background()); return nil })
-		scfg.Cluster = &server.Cluster{Node: n.member.Name(), Secret: cfg.Cluster.Secret, FailoverWait: cfg.Cluster.FailoverWait, Member: n.member}
+		scfg.Cluster = &server.Cluster{Node: n.member.Name(), Secret: cfg.Cluster.Secret, Member: n.member}
 	}
 	scfg.AdminAddrs = []string{cfg.Listen, n.listener.Addr().String()}
 	if cfg.AdminListen != "" {

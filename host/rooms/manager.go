@@ -633,6 +633,20 @@ func (m *Manager) CloseSockets(ctx context.Context, key Key, code abi.CloseCode,
 	return r.await(ctx, &event{kind: evCloseSockets, code: code, reason: reason})
 }
 
+// CloseSocketsLater is CloseSockets without waiting: the close is
+// queued on the room's worker and this returns at once. A placement's
+// End runs on that worker, and would wait on itself.
+func (m *Manager) CloseSocketsLater(key Key, code abi.CloseCode, reason string) {
+	m.mu.Lock()
+	r := m.rooms[key]
+	m.mu.Unlock()
+	if r == nil {
+		return
+	}
+	// Its answer goes to a buffer nobody reads.
+	_ = r.enqueue(&event{kind: evCloseSockets, code: code, reason: reason, done: make(chan error, 1)}, false)
+}
+
 // SocketCount is how many sockets of key are open on this node (closing
 // ones included).
 func (m *Manager) SocketCount(key Key) int {

@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"errors"
-	"time"
 
 	"github.com/wasmkeep/wasmkeep/host/rooms"
 )
@@ -18,22 +17,21 @@ type Cluster struct {
 	// Secret signs and checks node-to-node requests. Required: a node
 	// without it refuses to join.
 	Secret []byte
-	// FailoverWait is how long a request for a room whose node stopped
-	// answering (its record not free yet) waits for the room to be free
-	// before it is answered 503 with Retry-After (DefaultFailoverWait).
-	FailoverWait time.Duration
 	// Member is the node's cluster membership.
 	Member ClusterMember
 }
 
-// DefaultFailoverWait keeps a request for a room of a dead node within a
-// client's patience; the room is free after the failover bound
-// (docs/cluster.md), which is longer.
-const DefaultFailoverWait = 5 * time.Second
-
 // ClusterMember is what the HTTP surface asks of the node's membership of
 // a cluster, for the admin API and for node-to-node calls.
 type ClusterMember interface {
+	// Dispatch routes a request for key that landed here (forwarded: a
+	// peer sent it, and it may go no further): the room is here, or it
+	// is sent to the room's node through forward (which reports
+	// unreachable if it could not connect at all: nothing sent, nothing
+	// answered), or refused. Waits for a room whose node stopped
+	// answering, and routes again after an unreachable node, as the
+	// member decides.
+	Dispatch(ctx context.Context, key rooms.Key, forwarded bool, forward func(ctx context.Context, node, address string) (unreachable bool)) ClusterRoute
 	// Status is this node's view: its lease, its holds and pending
 	// releases, and its peers' leases.
 	Status() ClusterNode
@@ -63,9 +61,20 @@ type ClusterMember interface {
 	// node's lease is fenced or released: a forward still waiting on it
 	// is given up.
 	Gone(node string) bool
-	// Unreachable says that a forward to node failed to connect: its
-	// lease is read again before the next request routes to it.
-	Unreachable(ctx context.Context, node string)
+}
+
+// ClusterRoute is what a member decided for a request.
+type ClusterRoute struct {
+	// Serve: the room is here; the caller serves the request.
+	Serve bool
+	// Answered: the request was forwarded, and forward answered it.
+	Answered bool
+	// Otherwise it is refused: 503 with Retry-After and this message;
+	// Moved marks a request forwarded here for a room that is not here
+	// (X-Wasmkeep-Room-Moved), Err a record that could not be read.
+	Refused string
+	Moved   bool
+	Err     error
 }
 
 // ClusterNode is one node's state, as GET /admin/cluster shows it.

@@ -91,7 +91,9 @@ func (m *fakeMember) Gone(node string) bool {
 	return m.gone[node]
 }
 
-func (m *fakeMember) Unreachable(context.Context, string) {}
+func (m *fakeMember) Dispatch(context.Context, rooms.Key, bool, func(context.Context, string, string) bool) ClusterRoute {
+	return ClusterRoute{Serve: true}
+}
 
 func (m *fakeMember) Peer(_ context.Context, node string) (ClusterPeer, bool) {
 	m.mu.Lock()

@@ -90,35 +90,23 @@ const (
 	maxClientAddr = 64
 )
 
-// The failover wait polls the placement from failoverPollFirst, doubling
-// up to failoverPollMax: soon at first, for a room whose owner is being
-// fenced right now, then gently, so that many waiting requests cost the
-// placement a few calls a second each.
-const (
-	failoverPollFirst = 50 * time.Millisecond
-	failoverPollMax   = 500 * time.Millisecond
-)
-
 // Labels of the cluster metrics.
 var (
 	forwardKinds    = []string{"http", "websocket"}
 	forwardOutcomes = []string{"ok", "unreachable", "error", "bounced", "gone"}
-	waitOutcomes    = []string{"here", "elsewhere", "timeout"}
 )
 
 // forwarder is what a cluster member's Server needs to forward and relay.
 type forwarder struct {
-	cluster      *Cluster
-	failoverWait time.Duration
-	transport    *http.Transport
-	maxRelays    int64
-	linger       time.Duration // see relayConn
-	proxyLog     *log.Logger   // what the proxy logs itself (copy errors)
-	relays       atomic.Int64  // relayed sockets open now (and upgrades on their way)
+	cluster   *Cluster
+	transport *http.Transport
+	maxRelays int64
+	linger    time.Duration // see relayConn
+	proxyLog  *log.Logger   // what the proxy logs itself (copy errors)
+	relays    atomic.Int64  // relayed sockets open now (and upgrades on their way)
 
 	forwards    map[string]*metrics.Counter // by kind + "/" + outcome
 	seconds     map[string]*metrics.Histogram
-	waits       map[string]*metrics.Counter
 	peerRefused *metrics.Counter
 }
 
@@ -126,12 +114,9 @@ type forwarder struct {
 // metrics on set. hub, if not nil, gives the cap on relayed sockets.
 // logger takes what the proxy logs.
 func newForwarder(c *Cluster, hub *socket.Hub, set *metrics.Set, logger *slog.Logger) *forwarder {
-	f := &forwarder{cluster: c, failoverWait: c.FailoverWait, maxRelays: DefaultMaxRelays, linger: socket.DefaultCloseTimeout,
+	f := &forwarder{cluster: c, maxRelays: DefaultMaxRelays, linger: socket.DefaultCloseTimeout,
 		proxyLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
-		forwards: map[string]*metrics.Counter{}, seconds: map[string]*metrics.Histogram{}, waits: map[string]*metrics.Counter{}}
-	if f.failoverWait <= 0 {
-		f.failoverWait = DefaultFailoverWait
-	}
+		forwards: map[string]*metrics.Counter{}, seconds: map[string]*metrics.Histogram{}}
 	if hub != nil {
 		// Relayed sockets cost this node what its own do (a connection, a
 		// goroutine pair instead of a room): the same cap bounds them.
@@ -154,9 +139,6 @@ func newForwarder(c *Cluster, hub *socket.Hub, set *metrics.Set, logger *slog.Lo
 			f.forwards[kind+"/"+outcome] = set.NewCounter(fmt.Sprintf(`wasmkeep_cluster_forwards_total{kind=%q,outcome=%q}`, kind, outcome))
 		}
 		f.seconds[kind] = set.NewHistogram(fmt.Sprintf(`wasmkeep_cluster_forward_seconds{kind=%q}`, kind))
-	}
-	for _, outcome := range waitOutcomes {
-		f.waits[outcome] = set.NewCounter(fmt.Sprintf(`wasmkeep_cluster_failover_waits_total{outcome=%q}`, outcome))
 	}
 	f.peerRefused = set.NewCounter("wasmkeep_cluster_peer_refused_total")
 	set.NewGauge("wasmkeep_cluster_relayed_sockets", func() float64 { return float64(f.relays.Load()) })
@@ -267,84 +249,30 @@ func peerClient(r *http.Request, secret []byte) (netip.AddrPort, string) {
 	return ap, ""
 }
 
-// routeCluster answers a request for a room that is not here, in a
-// cluster: it forwards it to the room's node, waits up to FailoverWait
-// for a room whose node stopped answering, and routes once more after a
-// forward that could not connect. It reports whether the room turned out
-// to be here, for the caller to serve; otherwise the request is answered.
-func (s *Server) routeCluster(w http.ResponseWriter, r *http.Request, key rooms.Key, route rooms.Route) bool {
+// routeCluster answers a request for a room in a cluster as the member
+// decides (Dispatch): it serves it here, forwards it to the room's node,
+// or refuses it with 503 and Retry-After. It reports whether the room is
+// here, for the caller to serve; otherwise the request is answered.
+func (s *Server) routeCluster(w http.ResponseWriter, r *http.Request, key rooms.Key) bool {
 	ctx := r.Context()
-	waited, redialed := false, false
-	for {
-		var err error
-		switch route.Kind {
-		case rooms.RouteHere:
-			return true
-		case rooms.RouteWait:
-			if waited {
-				retryLater(w, "the room's node stopped answering and the room is not free to run elsewhere yet; retry")
-				return false
-			}
-			waited = true
-			route, err = s.awaitRoute(ctx, key)
-		default: // RouteElsewhere
-			if forwardedBy(r) != "" {
-				// The forwarding node's view was older than this one's:
-				// its next request finds the room where it is now.
-				w.Header().Set(movedHeader, "1")
-				retryLater(w, "the room moved; retry")
-				return false
-			}
-			if !s.forward(w, r, route) {
-				return false // answered
-			}
-			if s.cfg.Cluster.Member != nil {
-				s.cfg.Cluster.Member.Unreachable(ctx, route.Node)
-			}
-			gone := route.Node
-			if route, err = s.rooms.Route(ctx, key); err == nil && route.Kind == rooms.RouteElsewhere && (redialed || route.Node == gone) {
-				retryLater(w, "the room's node "+gone+" cannot be reached; retry")
-				return false
-			}
-			redialed = true
+	d := s.cfg.Cluster.Member.Dispatch(ctx, key, forwardedBy(r) != "", func(_ context.Context, node, address string) bool {
+		return s.forward(w, r, rooms.Route{Kind: rooms.RouteElsewhere, Node: node, Address: address})
+	})
+	switch {
+	case d.Serve:
+		return true
+	case d.Answered:
+	case d.Err != nil:
+		s.unroutable(ctx, w, d.Err)
+	default:
+		if d.Moved {
+			// The forwarding node's view was older than this one's: its
+			// next request finds the room where it is now.
+			w.Header().Set(movedHeader, "1")
 		}
-		if err != nil {
-			s.unroutable(ctx, w, err)
-			return false
-		}
+		retryLater(w, d.Refused)
 	}
-}
-
-// awaitRoute polls where key runs, with a back-off, until it is here or
-// on another node, or FailoverWait has passed (RouteWait then).
-func (s *Server) awaitRoute(ctx context.Context, key rooms.Key) (rooms.Route, error) {
-	deadline := time.Now().Add(s.fwd.failoverWait)
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	for delay := failoverPollFirst; ; delay = min(2*delay, failoverPollMax) {
-		left := time.Until(deadline)
-		if left <= 0 {
-			s.fwd.waits["timeout"].Inc()
-			return rooms.Route{Kind: rooms.RouteWait}, nil
-		}
-		timer.Reset(min(delay, left))
-		select {
-		case <-ctx.Done():
-			return rooms.Route{}, ctx.Err()
-		case <-timer.C:
-		}
-		route, err := s.rooms.Route(ctx, key)
-		switch {
-		case err != nil:
-			return route, err
-		case route.Kind == rooms.RouteHere:
-			s.fwd.waits["here"].Inc()
-			return route, nil
-		case route.Kind == rooms.RouteElsewhere:
-			s.fwd.waits["elsewhere"].Inc()
-			return route, nil
-		}
-	}
+	return false
 }
 
 // unroutable answers a request whose room's place could not be found.

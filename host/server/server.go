@@ -379,14 +379,15 @@ func (s *Server) actor(w http.ResponseWriter, r *http.Request) {
 // may run the room yet, and, for a room another node runs, naming that
 // node in X-Wasmkeep-Node.
 func (s *Server) routeHere(w http.ResponseWriter, r *http.Request, key rooms.Key) bool {
+	if s.fwd != nil && s.cfg.Cluster.Member != nil {
+		return s.routeCluster(w, r, key)
+	}
 	route, err := s.rooms.Route(r.Context(), key)
 	switch {
 	case err != nil:
 		s.unroutable(r.Context(), w, err)
 	case route.Kind == rooms.RouteHere:
 		return true
-	case s.fwd != nil:
-		return s.routeCluster(w, r, key, route)
 	case route.Kind == rooms.RouteWait:
 		w.Header().Set("Retry-After", "1")
 		textError(w, http.StatusServiceUnavailable, "the room's node stopped answering; the room is free to run elsewhere soon")

@@ -48,7 +48,7 @@ func TestPurePackagesImportNoClockFilesOrNetwork(t *testing.T) {
 // clocked are the packages that read the time only through the injected
 // clock (internal/clock): nothing of package time that reads the clock or
 // arms a timer, outside the file that adapts the clock.
-var clocked = map[string]string{"host/rooms": "", "host/rooms/life": "", "host/socket": "deadline.go", "host/engine": "", "cluster": "", "cluster/sim": ""}
+var clocked = map[string]string{"host/rooms": "", "host/rooms/life": "", "host/socket": "deadline.go", "host/engine": "", "cluster": "", "cluster/member": "", "cluster/sim": ""}
 
 // clockReads are the package time functions that read the real clock or
 // arm real timers.
@@ -74,10 +74,12 @@ func TestClockedPackagesUseTheInjectedClock(t *testing.T) {
 }
 
 // cores start no goroutine: the lifecycle core returns decisions and the
-// room manager owns every goroutine; the cluster core's duties are steps
-// that a server's loops and the simulation's scheduler drive, which only
-// works if nothing in it runs on its own.
-var cores = []string{"host/rooms/life", "cluster"}
+// room manager owns every goroutine; the cluster core's and the cluster
+// member's duties are steps that a server's runner (cluster/runner) and
+// the simulation's scheduler drive, which only works if nothing in them
+// runs on its own; and clusternode, the adapter between the member and
+// the server, only translates.
+var cores = []string{"host/rooms/life", "cluster", "cluster/member", "clusternode"}
 
 // TestCoreStartsNoGoroutine: no go statement in a core.
 func TestCoreStartsNoGoroutine(t *testing.T) {
@@ -115,7 +117,7 @@ func goStatements(t *testing.T, dir string) []string {
 // seeded are the packages whose randomness comes from a *rand.Rand they
 // are given, never from package math/rand's global source, so that a
 // simulation's seed decides every draw and replays it.
-var seeded = []string{"cluster", "cluster/sim"}
+var seeded = []string{"cluster", "cluster/member", "cluster/sim"}
 
 // randConstructors are the math/rand/v2 functions that draw nothing from
 // the global source.
@@ -246,4 +248,28 @@ func moduleRoot(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return filepath.Join(wd, "..", "..")
+}
+
+// TestTheClusterAdapterCallsNoBucket: clusternode passes the bucket to
+// the core and makes no call of package store itself (no read or write of
+// a lease or record of its own): what the cluster decides from the bucket
+// is the core's and the member's, which the simulation runs.
+func TestTheClusterAdapterCallsNoBucket(t *testing.T) {
+	for _, f := range goFiles(t, filepath.Join(moduleRoot(t), "clusternode")) {
+		ast.Inspect(f.file, func(n ast.Node) bool {
+			call, ok := n.(*ast.CallExpr)
+			if !ok {
+				return true
+			}
+			if sel, ok := call.Fun.(*ast.SelectorExpr); ok {
+				switch sel.Sel.Name {
+				case "Get", "Put", "Delete", "List", "ListPage", "Look", "Acquire", "Take", "Park", "ReleaseParked", "Release", "Route":
+					if id, ok := sel.X.(*ast.SelectorExpr); ok && (id.Sel.Name == "Bucket" || id.Sel.Name == "core") {
+						t.Errorf("%s: clusternode calls %s.%s itself", f.fset.Position(call.Pos()), id.Sel.Name, sel.Sel.Name)
+					}
+				}
+			}
+			return true
+		})
+	}
 }

@@ -1,4 +1,4 @@
-package clusternode
+package member
 
 import (
 	"context"
@@ -6,11 +6,10 @@ import (
 	"time"
 
 	"github.com/wasmkeep/wasmkeep/cluster"
-	"github.com/wasmkeep/wasmkeep/host/rooms"
 )
 
-// The owner sweep (seed 000 §5) runs once a minute over the rooms with
-// sockets open on this node:
+// The owner sweep (seed 000 §5) runs every SweepInterval (a minute by
+// default) over the rooms with sockets open on this node:
 //
 //   - a room parked here is passed over: its record is this node's own,
 //     and reading it would cost a GET a minute for every room parked for
@@ -28,46 +27,44 @@ import (
 // logged once, and passed over. Only a bucket that does not answer cuts a
 // pass short.
 const (
-	// DefaultSweepInterval is how often the owner sweep runs.
-	DefaultSweepInterval = time.Minute
-	// sweepRereadEvery: one pass in this many re-reads parked records.
-	sweepRereadEvery = 10
+	// SweepRereadEvery: one pass in this many re-reads parked records.
+	SweepRereadEvery = 10
 	// sweepRereadMax bounds the parked records one pass re-reads.
 	sweepRereadMax = 5000
 )
 
-// sweepLoop runs the owner sweep every interval until the member stops.
-func (m *Member) sweepLoop(s cluster.Sleeper, interval time.Duration) {
-	for s.Sleep(m.ctx, interval) == nil && !m.core.Ended() {
-		if m.core.LeaseValid() {
-			m.Sweep(m.ctx)
-		}
+// SweepPass is the duty of the owner sweep: a pass every SweepInterval
+// while the lease is valid.
+func (m *Member) SweepPass(ctx context.Context) time.Duration {
+	if m.core.LeaseValid() {
+		m.Sweep(ctx)
 	}
+	return m.cfg.SweepInterval
 }
 
-// Sweep runs one pass of the owner sweep (tests call it directly).
+// Sweeps counts the sweep's passes so far.
+func (m *Member) Sweeps() int { return int(m.sweeps.Load()) }
+
+// Sweep runs one pass of the owner sweep (its duty, or a test).
 func (m *Member) Sweep(ctx context.Context) {
-	mgr := m.mgr.Load()
-	if mgr == nil {
-		return
-	}
-	m.sweepMu.Lock() // one pass at a time: the loop's, or a test's
+	m.sweepMu.Lock() // one pass at a time
 	defer m.sweepMu.Unlock()
-	m.sweeps++
+	pass := m.sweeps.Add(1)
 	// What needs no read first: a bucket that does not answer cuts the
 	// routing below short, not these releases.
 	m.releaseWithoutSockets(ctx)
-	if m.sweeps%sweepRereadEvery == 0 {
+	if pass%SweepRereadEvery == 0 {
 		m.rereadDue = true
 	}
-	for _, key := range mgr.RoomsWithSockets() {
-		room := roomOf(key)
-		// A move being taken a step may have ended, its sockets not
-		// closed yet: it closes them itself, as a move's.
-		if _, parked := m.core.Parked(room); parked || m.core.Acting(room) || m.isMoving(key) || m.isAdvancing(key) {
+	for _, room := range m.rooms.WithSockets() {
+		if _, parked := m.core.Parked(room); parked && m.cfg.Broken.SweepClosesParked {
+			m.closeOwnerSockets([]cluster.Room{room}, "sweep", "the room runs on another node")
 			continue
 		}
-		if !m.closeIfElsewhere(ctx, key) {
+		if m.keepsSockets(room) {
+			continue
+		}
+		if !m.closeIfElsewhere(ctx, room) {
 			return // the bucket did not answer; a re-read due stays due
 		}
 	}
@@ -83,15 +80,38 @@ func (m *Member) Sweep(ctx context.Context) {
 // whose first socket opened, and which parked, in between would be
 // released with its socket open.
 func (m *Member) releaseWithoutSockets(ctx context.Context) {
+	if m.cfg.Broken.SweepReleasesParkedInPass {
+		m.releaseWithoutSocketsBroken(ctx)
+		return
+	}
 	parked := m.core.ParkedRooms()
 	open := map[cluster.Room]bool{}
-	for _, key := range m.mgr.Load().RoomsWithSockets() {
-		open[roomOf(key)] = true
+	for _, room := range m.rooms.WithSockets() {
+		open[room] = true
 	}
 	for _, h := range parked {
 		if !open[h.Room] {
 			if released, _ := m.core.ReleaseParked(ctx, h.Room); released {
-				m.met.parkedRelease("last_socket")
+				m.observe(Event{Kind: ParkedReleased, Room: h.Room, Why: "last_socket"})
+			}
+		}
+	}
+}
+
+// releaseWithoutSocketsBroken is SweepReleasesParkedInPass: it takes
+// the rooms with sockets from the listing the previous pass made, before
+// the parked set of this one, so a room that opened its first socket and
+// parked in between is released with its socket open.
+func (m *Member) releaseWithoutSocketsBroken(ctx context.Context) {
+	open := map[cluster.Room]bool{}
+	for _, room := range m.lastOpen {
+		open[room] = true
+	}
+	m.lastOpen = m.rooms.WithSockets()
+	for _, h := range m.core.ParkedRooms() {
+		if !open[h.Room] {
+			if released, _ := m.core.ReleaseParked(ctx, h.Room); released {
+				m.observe(Event{Kind: ParkedReleased, Room: h.Room, Why: "last_socket"})
 			}
 		}
 	}
@@ -100,18 +120,18 @@ func (m *Member) releaseWithoutSockets(ctx context.Context) {
 // closeIfElsewhere routes a room with sockets here that this node neither
 // holds nor parks, and closes its sockets with 1012 if another live node
 // holds it. It reports false if the bucket did not answer.
-func (m *Member) closeIfElsewhere(ctx context.Context, key rooms.Key) bool {
-	w, err := m.core.Route(ctx, roomOf(key))
+func (m *Member) closeIfElsewhere(ctx context.Context, room cluster.Room) bool {
+	w, err := m.core.Route(ctx, room)
 	switch {
 	case errors.Is(err, cluster.ErrBadObject):
-		m.unreadable(key, err)
+		m.unreadable(room, err)
 		return true
 	case err != nil:
 		return false
-	case w.Kind == cluster.Elsewhere:
+	case w.Kind == cluster.Elsewhere && !m.keepsSockets(room):
 		// Sockets whose close is slow to finish are still listed at the
 		// next pass: closed again, counted once.
-		m.closeOwnerSockets(ctx, []rooms.Key{key}, "sweep", "the room runs on another node")
+		m.closeOwnerSockets([]cluster.Room{room}, "sweep", "the room runs on another node")
 	}
 	return true
 }
@@ -131,10 +151,9 @@ func (m *Member) rereadParked(ctx context.Context) bool {
 	for i := 0; i < len(parked) && i < sweepRereadMax; i++ {
 		h := parked[(start+i)%len(parked)]
 		seen, err := m.core.Look(ctx, h.Room)
-		key := rooms.Key{Class: h.Room.Class, Name: h.Room.Name}
 		switch {
 		case errors.Is(err, cluster.ErrBadObject):
-			m.unreadable(key, err)
+			m.unreadable(h.Room, err)
 			m.rereadFrom = parked[(start+i+1)%len(parked)].Room
 			continue
 		case err != nil:
@@ -142,10 +161,12 @@ func (m *Member) rereadParked(ctx context.Context) bool {
 			return false
 		}
 		rec := seen.Record
-		if !seen.Exists || rec.Free || rec.Node != m.cfg.Node || rec.Instance != m.core.Instance() || rec.Generation != h.Generation {
-			m.log.Warn("cluster: a parked record no longer names this node; dropping it", "room", key.String(), "generation", h.Generation)
+		if !seen.Exists || rec.Free || rec.Node != m.core.Name() || rec.Instance != m.core.Instance() || rec.Generation != h.Generation {
+			m.log.Warn("cluster: a parked record no longer names this node; dropping it", "room", h.Room.String(), "generation", h.Generation)
 			m.core.ForgetParked(h.Room, h)
-			m.closeIfElsewhere(ctx, key)
+			if m.rooms.Sockets(h.Room) > 0 {
+				m.closeIfElsewhere(ctx, h.Room)
+			}
 		}
 		if i+1 < len(parked) {
 			m.rereadFrom = parked[(start+i+1)%len(parked)].Room
@@ -155,13 +176,13 @@ func (m *Member) rereadParked(ctx context.Context) bool {
 }
 
 // unreadable counts a record that cannot be decoded, and logs it once.
-func (m *Member) unreadable(key rooms.Key, err error) {
-	m.met.sweepUnreadable.Inc()
+func (m *Member) unreadable(room cluster.Room, err error) {
+	m.observe(Event{Kind: Unreadable, Room: room, Err: err})
 	m.mu.Lock()
-	first := !m.reportedUnreadable[key]
-	m.reportedUnreadable[key] = true
+	first := !m.reportedUnreadable[room]
+	m.reportedUnreadable[room] = true
 	m.mu.Unlock()
 	if first {
-		m.log.Error("cluster: a room's ownership record cannot be decoded; passing it over", "room", key.String(), "err", err)
+		m.log.Error("cluster: a room's ownership record cannot be decoded; passing it over", "room", room.String(), "err", err)
 	}
 }
