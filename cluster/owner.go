@@ -182,6 +182,14 @@ func (n *Node) claimLocked(seen Seen) (uint64, store.Cond, error) {
 	case n.phase != active || !n.validLocked(now):
 		return 0, store.Cond{}, ErrNotActive
 	case n.draining:
+		// A draining node takes no room; but a room another live node
+		// holds is refused as held there, as by any node, so that
+		// routing sends its events to that holder and not to the peer
+		// that would take it were it free (which, holding nothing,
+		// refuses a forwarded request: the hop rule).
+		if err := n.heldElsewhereLocked(seen); err != nil {
+			return 0, store.Cond{}, err
+		}
 		return 0, store.Cond{}, ErrDraining
 	case held:
 		return 0, store.Cond{}, ErrHeldHere
@@ -196,18 +204,30 @@ func (n *Node) claimLocked(seen Seen) (uint64, store.Cond, error) {
 		}
 		return n.cfg.FirstGeneration + 1, store.IfNoneMatch(), nil
 	}
-	rec := seen.Record
-	ours := rec.Node == n.cfg.Node && rec.Instance == n.cfg.Instance // a hold of this process that ended
-	if !rec.Free && !ours && !n.deadLocked(rec.Node, rec.Instance) && !n.cfg.Broken.AcquireLive {
-		if l, ok := n.liveLocked(rec.Node, rec.Instance); ok {
-			return 0, store.Cond{}, &HeldError{Room: seen.Room, Node: rec.Node, Instance: rec.Instance, Address: l.Address, Live: true}
-		}
-		return 0, store.Cond{}, errUnknownOwner
+	if err := n.heldElsewhereLocked(seen); err != nil {
+		return 0, store.Cond{}, err
 	}
 	if moving {
 		return 0, store.Cond{}, ErrMoving
 	}
-	return rec.Generation + 1, store.IfMatch(seen.Version), nil
+	return seen.Record.Generation + 1, store.IfMatch(seen.Version), nil
+}
+
+// heldElsewhereLocked reports whether seen's record names an instance
+// other than this process that is not known dead: a *HeldError if the
+// view has it live, errUnknownOwner if the view knows it neither alive
+// nor dead. It is nil for a record this node may write over: none, free,
+// naming a hold of this process that ended, or a dead instance.
+func (n *Node) heldElsewhereLocked(seen Seen) error {
+	rec := seen.Record
+	ours := rec.Node == n.cfg.Node && rec.Instance == n.cfg.Instance // a hold of this process that ended
+	if !seen.Exists || rec.Free || ours || n.deadLocked(rec.Node, rec.Instance) || n.cfg.Broken.AcquireLive {
+		return nil
+	}
+	if l, ok := n.liveLocked(rec.Node, rec.Instance); ok {
+		return &HeldError{Room: seen.Room, Node: rec.Node, Instance: rec.Instance, Address: l.Address, Live: true}
+	}
+	return errUnknownOwner
 }
 
 // Valid reports whether h still lets this node act on its room: the hold

@@ -230,3 +230,57 @@ func TestAnOlderReadAfterAListedChangeIsIgnored(t *testing.T) {
 		t.Errorf("an older read after a listed change: cur ended %v, the view has %q", ended, lease.Instance)
 	}
 }
+
+// TestADrainingNodeRoutesAHeldRoomToItsHolder: a draining node takes no
+// room, but one that another live node holds goes to that node, as from
+// any node; only a free room goes to the peer its hash picks. (Issue 28
+// §4: after `cluster drain --wait n2`, n2 sent every request for a room it
+// had handed over to the peer its hash picked, whatever node had taken the
+// room since; that peer, holding nothing, answered the forwarded request
+// 503 "the room moved" for as long as n2 drained.)
+func TestADrainingNodeRoutesAHeldRoomToItsHolder(t *testing.T) {
+	b := store.NewMem()
+	a, aclk := joined(t, b, "a", 1)
+	c, _ := joined(t, b, "c", 2)
+	d, _ := joined(t, b, "d", 3)
+	a.WatchPeers(ctx)
+	room := Room{"counter", "r"}
+	h, err := a.Acquire(ctx, room)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.SetDraining(true)
+	a.Release(ctx, h) // handed over
+	w, err := a.Route(ctx, room)
+	if err != nil || w.Kind != Elsewhere || w.Node != "c" && w.Node != "d" {
+		t.Fatalf("a draining node routes a free room to %+v, %v", w, err)
+	}
+	// The room's next event reached the peer the hash did not pick,
+	// which took it.
+	holder := map[string]*Node{"c": d, "d": c}[w.Node]
+	if _, err := holder.Acquire(ctx, room); err != nil {
+		t.Fatal(err)
+	}
+	aclk.Advance(ttl / 10) // the cached decision runs out
+	if w, err := a.Route(ctx, room); err != nil || w.Kind != Elsewhere || w.Node != holder.Name() || w.Address != holder.Name()+":8080" {
+		t.Errorf("a draining node routes a room %s holds to %+v, %v", holder.Name(), w, err)
+	}
+
+	// A holder whose lease the draining node has not read yet: it reads
+	// it, and sends the room there.
+	e, _ := joined(t, b, "e", 4)
+	other := Room{"counter", "other"}
+	if _, err := e.Acquire(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	if w, err := a.Route(ctx, other); err != nil || w.Kind != Elsewhere || w.Node != "e" {
+		t.Errorf("a draining node routes a room held by a node it has not listed to %+v, %v", w, err)
+	}
+	// Still, it takes nothing.
+	if _, err := a.Acquire(ctx, Room{"counter", "free"}); !errors.Is(err, ErrDraining) {
+		t.Errorf("a draining node's acquisition of a free room: %v", err)
+	}
+	if _, err := a.Acquire(ctx, room); !errors.Is(err, ErrHeld) {
+		t.Errorf("a draining node's acquisition of a held room: %v", err)
+	}
+}
