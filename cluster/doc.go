@@ -12,9 +12,9 @@
 // own, with faults, and checks its invariants after every step.
 //
 // Route decides where a room's events go (here, another node, or wait),
-// FenceByHand is an operator's fence, SetDraining and Drained are a
-// drain's, and Park and ReleaseParked keep the record of a room that
-// hibernated with sockets open here (parked.go). Package clusternode runs
-// a Node for a server: it implements host/rooms.Placement over it (host
-// does not import cluster).
+// FenceByHand is an operator's fence, SetDraining, WriteDraining and
+// Drained are a drain's, and Park and ReleaseParked keep the record of a
+// room that hibernated with sockets open here (parked.go). Package
+// clusternode runs a Node for a server: it implements
+// host/rooms.Placement over it (host does not import cluster).
 package cluster

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/wasmkeep/wasmkeep/host/store"
@@ -61,6 +62,8 @@ func (n *Node) leaseRetry() time.Duration { return n.cfg.TTL / 20 }
 // fenced or taken (Lost). It returns how long to wait before calling it
 // again; 0 with Ended true means it is done.
 func (n *Node) RenewLease(ctx context.Context) time.Duration {
+	n.leaseWrites.Lock()
+	defer n.leaseWrites.Unlock()
 	n.mu.Lock()
 	now := n.clock.Now()
 	n.lapseLocked(now)
@@ -80,15 +83,32 @@ func (n *Node) RenewLease(ctx context.Context) time.Duration {
 		defer n.mu.Unlock()
 		return time.Duration(n.lease.nextRenew - now)
 	}
+	n.mu.Unlock()
+	d, _ := n.renew(ctx)
+	return d
+}
+
+// errLeaseUnread: a renewal was not sent, the lease's state being unknown
+// here (a write refused or unanswered) and its read failing.
+var errLeaseUnread = errors.New("cluster: this node's lease could not be read")
+
+// renew writes the lease's next renewal now, carrying the node's draining
+// as it is now; n.leaseWrites is held, so that no other write of the lease
+// is in flight (an answer to one arriving after another landed would set
+// the lease back to a version already overwritten). It returns how long
+// until the next renewal is due, and why the write did not land, if it
+// did not.
+func (n *Node) renew(ctx context.Context) (time.Duration, error) {
+	n.mu.Lock()
 	known := n.lease.known
 	n.mu.Unlock()
 	if !known && !n.readOwnLease(ctx) {
-		return n.leaseRetry()
+		return n.leaseRetry(), errLeaseUnread
 	}
 	n.mu.Lock()
 	if n.phase != active && n.phase != stopping || n.lease.closing {
 		n.mu.Unlock()
-		return n.leaseRetry()
+		return n.leaseRetry(), ErrNotActive
 	}
 	body := n.lease.body
 	body.Renewal++
@@ -101,14 +121,14 @@ func (n *Node) RenewLease(ctx context.Context) time.Duration {
 	newETag, err := n.bucket.Put(ctx, LeaseKey(n.cfg.Node), EncodeLease(body), store.IfMatch(etag))
 
 	n.mu.Lock()
-	now = n.clock.Now()
+	now := n.clock.Now()
 	n.lapseLocked(now)
 	if err == nil {
 		defer n.mu.Unlock()
 		if n.phase == active || n.phase == stopping {
 			n.ackLocked(s, newETag, now)
 		}
-		return time.Duration(max(n.lease.nextRenew-now, 0))
+		return time.Duration(max(n.lease.nextRenew-now, 0)), nil
 	}
 	n.counts.RenewalsFailed++
 	refused := errors.Is(err, store.ErrPrecondition)
@@ -122,7 +142,7 @@ func (n *Node) RenewLease(ctx context.Context) time.Duration {
 		// fenced node stops at the renewal that failed.
 		n.readOwnLease(ctx)
 	}
-	return n.leaseRetry()
+	return n.leaseRetry(), err
 }
 
 // sendLocked notes a lease write about to be sent.
@@ -317,14 +337,63 @@ func (n *Node) endLocked(p phase) {
 }
 
 // SetDraining marks the node draining (or not): it takes no room while
-// draining, and its next lease write, made at once, tells its peers.
-// Handing its rooms over is the caller's (each hold is then released).
+// draining, and its next lease write tells its peers: WriteDraining, or
+// the lease duty's next call, which finds its renewal due. Handing its
+// rooms over is the caller's (each hold is then released).
 func (n *Node) SetDraining(draining bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.draining != draining {
 		n.draining = draining
 		n.lease.nextRenew = 0
+	}
+}
+
+// writeDrainingTries bounds WriteDraining's writes: one whose answer was
+// lost (the next try reads the lease to find out), and one more.
+const writeDrainingTries = 3
+
+// WriteDraining writes the lease now, out of turn, unless the last write
+// that landed carries the node's draining as SetDraining left it. A server
+// calls it after SetDraining, before it answers the operator: the lease
+// duty sleeps until its renewal is due (up to TTL/3), and a peer asked to
+// move a room here right after `cluster drain --off` reads this lease to
+// tell whether the node takes rooms (BeginMove). It returns nil once the
+// lease says so, ErrNotActive if the node is not active, or why the write
+// did not land; the duty's next renewal carries the flag anyway.
+func (n *Node) WriteDraining(ctx context.Context) error {
+	n.leaseWrites.Lock()
+	defer n.leaseWrites.Unlock()
+	var err error
+	for try := 0; ; try++ {
+		n.mu.Lock()
+		active, draining, known := n.phase == active && !n.lease.closing, n.draining, n.lease.known
+		carried := known && n.lease.body.Draining == draining
+		n.mu.Unlock()
+		switch {
+		case !active:
+			return ErrNotActive
+		case carried:
+			return nil
+		case try == writeDrainingTries || ctx.Err() != nil:
+			if err == nil {
+				err = ctx.Err()
+			}
+			if err == nil {
+				err = errors.New("the node's draining changed while it was written")
+			}
+			return fmt.Errorf("cluster: writing the lease (draining %v): %w", draining, err)
+		case !known:
+			// A write whose answer was lost (or refused): the read
+			// tells whether it landed, before anything more is sent.
+			if !n.readOwnLease(ctx) {
+				err = errLeaseUnread
+			}
+			continue
+		}
+		if _, werr := n.renew(ctx); werr != nil {
+			err = werr
+		}
 	}
 }
 

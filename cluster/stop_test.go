@@ -73,6 +73,72 @@ func TestDrainingIsAnnouncedAndTakesNoRoom(t *testing.T) {
 	}
 }
 
+// TestWriteDrainingWritesTheLeaseAtOnce: a drain, and its end, reach the
+// bucket when WriteDraining returns, not at the lease duty's next renewal
+// (up to TTL/3 later, the duty asleep until then): a peer asked to move a
+// room to the node right after `cluster drain --off` reads the lease.
+func TestWriteDrainingWritesTheLeaseAtOnce(t *testing.T) {
+	mem := store.NewMem()
+	b := store.WithFaults(mem, nil)
+	n, clk := joined(t, b, "n1", 1)
+	clk.Advance(ttl / 6) // half way to the next renewal
+	before, _ := readLease(t, mem, "n1")
+	valid := n.Status().ValidFor
+
+	n.SetDraining(true)
+	if err := n.WriteDraining(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l, _ := readLease(t, mem, "n1")
+	if !l.Draining || l.Renewal != before.Renewal+1 || l.Instance != n.Instance() {
+		t.Fatalf("the lease after WriteDraining: %+v", l)
+	}
+	if got := n.Status().ValidFor; got <= valid {
+		t.Errorf("the write out of turn did not renew the validity: %v, was %v", got, valid)
+	}
+	// Nothing changed since: nothing written.
+	if err := n.WriteDraining(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if l2, _ := readLease(t, mem, "n1"); l2.Renewal != l.Renewal {
+		t.Errorf("a second WriteDraining wrote the lease again: %+v", l2)
+	}
+	// Undrained, and the write's answer lost: it reads the lease, finds
+	// its write, and returns.
+	n.SetDraining(false)
+	b.SetFaults(faultOn(store.OpPut, LeaseKey("n1"), store.LoseAnswer()))
+	if err := n.WriteDraining(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if l, _ := readLease(t, mem, "n1"); l.Draining || l.Renewal != before.Renewal+2 {
+		t.Errorf("the lease after an undrain whose answer was lost: %+v", l)
+	}
+	if n.Lost() || !n.LeaseValid() {
+		t.Fatalf("the node after its undrain: lost %v, valid %v", n.Lost(), n.LeaseValid())
+	}
+	// A write that does not land is reported (the duty's next renewal
+	// carries the flag).
+	n.SetDraining(true)
+	b.SetFaults(func(op store.Op) store.Fault {
+		if op.Kind == store.OpPut {
+			return store.FailBefore(errors.New("injected"))
+		}
+		return store.Fault{}
+	})
+	if err := n.WriteDraining(ctx); err == nil {
+		t.Error("WriteDraining reported a write that never landed")
+	}
+	b.SetFaults(nil)
+	n.RenewLease(ctx)
+	if l, _ := readLease(t, mem, "n1"); !l.Draining {
+		t.Errorf("the duty's renewal after a failed WriteDraining: %+v", l)
+	}
+	n.Stop(ctx, manualSleeper{clk})
+	if err := n.WriteDraining(ctx); !errors.Is(err, ErrNotActive) {
+		t.Errorf("WriteDraining on a stopped node: %v", err)
+	}
+}
+
 // fencingSleeper fences its node's lease by hand at its nth sleep.
 type fencingSleeper struct {
 	t     *testing.T

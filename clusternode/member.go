@@ -293,7 +293,11 @@ func (m *Member) Drain(on bool) error {
 	if m.mgr.Load() == nil {
 		return errors.New("clusternode: not joined")
 	}
-	m.mem.Drain(on)
+	// In the lease before the operator is answered, not at the next
+	// renewal: a move here right after `cluster drain --off` reads it.
+	ctx, cancel := context.WithTimeout(context.Background(), m.mem.TTL()/3)
+	defer cancel()
+	m.mem.Drain(ctx, on)
 	return nil
 }
 

@@ -18,9 +18,11 @@ import (
 // acquisition in flight or unresolved.
 
 // Drain starts handing this node's rooms over (on) or takes rooms again
-// (off). It returns at once: the drain passes are a duty (DrainPass), and
-// Drained tells when it is done.
-func (m *Member) Drain(on bool) {
+// (off), and writes the change into the lease at once, so that peers
+// (a move's source, routing) see it before the next renewal. It returns
+// then: the drain passes are a duty (DrainPass), and Drained tells when
+// it is done.
+func (m *Member) Drain(ctx context.Context, on bool) {
 	m.mu.Lock()
 	if m.cfg.Broken.DrainUntold {
 		m.untold = on
@@ -29,6 +31,10 @@ func (m *Member) Drain(on bool) {
 	m.mu.Unlock()
 	if !m.cfg.Broken.DrainUntold {
 		m.core.SetDraining(on)
+		if err := m.core.WriteDraining(ctx); err != nil {
+			// The next renewal carries it.
+			m.log.Warn("cluster: writing the lease after a drain's change; the next renewal carries it", "draining", on, "err", err)
+		}
 	}
 	if on {
 		m.log.Info("cluster: draining")

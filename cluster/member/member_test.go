@@ -281,7 +281,7 @@ func TestEndParksOrReleases(t *testing.T) {
 	if h, err = f.m.Acquire(ctx, room); err != nil {
 		t.Fatal(err)
 	}
-	f.m.Drain(true)
+	f.m.Drain(ctx, true)
 	f.m.End(ctx, h, "idle", true)
 	if _, parked := f.core.Parked(room); parked || !slices.Equal(f.rooms.closed, []cluster.Room{room}) {
 		t.Fatalf("an idle room with a socket on a draining node: parked %v, sockets closed for %v", parked, f.rooms.closed)

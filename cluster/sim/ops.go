@@ -262,7 +262,7 @@ func (w *World) startDrain() {
 	}
 	var ps []*process
 	for _, m := range w.machines {
-		if p := m.proc; p != nil && !p.hung && !p.stopping && !p.draining && p.member.Core().LeaseValid() {
+		if p := m.proc; p != nil && !p.hung && !p.stopping && !p.draining && !w.drainOpen(p) && p.member.Core().LeaseValid() {
 			ps = append(ps, p)
 		}
 	}
@@ -271,13 +271,16 @@ func (w *World) startDrain() {
 	}
 	p := ps[w.rng.IntN(len(ps))]
 	d := &drainState{start: w.s.Now(), excused: w.pausedFor(p)}
-	p.draining, p.drain = true, d
-	p.drainFlips++
-	p.member.Drain(true)
+	p.drain = d
 	w.stats.Drains++
 	w.s.Note("drain %s", p.name)
 	w.s.At(d.start+int64(w.drainBound()), "drain deadline", func() { w.drainDeadline(p, d) })
 	w.s.Spawn(p.group, "drain", func(ctx context.Context) {
+		// The operator's word, the moment the member hears it: the
+		// core's draining flag is set before Drain's first bucket call.
+		p.draining = true
+		p.drainFlips++
+		p.member.Drain(ctx, true)
 		sl, core := sleeper{p}, p.member.Core()
 		for !core.Ended() && !p.member.Drained() {
 			sl.Sleep(ctx, w.cfg.TTL/20)
@@ -299,9 +302,9 @@ func (w *World) startDrain() {
 			w.stop(p)
 			return
 		}
-		p.member.Drain(false)
 		p.draining = false
 		p.drainFlips++
+		p.member.Drain(ctx, false)
 	})
 }
 
