@@ -59,10 +59,30 @@ var ErrNotHeld = errors.New("cluster: the room is not held on this node")
 // ErrMoveBusy: the room is being moved already.
 var ErrMoveBusy = errors.New("cluster: the room is being moved already")
 
+// ErrNotTarget: a move was asked to a node that is not a live, reachable,
+// undrained peer of this one.
+var ErrNotTarget = errors.New("cluster: the move's target is not a live, reachable, undrained peer")
+
 // BeginMove records a move of room to node to, a live, reachable, not
 // draining peer, if the room is held or parked here and not moving
 // already.
-func (n *Node) BeginMove(room Room, to string) (Move, error) {
+//
+// Whether to takes rooms is its lease's say, which the view may have
+// behind: between reads, once a TTL, a listing only notes that a lease
+// changed (watchPeer). So a target the view refuses has its lease read
+// (one GET) before the move is refused: a move asked right after the
+// target's `cluster drain --off` (which writes its lease at once,
+// WriteDraining), or its join, begins.
+func (n *Node) BeginMove(ctx context.Context, room Room, to string) (Move, error) {
+	m, err := n.beginMove(room, to)
+	if errors.Is(err, ErrNotTarget) && to != n.cfg.Node {
+		n.readPeer(ctx, to)
+		m, err = n.beginMove(room, to)
+	}
+	return m, err
+}
+
+func (n *Node) beginMove(room Room, to string) (Move, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	now := n.clock.Now()
@@ -73,14 +93,14 @@ func (n *Node) BeginMove(room Room, to string) (Move, error) {
 	if n.phase != active || !n.validLocked(now) {
 		return Move{}, ErrNotActive
 	}
-	p := n.peers[to]
-	if to == n.cfg.Node || p == nil || !p.known || p.lease.State != LeaseLive || p.lease.Draining || p.lease.Address == "" || n.unreachableLocked(to) {
-		return Move{}, fmt.Errorf("cluster: node %s is not a live, reachable, undrained peer of this node", to)
-	}
 	_, held := n.holds[room]
 	_, parked := n.parked[room]
 	if !held && !parked {
 		return Move{}, fmt.Errorf("%w: %s", ErrNotHeld, room)
+	}
+	p := n.peers[to]
+	if to == n.cfg.Node || p == nil || !p.known || p.lease.State != LeaseLive || p.lease.Draining || p.lease.Address == "" || n.unreachableLocked(to) {
+		return Move{}, fmt.Errorf("%w: node %s", ErrNotTarget, to)
 	}
 	m := Move{Room: room, To: to, Address: p.lease.Address, Since: now}
 	n.moves[room] = m

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/VictoriaMetrics/metrics"
+
 	"github.com/wasmkeep/wasmkeep/host/store"
 	"github.com/wasmkeep/wasmkeep/internal/clock"
 )
@@ -34,7 +36,7 @@ var moveRoom = Room{"chat", "lobby"}
 func movingReleased(t *testing.T, b store.Bucket) (a, c *Node, clk *clock.Manual) {
 	t.Helper()
 	a, c, clk = movePair(t, b)
-	if _, err := a.BeginMove(moveRoom, "c"); err != nil {
+	if _, err := a.BeginMove(ctx, moveRoom, "c"); err != nil {
 		t.Fatal(err)
 	}
 	if _, landed := a.ReleaseParked(ctx, moveRoom); !landed {
@@ -48,18 +50,18 @@ func movingReleased(t *testing.T, b store.Bucket) (a, c *Node, clk *clock.Manual
 func TestBeginMoveRefusals(t *testing.T) {
 	b := store.NewMem()
 	a, _, _ := movePair(t, b)
-	if _, err := a.BeginMove(Room{"chat", "other"}, "c"); !errors.Is(err, ErrNotHeld) {
+	if _, err := a.BeginMove(ctx, Room{"chat", "other"}, "c"); !errors.Is(err, ErrNotHeld) {
 		t.Errorf("a room not held here: %v", err)
 	}
 	for _, to := range []string{"a", "nobody"} {
-		if _, err := a.BeginMove(moveRoom, to); err == nil {
+		if _, err := a.BeginMove(ctx, moveRoom, to); err == nil {
 			t.Errorf("a move to %s began", to)
 		}
 	}
-	if _, err := a.BeginMove(moveRoom, "c"); err != nil {
+	if _, err := a.BeginMove(ctx, moveRoom, "c"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.BeginMove(moveRoom, "c"); !errors.Is(err, ErrMoveBusy) {
+	if _, err := a.BeginMove(ctx, moveRoom, "c"); !errors.Is(err, ErrMoveBusy) {
 		t.Errorf("a second move: %v", err)
 	}
 }
@@ -104,7 +106,7 @@ func TestAMovedParkedRoomGoesToItsTarget(t *testing.T) {
 func TestAMoveWaitsForAPendingRelease(t *testing.T) {
 	b := store.WithFaults(store.NewMem(), nil)
 	a, _, clk := movePair(t, b)
-	if _, err := a.BeginMove(moveRoom, "c"); err != nil {
+	if _, err := a.BeginMove(ctx, moveRoom, "c"); err != nil {
 		t.Fatal(err)
 	}
 	b.SetFaults(faultOn(store.OpPut, RecordKey(moveRoom), store.FailBefore(store.ErrUnknownOutcome)))
@@ -138,7 +140,7 @@ func TestAWakeLandingDuringAMoveIsGivenBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.beforePut = func() {
-		if _, err := a.BeginMove(moveRoom, "c"); err != nil {
+		if _, err := a.BeginMove(ctx, moveRoom, "c"); err != nil {
 			t.Error(err)
 		}
 	}
@@ -165,7 +167,7 @@ func TestAWakeLandingDuringAMoveIsGivenBack(t *testing.T) {
 func TestAMoveGivesUp(t *testing.T) {
 	b := store.WithFaults(store.NewMem(), nil)
 	a, c, clk := movePair(t, b)
-	if _, err := a.BeginMove(moveRoom, "c"); err != nil {
+	if _, err := a.BeginMove(ctx, moveRoom, "c"); err != nil {
 		t.Fatal(err)
 	}
 	// The record stays pending (every write of it fails): the look
@@ -192,7 +194,7 @@ func TestAMoveGivesUp(t *testing.T) {
 	b.SetFaults(nil)
 	a.Settle(ctx)
 	a.Park(mustAcquire(t, a))
-	if _, err := a.BeginMove(moveRoom, "c"); err != nil {
+	if _, err := a.BeginMove(ctx, moveRoom, "c"); err != nil {
 		t.Fatal(err)
 	}
 	c.SetDraining(true)
@@ -240,7 +242,7 @@ func TestMovedRoomsPark(t *testing.T) {
 		t.Fatal("the release did not land")
 	}
 	h := mustAcquire(t, a)
-	if _, err := a.BeginMove(moveRoom, "c"); err != nil {
+	if _, err := a.BeginMove(ctx, moveRoom, "c"); err != nil {
 		t.Fatal(err)
 	}
 	if a.Park(h) {
@@ -253,13 +255,13 @@ func TestMovedRoomsPark(t *testing.T) {
 func TestEndMoveEndsOnlyItsMove(t *testing.T) {
 	b := store.NewMem()
 	a, _, clk := movePair(t, b)
-	first, err := a.BeginMove(moveRoom, "c")
+	first, err := a.BeginMove(ctx, moveRoom, "c")
 	if err != nil {
 		t.Fatal(err)
 	}
 	a.EndMove(first)
 	clk.Advance(time.Millisecond)
-	second, err := a.BeginMove(moveRoom, "c")
+	second, err := a.BeginMove(ctx, moveRoom, "c")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -333,7 +335,7 @@ func TestAMoveLooksLongerOnLongLeases(t *testing.T) {
 	if got := long.LookFor(); got != 12*time.Minute {
 		t.Errorf("look on one-minute leases: %v, want 12m", got)
 	}
-	if _, err := a.BeginMove(moveRoom, "c"); err != nil {
+	if _, err := a.BeginMove(ctx, moveRoom, "c"); err != nil {
 		t.Fatal(err)
 	}
 	a.Stop(ctx, manualSleeper{clock.NewManual(time.Unix(0, 0))})
@@ -359,5 +361,46 @@ func TestAMovingRoomWaitsForAnUnreachableTarget(t *testing.T) {
 	a.WatchPeers(ctx)
 	if w, err := a.Route(ctx, moveRoom); err != nil || w.Kind != Elsewhere || w.Node != "c" {
 		t.Fatalf("after c renewed, the events go to %+v, %v; want c", w, err)
+	}
+}
+
+// TestAMoveToANodeJustUndrainedBegins: the mover's view of a peer's lease
+// is read at most once per TTL (a listing between reads only notes that
+// it changed), so it can still say draining after the peer's undrain
+// landed. A move to it reads the lease before refusing. (Issue 28 §4:
+// `cluster move --to n2` right after `cluster drain --off n2` was refused
+// with "node n2 is draining" for 6 to 9 s.)
+func TestAMoveToANodeJustUndrainedBegins(t *testing.T) {
+	b := store.Metered(store.NewMem(), metrics.NewSet())
+	a, c, clk := movePair(t, b)
+	c.SetDraining(true)
+	if err := c.WriteDraining(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a.readPeer(ctx, "c")
+	if _, err := a.BeginMove(ctx, moveRoom, "c"); !errors.Is(err, ErrNotTarget) {
+		t.Fatalf("a move to a draining node: %v", err)
+	}
+	// c takes rooms again, its lease says so, and a's listing notes the
+	// change without reading it (a read it made just now).
+	clk.Advance(ttl / 10)
+	c.SetDraining(false)
+	if err := c.WriteDraining(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if l, _ := readLease(t, b, "c"); l.Draining {
+		t.Fatalf("c's lease after its undrain: %+v", l)
+	}
+	a.WatchPeers(ctx)
+	gets := b.AllRequests(store.OpGet)
+	m, err := a.BeginMove(ctx, moveRoom, "c")
+	if err != nil {
+		t.Fatalf("a move to a node whose lease says it takes rooms again: %v", err)
+	}
+	if m.To != "c" || m.Address != "c:8080" {
+		t.Errorf("the move: %+v", m)
+	}
+	if got := b.AllRequests(store.OpGet) - gets; got != 1 {
+		t.Errorf("the move read %d objects, want 1 (c's lease)", got)
 	}
 }

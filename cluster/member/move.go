@@ -43,7 +43,7 @@ func (m *Member) Move(ctx context.Context, room cluster.Room, to string) (by str
 	// Recorded before the room's state is looked at, so that neither a
 	// park nor a wake can come in between (the core refuses both while
 	// the room moves).
-	mv, err := m.core.BeginMove(room, to)
+	mv, err := m.core.BeginMove(ctx, room, to)
 	if errors.Is(err, cluster.ErrMoveBusy) {
 		if cur, ok := m.core.Moving(room); ok && cur.To == to {
 			return m.AdvanceMove(ctx, room) // the same move, asked again
