@@ -231,6 +231,18 @@ func (s *Server) clusterMove(w http.ResponseWriter, r *http.Request, c *Cluster)
 			return
 		}
 		if p.Draining {
+			// The view reads a peer's lease once a TTL, and an undrain
+			// writes it at once: read it before refusing, so that a
+			// move right after `cluster drain --off` goes ahead.
+			if fresh, ok := c.Member.Peer(r.Context(), req.To); ok {
+				p = fresh
+			}
+		}
+		switch {
+		case p.State != peerLive:
+			jsonError(w, http.StatusConflict, "node "+req.To+"'s lease is "+p.State+": it runs nothing")
+			return
+		case p.Draining:
 			jsonError(w, http.StatusConflict, "node "+req.To+" is draining: it takes no rooms")
 			return
 		}

@@ -38,6 +38,9 @@ type fakeMember struct {
 	// unseen are leases in the bucket the view has not listed yet
 	// (Peer finds them).
 	unseen map[string]ClusterPeer
+	// newer are leases in the bucket newer than the view's (Peer reads
+	// the bucket, and finds them first).
+	newer map[string]ClusterPeer
 	// gone are the nodes Gone reports fenced.
 	gone map[string]bool
 }
@@ -98,6 +101,9 @@ func (m *fakeMember) Dispatch(context.Context, rooms.Key, bool, func(context.Con
 func (m *fakeMember) Peer(_ context.Context, node string) (ClusterPeer, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if p, ok := m.newer[node]; ok {
+		return p, true
+	}
 	if p, ok := findPeer(m.status, node); ok {
 		return p, true
 	}
@@ -437,6 +443,37 @@ func TestClusterMove(t *testing.T) {
 	expectStatus(t, "holder refuses", status, body, 409, "node n3: moving room counter/there one: the room is not held here")
 	if a := n1.member.asked(); len(a) != 1 {
 		t.Fatalf("refused moves reached n1's member: %q", a)
+	}
+}
+
+// TestClusterMoveToANodeJustUndrained: a target that the view says
+// drains has its lease read before the move is refused: the view reads a
+// peer's lease once a TTL, and the undrain may have landed since. (Issue
+// 28 §4: `cluster move --to n2` right after `cluster drain --off n2` was
+// refused with "node n2 is draining" for 6 to 9 s.)
+func TestClusterMoveToANodeJustUndrained(t *testing.T) {
+	n1, n2 := startNode(t, "n1", testSecret), startNode(t, "n2", testSecret)
+	n1.knows(n2)
+	n1.member.set(func(s *ClusterNode) {
+		s.Holds = []ClusterRoom{{Class: "counter", Name: "here", Generation: 1}}
+		s.Peers[0].Draining = true
+	})
+	n1.member.mu.Lock()
+	n1.member.newer = map[string]ClusterPeer{"n2": {Node: "n2", Instance: "i-n2", Address: n2.addr(), State: "live", Draining: true}}
+	n1.member.mu.Unlock()
+	status, body := call(t, n1, "POST", "/admin/cluster/move", `{"class":"counter","name":"here","to":"n2"}`, nil)
+	expectStatus(t, "a target whose lease says it drains", status, body, 409, "node n2 is draining")
+
+	n1.member.mu.Lock()
+	n1.member.newer["n2"] = ClusterPeer{Node: "n2", Instance: "i-n2", Address: n2.addr(), State: "live"}
+	n1.member.mu.Unlock()
+	var got ClusterMove
+	status, body = call(t, n1, "POST", "/admin/cluster/move", `{"class":"counter","name":"here","to":"n2"}`, &got)
+	if status != 200 || got != (ClusterMove{Class: "counter", Name: "here", From: "n1", To: "n2", Moved: true}) {
+		t.Fatalf("a move to a node whose lease says it takes rooms again, the view behind: %d %s", status, body)
+	}
+	if a := n1.member.asked(); !slices.Equal(a, []string{"move counter/here n2"}) {
+		t.Fatalf("n1 was asked %q", a)
 	}
 }
 
