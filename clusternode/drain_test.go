@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/wasmkeep/wasmkeep/host/rooms"
+	"github.com/wasmkeep/wasmkeep/internal/testhttp"
 )
 
 // TestAMoveRightAfterAnUndrain: a node's undrain is in its lease when
@@ -42,4 +43,48 @@ func TestAMoveRightAfterAnUndrain(t *testing.T) {
 		t.Fatalf("a move to b right after its undrain: by %q, %v", by, err)
 	}
 	count(t, b, "m", "2")
+}
+
+// TestADrainedNodeForwardsToTheRoomsHolder: a drained node holds no room
+// but still routes: a request it gets for a room another node took after
+// the drain's hand-over is forwarded to that node and answered. (Issue 28
+// §4: after `cluster drain --wait n2`, n2 sent such a request to the peer
+// it would send a free room to, and that peer, holding nothing, answered
+// 503 "the room moved; retry", for as long as n2 drained.)
+func TestADrainedNodeForwardsToTheRoomsHolder(t *testing.T) {
+	t.Parallel()
+	_, ms := startCluster(t, 2*time.Second, "a", "b", "c")
+	a := ms[0]
+	putClass(t, a, "counter", "./examples/counter", true)
+	count(t, a, "d", "1")
+	if err := a.mem().Drain(true); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "a drained", func() bool { return a.mem().Status().Drained })
+	// The room's next event reaches the peer that a would not send it
+	// to while it is free, which takes it.
+	key := rooms.Key{Class: "counter", Name: "d"}
+	free, err := a.n.Rooms.Route(context.Background(), key)
+	if err != nil || free.Kind != rooms.RouteElsewhere {
+		t.Fatalf("the free room routes from a to %+v, %v", free, err)
+	}
+	holder := ms[1]
+	if free.Node == "b" {
+		holder = ms[2]
+	}
+	count(t, holder, "d", "2")
+	// Through a: answered once a's cached decision for the free room ran
+	// out (a tenth of a TTL); a refusal until then counts nothing.
+	var last testhttp.Result
+	waitFor(t, 3*time.Second, "a forwards the room's request to "+holder.name, func() bool {
+		r := do(t, "POST", a.n.URL()+"/actor/counter/d", nil)
+		if r.Status != 200 && (r.Status != last.Status || r.Body != last.Body) {
+			t.Logf("through a: %d %q", r.Status, r.Body)
+		}
+		last = r
+		return r.Status == 200
+	})
+	if last.Body != "3" {
+		t.Fatalf("through a: %q, want 3", last.Body)
+	}
 }
