@@ -128,3 +128,8 @@ func faultOn(kind store.OpKind, key string, f store.Fault) store.FaultFunc {
 		return store.Fault{}
 	}
 }
+
+// instantSleeper returns at once.
+type instantSleeper struct{}
+
+func (instantSleeper) Sleep(context.Context, time.Duration) error { return nil }

@@ -21,6 +21,8 @@ import (
 
 // leaseState is the node's own lease as the node knows it.
 type leaseState struct {
+	// writing: a write of the lease is in flight (beginLeaseWrite).
+	writing bool
 	// etag is the lease's ETag after the last write of this node that it
 	// knows landed; known is false after a write whose answer was lost or
 	// refused, until a read tells what is there.
@@ -62,8 +64,10 @@ func (n *Node) leaseRetry() time.Duration { return n.cfg.TTL / 20 }
 // fenced or taken (Lost). It returns how long to wait before calling it
 // again; 0 with Ended true means it is done.
 func (n *Node) RenewLease(ctx context.Context) time.Duration {
-	n.leaseWrites.Lock()
-	defer n.leaseWrites.Unlock()
+	if !n.beginLeaseWrite() {
+		return n.leaseRetry() // WriteDraining's write is in flight
+	}
+	defer n.endLeaseWrite()
 	n.mu.Lock()
 	now := n.clock.Now()
 	n.lapseLocked(now)
@@ -92,9 +96,31 @@ func (n *Node) RenewLease(ctx context.Context) time.Duration {
 // here (a write refused or unanswered) and its read failing.
 var errLeaseUnread = errors.New("cluster: this node's lease could not be read")
 
+// beginLeaseWrite claims the one write of the lease that may be in
+// flight at a time (an answer to one arriving after another landed would
+// set the lease back to a version already overwritten), unless another
+// has it. No lock is held across the write: a server's duty would wait on
+// a stuck one, and the simulation's scheduler cannot run a task blocked
+// on a lock.
+func (n *Node) beginLeaseWrite() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.lease.writing {
+		return false
+	}
+	n.lease.writing = true
+	return true
+}
+
+func (n *Node) endLeaseWrite() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.lease.writing = false
+}
+
 // renew writes the lease's next renewal now, carrying the node's draining
-// as it is now; n.leaseWrites is held, so that no other write of the lease
-// is in flight (an answer to one arriving after another landed would set
+// as it is now; its caller has the lease's write (beginLeaseWrite), so
+// that no other write of the lease is in flight (an answer to one arriving after another landed would set
 // the lease back to a version already overwritten). It returns how long
 // until the next renewal is due, and why the write did not land, if it
 // did not.
@@ -358,24 +384,32 @@ const writeDrainingTries = 3
 // calls it after SetDraining, before it answers the operator: the lease
 // duty sleeps until its renewal is due (up to TTL/3), and a peer asked to
 // move a room here right after `cluster drain --off` reads this lease to
-// tell whether the node takes rooms (BeginMove). It returns nil once the
-// lease says so, ErrNotActive if the node is not active, or why the write
-// did not land; the duty's next renewal carries the flag anyway.
-func (n *Node) WriteDraining(ctx context.Context) error {
-	n.leaseWrites.Lock()
-	defer n.leaseWrites.Unlock()
+// tell whether the node takes rooms (BeginMove). A renewal in flight is
+// waited for, sleeping on s. It returns nil once the lease says so,
+// ErrNotActive if the node is not active, or why the write did not land;
+// the duty's next renewal carries the flag anyway.
+func (n *Node) WriteDraining(ctx context.Context, s Sleeper) error {
 	var err error
-	for try := 0; ; try++ {
+	for try, waits := 0, 0; ; {
+		if !n.beginLeaseWrite() {
+			if waits++; waits > writeDrainingWaits || s.Sleep(ctx, n.cfg.TTL/100) != nil {
+				return fmt.Errorf("cluster: writing the lease: a renewal is still in flight")
+			}
+			continue
+		}
 		n.mu.Lock()
 		active, draining, known := n.phase == active && !n.lease.closing, n.draining, n.lease.known
 		carried := known && n.lease.body.Draining == draining
 		n.mu.Unlock()
 		switch {
 		case !active:
+			n.endLeaseWrite()
 			return ErrNotActive
 		case carried:
+			n.endLeaseWrite()
 			return nil
 		case try == writeDrainingTries || ctx.Err() != nil:
+			n.endLeaseWrite()
 			if err == nil {
 				err = ctx.Err()
 			}
@@ -389,13 +423,21 @@ func (n *Node) WriteDraining(ctx context.Context) error {
 			if !n.readOwnLease(ctx) {
 				err = errLeaseUnread
 			}
+			n.endLeaseWrite()
+			try++
 			continue
 		}
 		if _, werr := n.renew(ctx); werr != nil {
 			err = werr
 		}
+		n.endLeaseWrite()
+		try++
 	}
 }
+
+// writeDrainingWaits bounds how many times WriteDraining waits (TTL/100
+// each) for a renewal in flight: a third of a lease time in all.
+const writeDrainingWaits = 33
 
 // Stop stops the node cleanly: it takes no more rooms, releases every
 // hold, waits (up to a TTL, sleeping on s) for the releases to land, and

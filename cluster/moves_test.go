@@ -374,7 +374,7 @@ func TestAMoveToANodeJustUndrainedBegins(t *testing.T) {
 	b := store.Metered(store.NewMem(), metrics.NewSet())
 	a, c, clk := movePair(t, b)
 	c.SetDraining(true)
-	if err := c.WriteDraining(ctx); err != nil {
+	if err := c.WriteDraining(ctx, instantSleeper{}); err != nil {
 		t.Fatal(err)
 	}
 	a.readPeer(ctx, "c")
@@ -385,7 +385,7 @@ func TestAMoveToANodeJustUndrainedBegins(t *testing.T) {
 	// change without reading it (a read it made just now).
 	clk.Advance(ttl / 10)
 	c.SetDraining(false)
-	if err := c.WriteDraining(ctx); err != nil {
+	if err := c.WriteDraining(ctx, instantSleeper{}); err != nil {
 		t.Fatal(err)
 	}
 	if l, _ := readLease(t, b, "c"); l.Draining {

@@ -122,7 +122,7 @@ func (p phase) String() string { return phaseNames[p] }
 // calls and say when they want to run again, and a driver loop calls
 // them (Run in a server; the simulation's scheduler in tests). Every
 // method is safe for concurrent use; no lock is held across a bucket
-// call but leaseWrites, which keeps one renewal in flight at a time.
+// call.
 type Node struct {
 	cfg    Config
 	bucket store.Bucket
@@ -130,10 +130,6 @@ type Node struct {
 
 	mu  sync.Mutex
 	rng *rand.Rand
-	// leaseWrites lets one renewal of the lease be in flight at a time
-	// (the duty's, WriteDraining's). Unlike mu it is held across the
-	// write.
-	leaseWrites sync.Mutex
 
 	phase    phase
 	draining bool

@@ -86,7 +86,7 @@ func TestWriteDrainingWritesTheLeaseAtOnce(t *testing.T) {
 	valid := n.Status().ValidFor
 
 	n.SetDraining(true)
-	if err := n.WriteDraining(ctx); err != nil {
+	if err := n.WriteDraining(ctx, instantSleeper{}); err != nil {
 		t.Fatal(err)
 	}
 	l, _ := readLease(t, mem, "n1")
@@ -97,7 +97,7 @@ func TestWriteDrainingWritesTheLeaseAtOnce(t *testing.T) {
 		t.Errorf("the write out of turn did not renew the validity: %v, was %v", got, valid)
 	}
 	// Nothing changed since: nothing written.
-	if err := n.WriteDraining(ctx); err != nil {
+	if err := n.WriteDraining(ctx, instantSleeper{}); err != nil {
 		t.Fatal(err)
 	}
 	if l2, _ := readLease(t, mem, "n1"); l2.Renewal != l.Renewal {
@@ -107,7 +107,7 @@ func TestWriteDrainingWritesTheLeaseAtOnce(t *testing.T) {
 	// its write, and returns.
 	n.SetDraining(false)
 	b.SetFaults(faultOn(store.OpPut, LeaseKey("n1"), store.LoseAnswer()))
-	if err := n.WriteDraining(ctx); err != nil {
+	if err := n.WriteDraining(ctx, instantSleeper{}); err != nil {
 		t.Fatal(err)
 	}
 	if l, _ := readLease(t, mem, "n1"); l.Draining || l.Renewal != before.Renewal+2 {
@@ -125,7 +125,7 @@ func TestWriteDrainingWritesTheLeaseAtOnce(t *testing.T) {
 		}
 		return store.Fault{}
 	})
-	if err := n.WriteDraining(ctx); err == nil {
+	if err := n.WriteDraining(ctx, instantSleeper{}); err == nil {
 		t.Error("WriteDraining reported a write that never landed")
 	}
 	b.SetFaults(nil)
@@ -134,7 +134,7 @@ func TestWriteDrainingWritesTheLeaseAtOnce(t *testing.T) {
 		t.Errorf("the duty's renewal after a failed WriteDraining: %+v", l)
 	}
 	n.Stop(ctx, manualSleeper{clk})
-	if err := n.WriteDraining(ctx); !errors.Is(err, ErrNotActive) {
+	if err := n.WriteDraining(ctx, instantSleeper{}); !errors.Is(err, ErrNotActive) {
 		t.Errorf("WriteDraining on a stopped node: %v", err)
 	}
 }

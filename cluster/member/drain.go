@@ -31,7 +31,7 @@ func (m *Member) Drain(ctx context.Context, on bool) {
 	m.mu.Unlock()
 	if !m.cfg.Broken.DrainUntold {
 		m.core.SetDraining(on)
-		if err := m.core.WriteDraining(ctx); err != nil {
+		if err := m.core.WriteDraining(ctx, m.cfg.Sleeper); err != nil {
 			// The next renewal carries it.
 			m.log.Warn("cluster: writing the lease after a drain's change; the next renewal carries it", "draining", on, "err", err)
 		}

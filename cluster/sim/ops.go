@@ -365,7 +365,9 @@ func (w *World) move() {
 	to := w.machines[(p.machine.idx+1+w.rng.IntN(len(w.machines)-1))%len(w.machines)]
 	w.s.Spawn(p.group, "move "+room.Name+" to "+to.name, func(ctx context.Context) {
 		if _, under := p.moveStarts[room]; under {
-			return // one move of a room at a time: the operator waits for it
+			if _, moving := p.member.Core().Moving(room); moving {
+				return // one move of a room at a time: the operator waits for it
+			}
 		}
 		p.moveStarts[room] = moveStart{at: w.s.Now(), paused: p.paused}
 		begun := p.movesBegun

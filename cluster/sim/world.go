@@ -391,7 +391,7 @@ func (w *World) busy() bool {
 // movesOpen reports whether p has moves under way that must end: each
 // ends within its look (checkMoveEnded), so the tail waits for them.
 func (w *World) movesOpen(p *process) bool {
-	return !p.hung && !p.member.Core().Ended() && len(p.moveStarts) > 0
+	return !p.hung && !p.member.Core().Ended() && len(p.member.Core().Moves()) > 0
 }
 
 // newWorld is cfg's world with its machines, none of them started.
