@@ -186,6 +186,11 @@ func (s *Socket) Closed(code abi.CloseCode, reason string) {
 	_ = s.room.enqueue(&event{kind: evSocketClose, sock: s, code: code, reason: reason}, false)
 }
 
+// Stopping reports whether Shutdown has begun: the node takes no new
+// work, and its HTTP surface tells load balancers so (/readyz) while the
+// stop hibernates its rooms.
+func (m *Manager) Stopping() bool { return m.isStopping() }
+
 func (m *Manager) isStopping() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
