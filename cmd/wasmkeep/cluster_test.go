@@ -49,6 +49,8 @@ func (m *drainMember) Status() server.ClusterNode {
 	return n
 }
 
+func (m *drainMember) Ready() error { return nil }
+
 func (m *drainMember) call(c string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -102,6 +102,7 @@ func (m *member) last() string {
 }
 
 func (m *member) Status() server.ClusterNode { return server.ClusterNode{} }
+func (m *member) Ready() error               { return nil }
 func (m *member) Drain(bool) error           { return errors.New("not in this test") }
 func (m *member) Move(context.Context, rooms.Key, string) (string, error) {
 	return "", errors.New("not in this test")

@@ -46,7 +46,7 @@ type Config struct {
 	Listen string
 	// AdminListen, if set, is the address of a listener of its own for the
 	// admin API, the dashboard, /metrics and pprof; Listen then serves
-	// rooms and /healthz only.
+	// rooms, /healthz and /readyz only.
 	AdminListen string
 	// Bucket overrides the local directory store (an S3 bucket, or tests).
 	Bucket store.Bucket

@@ -35,6 +35,10 @@ type ClusterMember interface {
 	// Status is this node's view: its lease, its holds and pending
 	// releases, and its peers' leases.
 	Status() ClusterNode
+	// Ready is nil while the node can take traffic: it has joined (its
+	// lease written), its lease is valid, and it is neither draining nor
+	// stopping. Otherwise it says why not, for /readyz.
+	Ready() error
 	// Drain starts handing this node's rooms over (on) or takes rooms
 	// again (off). It returns at once; Status tells when it is drained.
 	Drain(on bool) error

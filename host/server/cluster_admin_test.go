@@ -43,6 +43,8 @@ type fakeMember struct {
 	newer map[string]ClusterPeer
 	// gone are the nodes Gone reports fenced.
 	gone map[string]bool
+	// notReady is what Ready returns.
+	notReady error
 }
 
 func (m *fakeMember) Status() ClusterNode {
@@ -51,6 +53,18 @@ func (m *fakeMember) Status() ClusterNode {
 	n := m.status
 	n.Holds, n.Pending, n.Peers = slices.Clone(n.Holds), slices.Clone(n.Pending), slices.Clone(n.Peers)
 	return n
+}
+
+func (m *fakeMember) Ready() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.notReady
+}
+
+func (m *fakeMember) setReady(err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.notReady = err
 }
 
 func (m *fakeMember) record(call string) error {

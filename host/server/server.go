@@ -1,6 +1,6 @@
 // Package server is a node's HTTP surface: rooms at /actor/<class>/<name>
 // (requests and WebSocket upgrades), the admin API under /admin, /metrics,
-// /healthz and pprof, and in a cluster the node-to-node calls under
+// /healthz, /readyz and pprof, and in a cluster the node-to-node calls under
 // /cluster/v1/ (cluster_admin.go). It turns HTTP into room events and room results back
 // into HTTP; the work itself happens in the rooms, classes and socket
 // packages.
@@ -154,6 +154,7 @@ func New(cfg Config, reg *classes.Registry, mgr *rooms.Manager, hub *socket.Hub,
 	s.mux.HandleFunc("/actor/{class}/{name}", s.actor)
 	s.mux.HandleFunc("/actor/{class}/{name}/{rest...}", s.actor)
 	s.mux.HandleFunc("GET /healthz", healthz)
+	s.mux.HandleFunc("GET /readyz", s.readyz)
 	// GET / exactly is the landing page, on loopback only (landing.go);
 	// every other path that is nothing is a bare 404.
 	s.mux.HandleFunc("GET /{$}", s.landing)
@@ -169,6 +170,7 @@ func New(cfg Config, reg *classes.Registry, mgr *rooms.Manager, hub *socket.Hub,
 			s.mux.HandleFunc(p, elsewhere)
 		}
 		admin.HandleFunc("GET /healthz", healthz)
+		admin.HandleFunc("GET /readyz", s.readyz)
 		admin.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
 			textError(w, http.StatusNotFound, "not found: this is the node's admin listener (/admin/, /metrics, /debug/pprof/); rooms are on its --listen address")
 		})
@@ -206,21 +208,52 @@ func (s *Server) adminRoutes(mux *http.ServeMux) {
 	mux.Handle("/debug/pprof/trace", s.admin(http.HandlerFunc(pprof.Trace)))
 }
 
+// healthz is liveness: the process serves HTTP. It says nothing of
+// whether the node should be sent traffic (readyz does): a node that
+// joins, drains or stops is alive, and restarting it would not help.
 func healthz(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	io.WriteString(w, "ok\n")
 }
 
-// ServeHTTP serves the node's listener: rooms, /healthz, and the admin
-// API unless Config.SeparateAdmin gives it a listener of its own.
+// readyz is readiness, for load balancers and readiness probes: "ok"
+// while the node can take traffic, else 503 and why not. A single node is
+// ready while it serves, until a stop begins (it then hibernates its rooms
+// and refuses new work); a cluster member also needs a valid lease (a node
+// that has not joined yet can run no room) and must not be draining.
+func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
+	if err := s.ready(); err != nil {
+		textError(w, http.StatusServiceUnavailable, "not ready: "+err.Error())
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	io.WriteString(w, "ok\n")
+}
+
+// ready is nil while the node can take traffic, else why not (readyz).
+func (s *Server) ready() error {
+	// First: a stopping cluster member still holds a valid lease while it
+	// hibernates its rooms.
+	if s.rooms.Stopping() {
+		return errors.New("stopping")
+	}
+	if s.cfg.Cluster != nil {
+		return s.cfg.Cluster.Member.Ready()
+	}
+	return nil
+}
+
+// ServeHTTP serves the node's listener: rooms, /healthz, /readyz, and
+// the admin API unless Config.SeparateAdmin gives it a listener of its
+// own.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.serve(s.mux, w, r)
 }
 
 // AdminHandler serves the admin listener of a Server with
-// Config.SeparateAdmin: the admin API, the dashboard, /metrics, pprof and
-// /healthz. Without SeparateAdmin it is nil: ServeHTTP serves the admin
-// API.
+// Config.SeparateAdmin: the admin API, the dashboard, /metrics, pprof,
+// /healthz and /readyz. Without SeparateAdmin it is nil: ServeHTTP serves
+// the admin API.
 func (s *Server) AdminHandler() http.Handler {
 	if s.adminMux == nil {
 		return nil
