@@ -699,6 +699,12 @@ func TestDemoCluster(t *testing.T) {
 		}
 		urls = append(urls, url)
 	}
+	// The banner waited for every node to join: each is ready.
+	for i, url := range urls {
+		if status, body, _ := httpDo(t, "GET", url+"/readyz"); status != 200 || body != "ok\n" {
+			t.Fatalf("n%d's /readyz after the banner: %d %q", i+1, status, body)
+		}
+	}
 	// Each node runs a room of its own; the classes were loaded once.
 	for i, url := range urls {
 		room := fmt.Sprintf("%s/actor/counter/own%d", url, i)

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -217,6 +218,18 @@ func runDemoCluster(ctx context.Context, c *cli.Context, cfg node.Config, dc dem
 			}
 		}()
 	}
+	// The nodes serve before they have joined: the banner waits until
+	// each answers /readyz, as a load balancer would, so that what it
+	// offers works through every node.
+	cfg.Logger.Info("waiting for every node to join the cluster")
+	for i, nd := range nodes {
+		if err := waitReady(ctx, nd.URL(), demoJoinWait(timing.ttl)); err != nil {
+			if ctx.Err() != nil { // stopped while waiting
+				return stopAll()
+			}
+			return errors.Join(fmt.Errorf("node n%d did not join the cluster: %w", i+1, err), stopAll())
+		}
+	}
 	if err := loadDemoClasses(cfg.Logger, nodes[0], modules); err != nil {
 		return errors.Join(err, stopAll())
 	}
@@ -253,6 +266,48 @@ func runDemoCluster(ctx context.Context, c *cli.Context, cfg node.Config, dc dem
 	stop()
 	cfg.Logger.Info("stopping every node: hibernating rooms, then closing sockets with 1012")
 	return errors.Join(stopAll(), fenced)
+}
+
+// demoJoinWait bounds the wait for a demo node to join: a node restarted
+// after a crash on the same --data waits until its earlier process's
+// lease has been silent for its lease time and a fifth, plus a renewal
+// or two.
+func demoJoinWait(ttl time.Duration) time.Duration { return 3 * ttl }
+
+// readyPoll is how often waitReady asks.
+const readyPoll = 20 * time.Millisecond
+
+// waitReady waits until GET base/readyz answers 200, and says why not if
+// it does not within the wait or ctx ends first.
+func waitReady(ctx context.Context, base string, within time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	tick := time.NewTicker(readyPoll)
+	defer tick.Stop()
+	why := "no answer"
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/readyz", nil)
+		if err != nil {
+			return err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		switch {
+		case err == nil:
+			body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<10))
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			why = strings.TrimSpace(string(body))
+		case ctx.Err() == nil: // the end of the wait is no reason
+			why = err.Error()
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s/readyz after %v: %s", base, within, why)
+		case <-tick.C:
+		}
+	}
 }
 
 // buildExamples builds the demo's classes from the source tree at root
