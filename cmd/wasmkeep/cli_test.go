@@ -394,7 +394,7 @@ func TestFlagsFromEnvironment(t *testing.T) {
 		env:       []string{"WASMKEEP_IDLE_TIMEOUT=1h", "WASMKEEP_LOG_FORMAT=json", "WASMKEEP_INTERPRETER=true"},
 		listenEnv: true,
 	})
-	n.waitOutput("node serving", healthDeadline) // the log pipe may lag /healthz
+	n.waitOutput("node serving", healthDeadline) // the log pipe may lag /readyz
 	if log := n.stderr.String(); !strings.HasPrefix(log, "{") {
 		t.Fatalf("WASMKEEP_LOG_FORMAT=json: the log is not JSON:\n%s", log)
 	}
@@ -487,7 +487,7 @@ func TestDemo(t *testing.T) {
 		dir:      moduleRoot(t),
 		deadline: demoDeadline,
 	})
-	// /healthz answers before the classes are loaded; the banner follows.
+	// /readyz answers before the classes are loaded; the banner follows.
 	n.waitOutput("wasmkeep demo is up", demoDeadline)
 	if !strings.Contains(n.stdout.String(), n.url+"/actor/chat/lobby") {
 		t.Fatalf("the banner does not show the chat's URL:\n%s", n.stdout.String())

@@ -145,14 +145,13 @@ func (c *testCluster) add(name string) *clusterProc {
 }
 
 // start starts (or restarts) n's process on a free port and waits until
-// it has joined the cluster.
+// it has joined the cluster (startNode waits until /readyz answers ok).
 func (c *testCluster) start(n *clusterProc) {
 	c.t.Helper()
 	args := append([]string{"--data", n.data, "--node", n.name, "--lease-ttl", c.ttl.String(), "--failover-wait", "5s",
 		"--idle-timeout", "1h"}, c.store...)
 	args = append(args, c.args...)
 	n.proc = startNode(c.t, nodeOpts{args: args, env: c.env})
-	n.waitOutput("cluster: joined", healthDeadline)
 }
 
 // node returns the node named name.

@@ -14,7 +14,7 @@ package main
 //
 //   - A command that starts a node (wasmkeep serve, demo or dev, however
 //     wasmkeep is invoked) runs in the background, as in its own terminal;
-//     the test waits until it answers /healthz (demo and dev: until they
+//     the test waits until it answers /readyz (demo and dev: until they
 //     say they are up, since they upload their classes after they start
 //     serving). A comment line "# Wait until the node prints: TEXT" waits
 //     until the running node has printed TEXT, as a reader watches its
@@ -381,7 +381,7 @@ func (r *docRunner) startNode(command string) error {
 	if up != "" {
 		deadline = demoDeadline // it builds first
 	}
-	if err := p.waitHealthy(deadline); err != nil {
+	if err := p.waitUp(deadline); err != nil {
 		if errors.Is(err, errAddrInUse) {
 			return errDocAddrInUse
 		}

@@ -208,31 +208,34 @@ func (p *proc) wait(within time.Duration) int {
 
 var errAddrInUse = errors.New("address already in use")
 
-// waitHealthy polls GET /healthz until it answers "ok", the process exits
+// waitUp polls GET /readyz until it answers "ok", the process exits
 // (errAddrInUse if it lost its port to someone else) or the deadline
-// passes.
-func (p *proc) waitHealthy(deadline time.Duration) error {
+// passes. /readyz, not /healthz: a cluster node serves /healthz before it
+// has joined, and a test that uses it then finds its requests waiting.
+func (p *proc) waitUp(deadline time.Duration) error {
 	client := &http.Client{Timeout: 2 * time.Second}
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	timeout := time.After(deadline)
+	last := "no answer"
 	for {
-		resp, err := client.Get(p.url + "/healthz")
+		resp, err := client.Get(p.url + "/readyz")
 		if err == nil {
 			body, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK && string(body) == "ok\n" && p.running() {
 				return nil
 			}
+			last = fmt.Sprintf("%d %s", resp.StatusCode, strings.TrimSpace(string(body)))
 		}
 		select {
 		case <-p.exited:
 			if strings.Contains(p.stderr.String(), "address already in use") {
 				return errAddrInUse
 			}
-			return fmt.Errorf("wasmkeep exited with code %d before answering /healthz", p.cmd.ProcessState.ExitCode())
+			return fmt.Errorf("wasmkeep exited with code %d before /readyz answered ok", p.cmd.ProcessState.ExitCode())
 		case <-timeout:
-			return fmt.Errorf("no answer from %s/healthz within %v", p.url, deadline)
+			return fmt.Errorf("%s/readyz did not answer ok within %v (last: %s)", p.url, deadline, last)
 		case <-tick.C:
 		}
 	}
@@ -303,7 +306,8 @@ type nodeOpts struct {
 }
 
 // startNode starts a node on a free loopback port and waits until it
-// answers /healthz, retrying on another port if its port was taken.
+// is up (/readyz: a cluster node has joined), retrying on another port if
+// its port was taken.
 func startNode(t testing.TB, o nodeOpts) *proc {
 	t.Helper()
 	if o.command == "" {
@@ -335,7 +339,7 @@ func startNode(t testing.TB, o nodeOpts) *proc {
 			p = spawn(t, o.dir, env, args...)
 		}
 		p.url = "http://" + addr
-		err := p.waitHealthy(o.deadline)
+		err := p.waitUp(o.deadline)
 		if err == nil && o.ready != "" {
 			err = p.waitReady(o.ready, o.deadline)
 		}
