@@ -233,7 +233,8 @@ func TestUsageErrors(t *testing.T) {
 	}{
 		{[]string{"class", "put", "onlyonearg"}, "usage: wasmkeep class put [--server URL] NAME FILE.wasm"},
 		{[]string{"class", "put", "a", "b", "c"}, "usage: wasmkeep class put"},
-		{[]string{"class", "put", "counter", "counter.wasm", "--server", "http://x"}, "flags go before the arguments: --server"},
+		{[]string{"class", "put", "a", "b", "c", "--server", "http://x"}, "usage: wasmkeep class put"},
+		{[]string{"class", "put", "a", "b", "--nope"}, "wasmkeep class put: flag provided but not defined: -nope"},
 		{[]string{"class", "rm"}, "usage: wasmkeep class rm [--server URL] NAME"},
 		{[]string{"class", "list", "extra"}, "usage: wasmkeep class list"},
 		{[]string{"rooms", "hibernate", "counter"}, "usage: wasmkeep rooms hibernate [--server URL] CLASS NAME"},

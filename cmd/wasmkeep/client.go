@@ -101,17 +101,9 @@ func hasFlag(flags []cli.Flag, name string) bool {
 }
 
 // usage is the error for wrong arguments: exit code 2 and the usage line.
-// urfave/cli stops reading flags at the first argument, so flags written
-// after the arguments arrive here as arguments: say so.
-func usage(c *cli.Context, line string) error {
-	msg := "usage: wasmkeep " + line
-	for _, a := range c.Args().Slice() {
-		if strings.HasPrefix(a, "-") {
-			msg += "\n(flags go before the arguments: " + a + ")"
-			break
-		}
-	}
-	return cli.Exit(msg, 2)
+// (Flags after the arguments are read as flags: see flagsFirst.)
+func usage(_ *cli.Context, line string) error {
+	return cli.Exit("usage: wasmkeep "+line, 2)
 }
 
 // do sends a request and decodes a JSON answer into out (if not nil). An
