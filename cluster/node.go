@@ -276,6 +276,14 @@ func (n *Node) AckLapse() {
 	n.lapseUnacked = false
 }
 
+// Phase is where the node is in its life: joining, active, stopping,
+// stopped or lost.
+func (n *Node) Phase() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.phase.String()
+}
+
 // Draining reports whether the node drains: it takes and parks no room.
 func (n *Node) Draining() bool {
 	n.mu.Lock()

@@ -283,20 +283,7 @@ func (m *Member) Status() server.ClusterNode {
 // Ready implements server.ClusterMember from the core's own state: the
 // node can take traffic once its lease is written and while it is valid,
 // unless it drains or stops.
-func (m *Member) Ready() error {
-	s := m.core.Status()
-	switch {
-	case s.Phase == "joining":
-		return errors.New("joining: the lease is not written yet")
-	case s.Phase != "active":
-		return errors.New(s.Phase) // stopping, stopped, or lost (fenced)
-	case !s.LeaseValid:
-		return errors.New("the lease has lapsed: it could not be renewed in time")
-	case s.Draining:
-		return errors.New("draining")
-	}
-	return nil
-}
+func (m *Member) Ready() error { return m.mem.Ready() }
 
 func clusterRooms(hs []cluster.Hold) []server.ClusterRoom {
 	out := make([]server.ClusterRoom, 0, len(hs))

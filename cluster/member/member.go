@@ -342,3 +342,20 @@ func (m *Member) Leave(ctx context.Context) {
 	m.core.Stop(ctx, m.cfg.Sleeper)
 	m.log.Info("cluster: left", "instance", m.core.Instance())
 }
+
+// Ready says whether this node can take traffic: nil while it has joined
+// with a valid lease and neither drains nor stops; otherwise why not
+// (/readyz answers it).
+func (m *Member) Ready() error {
+	switch phase := m.core.Phase(); {
+	case phase == "joining":
+		return errors.New("joining: the lease is not written yet")
+	case phase != "active":
+		return errors.New(phase) // stopping, stopped, or lost (fenced)
+	case !m.core.LeaseValid():
+		return errors.New("the lease has lapsed: it could not be renewed in time")
+	case m.draining():
+		return errors.New("draining")
+	}
+	return nil
+}
