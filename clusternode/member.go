@@ -357,6 +357,26 @@ func (m *Member) Peer(ctx context.Context, node string) (server.ClusterPeer, boo
 // Gone implements server.ClusterMember.
 func (m *Member) Gone(node string) bool { return m.core.PeerGone(node) }
 
+// Where implements server.ClusterMember: the member places the rooms.
+func (m *Member) Where(ctx context.Context, keys []rooms.Key, reads int) map[rooms.Key]server.RoomPlace {
+	rs := make([]cluster.Room, len(keys))
+	for i, k := range keys {
+		rs[i] = roomOf(k)
+	}
+	out := make(map[rooms.Key]server.RoomPlace, len(keys))
+	for r, p := range m.mem.Where(ctx, rs, reads) {
+		place := server.PlaceFree
+		switch p.Kind {
+		case cm.Held:
+			place = server.PlaceHeld
+		case cm.Parked:
+			place = server.PlaceParked
+		}
+		out[keyOf(r)] = server.RoomPlace{Place: place, Node: p.Node}
+	}
+	return out
+}
+
 var _ server.ClusterMember = (*Member)(nil)
 
 // roomsOf is the room manager as the member's Rooms.

@@ -29,6 +29,8 @@ type drainMember struct {
 	status server.ClusterNode
 	stuck  bool
 	calls  []string
+	// places is where Where places rooms.
+	places map[rooms.Key]server.RoomPlace
 }
 
 func (m *drainMember) Status() server.ClusterNode {
@@ -81,6 +83,18 @@ func (m *drainMember) Gone(string) bool { return false }
 
 func (m *drainMember) Dispatch(context.Context, rooms.Key, bool, func(context.Context, string, string) bool) server.ClusterRoute {
 	return server.ClusterRoute{Serve: true}
+}
+
+func (m *drainMember) Where(_ context.Context, keys []rooms.Key, _ int) map[rooms.Key]server.RoomPlace {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := map[rooms.Key]server.RoomPlace{}
+	for _, k := range keys {
+		if p, ok := m.places[k]; ok {
+			out[k] = p
+		}
+	}
+	return out
 }
 
 func (m *drainMember) Peer(context.Context, string) (server.ClusterPeer, bool) {

@@ -66,11 +66,14 @@ func (p *steeredPlacement) times(name string) int {
 // set, first), and refuses what waits. The member's own routing rules
 // (the failover wait, the hop rule, re-routing) are cluster/member's,
 // tested there; these tests are of the forwarding itself.
+// Its status is status, and Where says what places says.
 type member struct {
 	place         rooms.Placement
 	mu            sync.Mutex
 	unreachable   []string
 	onUnreachable func(node string)
+	status        server.ClusterNode
+	places        map[rooms.Key]server.RoomPlace
 }
 
 func (m *member) Dispatch(ctx context.Context, key rooms.Key, forwarded bool, forward func(ctx context.Context, node, address string) bool) server.ClusterRoute {
@@ -101,9 +104,13 @@ func (m *member) last() string {
 	return m.unreachable[len(m.unreachable)-1]
 }
 
-func (m *member) Status() server.ClusterNode { return server.ClusterNode{} }
-func (m *member) Ready() error               { return nil }
-func (m *member) Drain(bool) error           { return errors.New("not in this test") }
+func (m *member) Status() server.ClusterNode {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.status
+}
+func (m *member) Ready() error     { return nil }
+func (m *member) Drain(bool) error { return errors.New("not in this test") }
 func (m *member) Move(context.Context, rooms.Key, string) (string, error) {
 	return "", errors.New("not in this test")
 }
@@ -113,6 +120,19 @@ func (m *member) Peer(context.Context, string) (server.ClusterPeer, bool) {
 	return server.ClusterPeer{}, false
 }
 func (m *member) Gone(string) bool { return false }
+
+// Where places the rooms of places, and leaves out the others.
+func (m *member) Where(_ context.Context, keys []rooms.Key, _ int) map[rooms.Key]server.RoomPlace {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := map[rooms.Key]server.RoomPlace{}
+	for _, k := range keys {
+		if p, ok := m.places[k]; ok {
+			out[k] = p
+		}
+	}
+	return out
+}
 
 func (m *member) Unreachable(_ context.Context, node string) {
 	m.mu.Lock()

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -118,7 +119,47 @@ func (s *Server) listRooms(w http.ResponseWriter, r *http.Request) {
 		list = []rooms.RoomInfo{}
 	}
 	s.foreseeUpgrades(r.Context(), list)
-	writeJSON(w, http.StatusOK, list)
+	writeJSON(w, http.StatusOK, s.placeRooms(r.Context(), list))
+}
+
+// RoomListing is one room of GET /admin/rooms: its facts as this node
+// knows them and, in a cluster, where it runs.
+type RoomListing struct {
+	rooms.RoomInfo
+	// Where is left out without a cluster, and for a room whose record
+	// was not read: past maxWhereReads, or a read that failed.
+	Where *RoomPlace `json:"where,omitempty"`
+}
+
+// maxWhereReads bounds the ownership records one GET /admin/rooms reads
+// (one GET of the bucket each, a dashboard polling every 2 s): as many as
+// the dashboard shows rows. The rooms that need a read are those not held
+// or parked here, and the listing is sorted by class and name, so the
+// rooms placed are the first of those by name: the order the page shows
+// them in after the resident ones.
+const maxWhereReads = 500
+
+// placeRooms adds where each room runs to a listing, in a cluster.
+func (s *Server) placeRooms(ctx context.Context, list []rooms.RoomInfo) []RoomListing {
+	out := make([]RoomListing, len(list))
+	for i, r := range list {
+		out[i].RoomInfo = r
+	}
+	c := s.cfg.Cluster
+	if c == nil || c.Member == nil || len(list) == 0 {
+		return out
+	}
+	keys := make([]rooms.Key, len(list))
+	for i, r := range list {
+		keys[i] = rooms.Key{Class: r.Class, Name: r.Name}
+	}
+	where := c.Member.Where(ctx, keys, maxWhereReads)
+	for i, k := range keys {
+		if p, ok := where[k]; ok {
+			out[i].Where = &p
+		}
+	}
+	return out
 }
 
 // pinRoom pins a room (waking it) or unpins it: see rooms.Manager.Pin.

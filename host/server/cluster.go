@@ -65,6 +65,13 @@ type ClusterMember interface {
 	// node's lease is fenced or released: a forward still waiting on it
 	// is given up.
 	Gone(node string) bool
+	// Where says where each of keys runs, for GET /admin/rooms: a room
+	// held or parked here from this node's own state, any other from a
+	// read of its ownership record. It reads at most reads records (for
+	// the first keys in order that need one), a few at a time; a key it
+	// did not read, or whose record could not be read, is not in the
+	// answer.
+	Where(ctx context.Context, keys []rooms.Key, reads int) map[rooms.Key]RoomPlace
 }
 
 // ClusterRoute is what a member decided for a request.
@@ -79,6 +86,31 @@ type ClusterRoute struct {
 	Refused string
 	Moved   bool
 	Err     error
+}
+
+// Where a room runs in a cluster: RoomPlace.Place.
+const (
+	// PlaceHeld: Node holds the room's record, so the room runs there. A
+	// record does not say whether its holder keeps the room resident or
+	// parked: a room parked on another node is held as this node sees
+	// it (GET /admin/cluster lists each node's parked rooms).
+	PlaceHeld = "held"
+	// PlaceParked: the room hibernated with sockets open on Node, which
+	// keeps its record: its events go there and wake it there.
+	PlaceParked = "parked"
+	// PlaceFree: no live process holds the room's record (there is none,
+	// it is free, or its holder's lease is fenced or released): the room
+	// runs nowhere, and the node its next event reaches takes it.
+	PlaceFree = "free"
+)
+
+// RoomPlace is where a room runs in a cluster, as GET /admin/rooms shows
+// it.
+type RoomPlace struct {
+	// Place is held, parked or free.
+	Place string `json:"place"`
+	// Node is the node that holds or parks the room; empty when free.
+	Node string `json:"node,omitempty"`
 }
 
 // ClusterNode is one node's state, as GET /admin/cluster shows it.

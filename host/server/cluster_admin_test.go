@@ -45,6 +45,10 @@ type fakeMember struct {
 	gone map[string]bool
 	// notReady is what Ready returns.
 	notReady error
+	// where is where Where places rooms; reads, what it was last asked
+	// to read at most.
+	where map[rooms.Key]RoomPlace
+	reads int
 }
 
 func (m *fakeMember) Status() ClusterNode {
@@ -112,6 +116,19 @@ func (m *fakeMember) Dispatch(context.Context, rooms.Key, bool, func(context.Con
 	return ClusterRoute{Serve: true}
 }
 
+func (m *fakeMember) Where(_ context.Context, keys []rooms.Key, reads int) map[rooms.Key]RoomPlace {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.reads = reads
+	out := map[rooms.Key]RoomPlace{}
+	for _, k := range keys {
+		if p, ok := m.where[k]; ok {
+			out[k] = p
+		}
+	}
+	return out
+}
+
 func (m *fakeMember) Peer(_ context.Context, node string) (ClusterPeer, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -150,7 +167,12 @@ func (n *testNode) addr() string { return n.http.Listener.Addr().String() }
 // newTestServer builds a whole Server over a memory store.
 func newTestServer(t *testing.T, cfg Config) *Server {
 	t.Helper()
-	bucket := store.NewMem()
+	return newTestServerOn(t, cfg, store.NewMem())
+}
+
+// newTestServerOn builds a whole Server over bucket.
+func newTestServerOn(t *testing.T, cfg Config, bucket store.Bucket) *Server {
+	t.Helper()
 	reg := classes.New(bucket, nil, 0)
 	mgr, err := rooms.NewManager(context.Background(), rooms.Config{}, rooms.EngineClasses(reg), bucket, rooms.NewLocal(1))
 	if err != nil {

@@ -2,14 +2,19 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"net/http/httptest"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/wasmkeep/wasmkeep/host/rooms"
+	"github.com/wasmkeep/wasmkeep/host/store"
 )
 
 func TestSeriesRing(t *testing.T) {
@@ -117,5 +122,66 @@ func TestDashboardCluster(t *testing.T) {
 	}
 	if !strings.Contains(page, `id="cluster-panel" aria-label="cluster" hidden`) || !strings.Contains(page, `get("/admin/cluster")`) {
 		t.Error("the Cluster panel should start hidden and be filled from GET /admin/cluster")
+	}
+}
+
+// TestRoomsWhere: in a cluster, GET /admin/rooms says where each room
+// runs, as the membership places it, having asked it to read at most
+// maxWhereReads records; a room it did not place has no "where". Without
+// a cluster no room has one.
+func TestRoomsWhere(t *testing.T) {
+	bucket := store.NewMem()
+	for _, name := range []string{"a", "b", "c", "d"} {
+		if _, err := bucket.Put(context.Background(), "rooms/counter/"+name+"/manifest", []byte("not read here"), store.Cond{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	key := func(name string) rooms.Key { return rooms.Key{Class: "counter", Name: name} }
+	m := &fakeMember{status: ClusterNode{Node: "n1"}, where: map[rooms.Key]RoomPlace{
+		key("a"): {Place: PlaceHeld, Node: "n2"},
+		key("b"): {Place: PlaceParked, Node: "n1"},
+		key("c"): {Place: PlaceFree},
+	}}
+	list := func(cluster *Cluster) map[string]map[string]any {
+		t.Helper()
+		s := newTestServerOn(t, Config{Cluster: cluster}, bucket)
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest("GET", "http://127.0.0.1:8080/admin/rooms", nil)
+		req.RemoteAddr = "127.0.0.1:5000"
+		s.ServeHTTP(rec, req)
+		var rows []map[string]any
+		if err := json.Unmarshal(rec.Body.Bytes(), &rows); err != nil || rec.Code != 200 {
+			t.Fatalf("GET /admin/rooms: %d %v %s", rec.Code, err, rec.Body)
+		}
+		out := map[string]map[string]any{}
+		for _, r := range rows {
+			if r["state"] != "hibernated" {
+				t.Errorf("room %v: the listing's state is this node's view, hibernated", r)
+			}
+			out[r["name"].(string)] = r
+		}
+		return out
+	}
+
+	got := list(&Cluster{Node: "n1", Secret: testSecret, Member: m})
+	want := map[string]any{
+		"a": map[string]any{"place": "held", "node": "n2"},
+		"b": map[string]any{"place": "parked", "node": "n1"},
+		"c": map[string]any{"place": "free"},
+	}
+	for _, name := range []string{"a", "b", "c", "d"} {
+		w, has := got[name]["where"]
+		if fmt.Sprint(w) != fmt.Sprint(want[name]) || has != (want[name] != nil) {
+			t.Errorf("counter/%s: where %v (given: %v), want %v", name, w, has, want[name])
+		}
+	}
+	if m.reads != maxWhereReads {
+		t.Errorf("the listing let the membership read %d records, want maxWhereReads (%d)", m.reads, maxWhereReads)
+	}
+
+	for name, r := range list(nil) {
+		if w, has := r["where"]; has {
+			t.Errorf("without a cluster, counter/%s has a where: %v", name, w)
+		}
 	}
 }
