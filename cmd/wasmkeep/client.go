@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -167,7 +168,9 @@ type roomRecord struct {
 	SnapshotBytes uint64   `json:"snapshot_bytes"`
 	Awake         string   `json:"awake"`
 	Version       string   `json:"version"`
-	Upgrade       *struct {
+	// Where is where the room runs, in a cluster.
+	Where   *server.RoomPlace `json:"where"`
+	Upgrade *struct {
 		To      string     `json:"to"`
 		State   string     `json:"state"`
 		Error   string     `json:"error"`
@@ -185,6 +188,17 @@ func (r roomRecord) upgradeWord() string {
 		return "failed,retry-" + r.Upgrade.RetryAt.Local().Format("15:04:05")
 	}
 	return r.Upgrade.State
+}
+
+// whereWords say where a room runs in a cluster: held, parked or free, and
+// the node that holds or parks it; "-" for what the node does not know
+// (it did not read the room's record: past the bound of a listing, or a
+// read that failed).
+func (r roomRecord) whereWords() (place, node string) {
+	if r.Where == nil {
+		return "-", "-"
+	}
+	return r.Where.Place, dash(r.Where.Node)
 }
 
 func classCommand() *cli.Command {
@@ -384,8 +398,16 @@ func writeRooms(w io.Writer, client *adminClient, versions bool) error {
 	if err := client.do(http.MethodGet, "/admin/rooms", nil, &list); err != nil {
 		return err
 	}
+	// A node of a cluster says where each room runs: the STATE of a room
+	// is this node's view of it, and a room another node runs is
+	// hibernated here.
+	clustered := slices.ContainsFunc(list, func(r roomRecord) bool { return r.Where != nil })
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	head := "CLASS\tNAME\tSTATE\tSOCKETS\tAWAKE\tMEMORY\tLAST-EVENT\tSNAPSHOT"
+	head := "CLASS\tNAME\tSTATE"
+	if clustered {
+		head += "\tWHERE\tNODE"
+	}
+	head += "\tSOCKETS\tAWAKE\tMEMORY\tLAST-EVENT\tSNAPSHOT"
 	if versions {
 		head += "\tVERSION\tUPGRADE"
 	}
@@ -395,7 +417,12 @@ func writeRooms(w io.Writer, client *adminClient, versions bool) error {
 		if r.IdleSeconds != nil {
 			last = shortDuration(time.Duration(*r.IdleSeconds * float64(time.Second)))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s", r.Class, r.Name, r.State, r.Sockets, awake, size(r.Memory), last, size(r.SnapshotBytes))
+		fmt.Fprintf(tw, "%s\t%s\t%s", r.Class, r.Name, r.State)
+		if clustered {
+			place, node := r.whereWords()
+			fmt.Fprintf(tw, "\t%s\t%s", place, node)
+		}
+		fmt.Fprintf(tw, "\t%d\t%s\t%s\t%s\t%s", r.Sockets, awake, size(r.Memory), last, size(r.SnapshotBytes))
 		if versions {
 			fmt.Fprintf(tw, "\t%s\t%s", dash(shortHash(r.Version)), r.upgradeWord())
 		}

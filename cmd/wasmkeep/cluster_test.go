@@ -117,7 +117,12 @@ func (m *drainMember) asked() []string {
 // with the member as its cluster membership, or none if nil.
 func clusterNode(t *testing.T, name string, m *drainMember) *httptest.Server {
 	t.Helper()
-	bucket := store.NewMem()
+	return clusterNodeOn(t, name, m, store.NewMem())
+}
+
+// clusterNodeOn is clusterNode over bucket.
+func clusterNodeOn(t *testing.T, name string, m *drainMember, bucket store.Bucket) *httptest.Server {
+	t.Helper()
 	reg := classes.New(bucket, nil, 0)
 	mgr, err := rooms.NewManager(context.Background(), rooms.Config{}, rooms.EngineClasses(reg), bucket, rooms.NewLocal(1))
 	if err != nil {
@@ -275,5 +280,44 @@ func TestPrintMove(t *testing.T) {
 		if out.String() != c.want {
 			t.Errorf("%+v printed %q, want %q", m, out.String(), c.want)
 		}
+	}
+}
+
+// TestRoomsWhere: `wasmkeep rooms` of a node of a cluster says where each
+// room runs, as the node's GET /admin/rooms does: WHERE (held, parked,
+// free) and NODE, "-" for a room whose record it did not read; a node
+// outside a cluster has neither column.
+func TestRoomsWhere(t *testing.T) {
+	t.Parallel()
+	bucket := store.NewMem()
+	for _, name := range []string{"a", "b", "c", "d"} {
+		if _, err := bucket.Put(context.Background(), "rooms/counter/"+name+"/manifest", []byte("not read here"), store.Cond{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	key := func(name string) rooms.Key { return rooms.Key{Class: "counter", Name: name} }
+	m := &drainMember{places: map[rooms.Key]server.RoomPlace{
+		key("a"): {Place: server.PlaceHeld, Node: "n2"},
+		key("b"): {Place: server.PlaceParked, Node: "n1"},
+		key("c"): {Place: server.PlaceFree},
+	}}
+	n := clusterNodeOn(t, "n1", m, bucket)
+	r := wk(t, nil, "rooms", "--server", n.URL)
+	if r.code != 0 {
+		t.Fatalf("rooms: %v", r)
+	}
+	rows := table(t, r.stdout, "CLASS", "NAME", "STATE", "WHERE", "NODE", "SOCKETS", "AWAKE", "MEMORY", "LAST-EVENT", "SNAPSHOT")
+	var got [][]string
+	for _, row := range rows {
+		got = append(got, row[1:5])
+	}
+	want := [][]string{{"a", "hibernated", "held", "n2"}, {"b", "hibernated", "parked", "n1"}, {"c", "hibernated", "free", "-"}, {"d", "hibernated", "-", "-"}}
+	if !slices.EqualFunc(got, want, slices.Equal) {
+		t.Fatalf("rooms: %q, want %q", got, want)
+	}
+
+	single := clusterNodeOn(t, "", nil, bucket)
+	if r := wk(t, nil, "rooms", "--server", single.URL); r.code != 0 || len(table(t, r.stdout, roomsHeader...)) != 4 {
+		t.Fatalf("rooms of a node outside a cluster: %v", r)
 	}
 }
