@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +20,7 @@ import (
 	"github.com/wasmkeep/wasmkeep/host/server"
 	"github.com/wasmkeep/wasmkeep/internal/clock"
 	"github.com/wasmkeep/wasmkeep/internal/testenv"
+	"github.com/wasmkeep/wasmkeep/internal/testwasm"
 	"github.com/wasmkeep/wasmkeep/internal/wasmbuild"
 	"github.com/wasmkeep/wasmkeep/internal/wstest"
 )
@@ -112,6 +114,93 @@ func TestDashboard(t *testing.T) {
 	// Seen: the slow request's time limit passes now rather than in real
 	// time (the test waited 10 s and more for it).
 	clk.skip(slowEvent)
+}
+
+// TestDashboardCluster: the dashboard of node b of a cluster of three,
+// whose membership is a fake that places b's rooms: one another node runs
+// (it shows elsewhere, not hibernated), one parked on node c (its record
+// says held by c, and c's status that it is parked there), one free, one
+// parked here with its socket, one whose record was not read. The room
+// cards count what the table lists. Screenshots go to dashboard-cluster/
+// beside TestDashboard's.
+func TestDashboardCluster(t *testing.T) {
+	t.Parallel()
+	m := &member{}
+	n := clusterNode(t, "b", newSteered(), m, Config{Server: server.Config{Cluster: &server.Cluster{}}})
+	putClass(t, n, "counter", "./examples/counter")
+	putClass(t, n, "chat", "./examples/chat")
+	expect(t, http.StatusCreated, "PUT", n.AdminURL()+"/admin/classes/leaderboard?durability=event", testwasm.Build(t, "./examples/counter"))
+	base := n.URL()
+	for _, name := range []string{"alpha", "gamma", "delta", "eps", "unread"} {
+		expect(t, 200, "POST", base+"/actor/counter/"+name, nil)
+	}
+	expect(t, 200, "POST", base+"/actor/leaderboard/x", nil)
+	for _, name := range []string{"gamma", "delta", "eps", "unread"} {
+		hibernate(t, n, "counter", name)
+	}
+	support := wstest.Dial(t, strings.Replace(base, "http", "ws", 1)+"/actor/chat/support")
+	support.Send("hi")
+	if got := support.ReadText(); got != "hi" {
+		t.Fatalf("chat echoed %q", got)
+	}
+	hibernate(t, n, "chat", "support") // its socket stays open
+
+	// The other nodes answer their status: c keeps counter/delta parked.
+	peer := func(status server.ClusterNode) string {
+		hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path != "/cluster/v1/status" {
+				http.NotFound(w, r)
+				return
+			}
+			w.Header().Set("Content-Type", "application/json")
+			_ = json.NewEncoder(w).Encode(status)
+		}))
+		t.Cleanup(hs.Close)
+		return hs.Listener.Addr().String()
+	}
+	room := func(class, name string) server.ClusterRoom {
+		return server.ClusterRoom{Class: class, Name: name, Generation: 1}
+	}
+	addrA := peer(server.ClusterNode{Node: "a", Instance: "ia", Phase: "active", LeaseValid: true, ValidForMS: 9000,
+		Holds: []server.ClusterRoom{room("counter", "gamma")}})
+	addrC := peer(server.ClusterNode{Node: "c", Instance: "ic", Phase: "active", LeaseValid: true, ValidForMS: 9000,
+		Parked: []server.ClusterRoom{room("counter", "delta")}})
+	key := func(class, name string) rooms.Key { return rooms.Key{Class: class, Name: name} }
+	m.mu.Lock()
+	m.status = server.ClusterNode{Node: "b", Instance: "ib", Address: n.Addr(), Phase: "active", LeaseValid: true, ValidForMS: 9000,
+		Holds:  []server.ClusterRoom{room("counter", "alpha"), room("leaderboard", "x")},
+		Parked: []server.ClusterRoom{room("chat", "support")},
+		Peers:  []server.ClusterPeer{{Node: "a", Instance: "ia", Address: addrA, State: "live"}, {Node: "c", Instance: "ic", Address: addrC, State: "live"}}}
+	m.places = map[rooms.Key]server.RoomPlace{
+		key("counter", "alpha"): {Place: server.PlaceHeld, Node: "b"},
+		key("leaderboard", "x"): {Place: server.PlaceHeld, Node: "b"},
+		key("counter", "gamma"): {Place: server.PlaceHeld, Node: "a"},
+		key("counter", "delta"): {Place: server.PlaceHeld, Node: "c"}, // a record does not say parked
+		key("counter", "eps"):   {Place: server.PlaceFree},
+		key("chat", "support"):  {Place: server.PlaceParked, Node: "b"},
+	}
+	m.mu.Unlock()
+
+	driver := findChromiumDriver(t)
+	want, err := json.Marshal(map[string]any{
+		"cluster": true,
+		"rooms": []dashboardExpect{
+			{Key: "counter/alpha", State: "resident", Awake: "recent", Where: "held b"},
+			{Key: "leaderboard/x", State: "resident", Awake: "recent", Where: "held b"},
+			{Key: "counter/gamma", State: "hibernated", Snapshot: true, Where: "held a", Elsewhere: true},
+			{Key: "counter/delta", State: "hibernated", Snapshot: true, Where: "parked c"},
+			{Key: "counter/eps", State: "hibernated", Snapshot: true, Where: "free"},
+			{Key: "counter/unread", State: "hibernated", Snapshot: true, Where: ""},
+			{Key: "chat/support", State: "hibernated", Sockets: 1, Snapshot: true, Label: "1 held", Where: "parked b"},
+		},
+		// Resident: alpha and x; asleep: delta, eps, unread and support.
+		"cards":   map[string]int{"resident": 2, "hibernated": 4},
+		"classes": []string{"chat", "counter", "leaderboard"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logScreenshots(t, driver.run(t, 3*time.Minute, "dashboard", "check.mjs", n.URL()+"/admin/", driver.artifacts(t, "dashboard-cluster"), string(want)))
 }
 
 func dashRooms(t *testing.T, n *Node) map[string]rooms.RoomInfo {
@@ -256,6 +345,10 @@ type dashboardExpect struct {
 	Sockets  int    `json:"sockets"`
 	Snapshot bool   `json:"snapshot,omitempty"`
 	Label    string `json:"label,omitempty"`
+	// In a cluster: where the room runs ("held a", "parked c", "free",
+	// "" if the node does not know), and whether another node runs it.
+	Where     string `json:"where"`
+	Elsewhere bool   `json:"elsewhere,omitempty"`
 }
 
 // chromiumDriver is what runs a script of test/dashboard in headless
@@ -295,15 +388,33 @@ func (c chromiumDriver) run(t *testing.T, d time.Duration, done string, script s
 	return out.String()
 }
 
-func checkDashboardBrowser(t *testing.T, n *Node) {
-	driver := findChromiumDriver(t)
-	artifacts := os.Getenv("WASMKEEP_ARTIFACTS")
-	if artifacts == "" {
-		artifacts = filepath.Join(driver.root, ".build", "artifacts")
+// artifacts is the directory a test's screenshots go to: dir under
+// $WASMKEEP_ARTIFACTS, or under .build/artifacts/ at the module's root.
+func (c chromiumDriver) artifacts(t *testing.T, dir string) string {
+	t.Helper()
+	base := os.Getenv("WASMKEEP_ARTIFACTS")
+	if base == "" {
+		base = filepath.Join(c.root, ".build", "artifacts")
 	}
-	if err := os.MkdirAll(artifacts, 0o755); err != nil {
+	base = filepath.Join(base, dir)
+	if err := os.MkdirAll(base, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	return base
+}
+
+// logScreenshots logs the screenshots a script's output names.
+func logScreenshots(t *testing.T, out string) {
+	for _, line := range strings.Split(out, "\n") {
+		if f, ok := strings.CutPrefix(line, "screenshot "); ok {
+			t.Logf("dashboard screenshot: %s", f)
+		}
+	}
+}
+
+func checkDashboardBrowser(t *testing.T, n *Node) {
+	driver := findChromiumDriver(t)
+	artifacts := driver.artifacts(t, "")
 
 	// Traffic on other rooms while the page is open, so that the charts
 	// have something to draw: requests, and a hibernation a second.
@@ -339,12 +450,7 @@ func checkDashboardBrowser(t *testing.T, n *Node) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := driver.run(t, 3*time.Minute, "dashboard", "check.mjs", n.URL()+"/admin/", artifacts, string(want))
-	for _, line := range strings.Split(out, "\n") {
-		if f, ok := strings.CutPrefix(line, "screenshot "); ok {
-			t.Logf("dashboard screenshot: %s", f)
-		}
-	}
+	logScreenshots(t, driver.run(t, 3*time.Minute, "dashboard", "check.mjs", n.URL()+"/admin/", artifacts, string(want)))
 }
 
 // post sends an empty POST (to the admin API, as the CLI does) and

@@ -4,8 +4,12 @@
 //   node check.mjs <dashboard URL> <artifact dir> <expectations JSON>
 //
 // The expectations are {"rooms": [{"key": "class/name", "state": ...,
-// "awake": ..., "sockets": N}], "classes": [...]}. The script checks the
-// rooms table (states, why awake, sockets), the classes, sorting and
+// "awake": ..., "sockets": N}], "classes": [...]}; for a node of a
+// cluster also "cluster": true, each room's "where" ("held a", "parked
+// c", "free") and "elsewhere" (another node runs it), and "cards"
+// ({"resident": N, "hibernated": N}). The script checks the rooms table
+// (states, why awake, sockets, where they run), that the room cards count
+// what the table lists, the classes, sorting and
 // filtering, that the charts get new points without a reload, that the
 // page loads nothing from elsewhere and logs no error, and that the
 // node's landing page (/) lists the classes, renders under its own
@@ -92,9 +96,15 @@ async function checkView(view) {
     // The rooms table: every expected room, with its state, why it is
     // awake and its sockets.
     await page.waitForFunction((n) => document.querySelectorAll("#rooms tbody tr[data-key]").length >= n, want.rooms.length, { timeout: 10000 });
+    // In a cluster, the rooms show parked on another node once the
+    // Cluster panel has the nodes' statuses: it draws them again then.
+    if (want.cluster) await page.waitForSelector("#cluster tbody tr[data-node]", { timeout: 10000 });
     const rows = await page.evaluate(() => Object.fromEntries([...document.querySelectorAll("#rooms tbody tr[data-key]")].map((tr) => [tr.dataset.key, {
       state: tr.dataset.state, awake: tr.dataset.awake, sockets: Number(tr.dataset.sockets),
-      cells: [...tr.cells].map((td) => td.textContent.trim()),
+      where: ((tr.dataset.where || "") + " " + (tr.dataset.node || "")).trim(), elsewhere: tr.dataset.elsewhere === "true",
+      cells: [...tr.cells].filter((td) => td.offsetParent !== null).map((td) => td.textContent.trim()),
+      // The cells by their column's key (name, state, where, ..., snapshot).
+      col: Object.fromEntries([...tr.cells].map((td, i) => [document.querySelector("#rooms thead tr").cells[i].dataset.key, td.textContent.trim()])),
     }])));
     for (const r of want.rooms) {
       const row = rows[r.key];
@@ -102,9 +112,38 @@ async function checkView(view) {
       check(row.state === r.state, `${r.key} is ${r.state}, the table says ${row.state}`);
       check(row.awake === (r.awake || ""), `${r.key} is awake for ${JSON.stringify(r.awake || "")}, the table says ${JSON.stringify(row.awake)}`);
       check(row.sockets === r.sockets, `${r.key} has ${r.sockets} sockets, the table says ${row.sockets}`);
-      check(/(B|KiB|MiB|GiB)$/.test(row.cells[4]), `${r.key} shows its memory, not ${JSON.stringify(row.cells[4])}`);
-      if (r.snapshot) check(/(B|KiB|MiB)$/.test(row.cells[6]), `${r.key} shows its snapshot size, not ${JSON.stringify(row.cells[6])}`);
+      check(/(B|KiB|MiB|GiB)$/.test(row.col.memory), `${r.key} shows its memory, not ${JSON.stringify(row.col.memory)}`);
+      if (r.snapshot) check(/(B|KiB|MiB)$/.test(row.col.snapshot), `${r.key} shows its snapshot size, not ${JSON.stringify(row.col.snapshot)}`);
       if (r.label) check(row.cells.some((c) => c.includes(r.label)), `${r.key} shows "${r.label}" (cells ${JSON.stringify(row.cells)})`);
+      if (want.cluster) {
+        check(row.where === r.where, `${r.key} runs ${JSON.stringify(r.where)}, the table says ${JSON.stringify(row.where)}`);
+        check(row.elsewhere === !!r.elsewhere && (row.col.state === "elsewhere") === !!r.elsewhere,
+          `${r.key} ${r.elsewhere ? "runs" : "does not run"} on another node; the table says ${row.elsewhere}, its state ${JSON.stringify(row.col.state)}`);
+      }
+    }
+    const whereShown = await page.evaluate(() => document.querySelector('#rooms th[data-key="where"]').offsetParent !== null);
+    check(whereShown === !!want.cluster, `the Where column is ${want.cluster ? "shown in a cluster" : "hidden outside a cluster"}`);
+
+    // The room cards count what the table lists (every room, unfiltered):
+    // resident here, and asleep (hibernated here, and not run by another
+    // node). Read at once: both are drawn from one listing.
+    const cards = await page.evaluate(() => {
+      const trs = [...document.querySelectorAll("#rooms tbody tr[data-key]")];
+      const num = (id) => Number(document.getElementById(id).textContent.replace(/,/g, ""));
+      return {
+        more: document.querySelector("#rooms tbody tr.more") !== null,
+        resident: num("k-resident"), hibernated: num("k-hibernated"),
+        listedResident: trs.filter((tr) => tr.dataset.state === "resident").length,
+        listedAsleep: trs.filter((tr) => tr.dataset.state !== "resident" && tr.dataset.elsewhere !== "true").length,
+      };
+    });
+    if (!cards.more) {
+      check(cards.resident === cards.listedResident && cards.hibernated === cards.listedAsleep,
+        `the cards count the table: resident ${cards.resident} (listed ${cards.listedResident}), hibernated ${cards.hibernated} (listed ${cards.listedAsleep})`);
+    }
+    if (want.cards) {
+      check(cards.resident === want.cards.resident && cards.hibernated === want.cards.hibernated,
+        `the cards show ${cards.resident} resident and ${cards.hibernated} hibernated rooms, want ${want.cards.resident} and ${want.cards.hibernated}`);
     }
 
     // Classes, with their rooms.
