@@ -121,8 +121,9 @@ func TestDashboard(t *testing.T) {
 // (it shows elsewhere, not hibernated), one parked on node c (its record
 // says held by c, and c's status that it is parked there), one free, one
 // parked here with its socket, one whose record was not read. The room
-// cards count what the table lists. Screenshots go to dashboard-cluster/
-// beside TestDashboard's.
+// cards count what the table lists, and a class name is shown whole
+// beside its durability tag. Screenshots go to dashboard-cluster/ beside
+// TestDashboard's.
 func TestDashboardCluster(t *testing.T) {
 	t.Parallel()
 	m := &member{}

@@ -9,7 +9,7 @@
 // c", "free") and "elsewhere" (another node runs it), and "cards"
 // ({"resident": N, "hibernated": N}). The script checks the rooms table
 // (states, why awake, sockets, where they run), that the room cards count
-// what the table lists, the classes, sorting and
+// what the table lists, the classes (their names whole), sorting and
 // filtering, that the charts get new points without a reload, that the
 // page loads nothing from elsewhere and logs no error, and that the
 // node's landing page (/) lists the classes, renders under its own
@@ -146,10 +146,16 @@ async function checkView(view) {
         `the cards show ${cards.resident} resident and ${cards.hibernated} hibernated rooms, want ${want.cards.resident} and ${want.cards.hibernated}`);
     }
 
-    // Classes, with their rooms.
+    // Classes, with their rooms, each name whole: its tags wrap rather
+    // than cut it.
     for (const c of want.classes) {
       const shown = await page.locator(`#classes [data-class="${c}"]`).count();
       check(shown === 1, "the classes list shows " + c);
+      const name = await page.evaluate((cls) => {
+        const e = document.querySelector(`#classes [data-class="${cls}"] .class-name`);
+        return { text: e.textContent, cut: e.scrollWidth > e.clientWidth };
+      }, c);
+      check(name.text === c && !name.cut, `class ${c}'s name is shown whole (${JSON.stringify(name)})`);
       // What the class's rooms take in the store: the sum of the listed
       // rooms' snapshots, shown per class.
       const stored = await page.getAttribute(`#classes [data-class="${c}"] .class-stored`, "data-stored");
