@@ -81,11 +81,7 @@ func (m *Member) DrainPass(ctx context.Context) time.Duration {
 		}
 	}
 	if m.Drained() {
-		m.mu.Lock()
-		first := !m.drainedSaid
-		m.drainedSaid = true
-		m.mu.Unlock()
-		if first {
+		if m.firstTime(&m.drainedSaid) {
 			m.log.Info("cluster: drained")
 			m.observe(Event{Kind: Drained})
 		}

@@ -278,11 +278,7 @@ func (m *Member) Watch(ctx context.Context) time.Duration {
 		m.log.Info("cluster: joined", "instance", m.core.Instance())
 	}
 	if m.core.Lost() {
-		m.mu.Lock()
-		first := !m.lostNow
-		m.lostNow = true
-		m.mu.Unlock()
-		if first {
+		if m.firstTime(&m.lostNow) {
 			m.log.Error("cluster: this node was fenced (or its name taken by another process); it must exit")
 			m.dropEverything(ctx, "fenced")
 			m.observe(Event{Kind: Lost})
@@ -297,6 +293,16 @@ func (m *Member) Watch(ctx context.Context) time.Duration {
 		m.observe(Event{Kind: Lapsed})
 	}
 	return period
+}
+
+// firstTime sets *flag, a field under m.mu, and reports whether it was
+// not set before: what the member reports once.
+func (m *Member) firstTime(flag *bool) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	first := !*flag
+	*flag = true
+	return first
 }
 
 // dropEverything ends all this node does for its rooms: instances dropped
