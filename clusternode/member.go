@@ -337,12 +337,8 @@ func (m *Member) Take(ctx context.Context, key rooms.Key) error {
 
 // FenceNode implements server.ClusterMember.
 func (m *Member) FenceNode(ctx context.Context, node string) error {
-	l, err := m.core.FenceByHand(ctx, node)
-	if err != nil {
-		return err
-	}
-	m.cfg.Logger.Warn("cluster: fenced a node by hand", "node", m.cfg.Node, "fenced", node, "instance", l.Instance, "state", l.State.String())
-	return nil
+	_, err := m.mem.FenceByHand(ctx, node)
+	return err
 }
 
 // Peer implements server.ClusterMember.

@@ -365,3 +365,13 @@ func (m *Member) Ready() error {
 	}
 	return nil
 }
+
+// FenceByHand is an operator's fence of node, whose process is dead or
+// stopped for good: its lease is written fenced at once.
+func (m *Member) FenceByHand(ctx context.Context, node string) (cluster.Lease, error) {
+	l, err := m.core.FenceByHand(ctx, node)
+	if err == nil {
+		m.log.Warn("cluster: fenced a node by hand", "fenced", node, "instance", l.Instance, "state", l.State.String())
+	}
+	return l, err
+}

@@ -149,7 +149,7 @@ func (w *World) handFence(m *machine, dead func() bool) {
 			if !dead() {
 				return
 			}
-			l, err := q.member.Core().FenceByHand(ctx, m.name)
+			l, err := q.member.FenceByHand(ctx, m.name)
 			if err != nil {
 				w.stats.HandFencesFailed++
 				if tries < 3 {
