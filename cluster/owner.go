@@ -106,6 +106,9 @@ func (n *Node) Take(ctx context.Context, seen Seen) (Hold, error) {
 		n.mu.Unlock()
 		n.learnOwner(ctx, seen.Record.Node, seen.Record.Instance)
 		n.mu.Lock()
+		// The room may have been taken and parked here while the
+		// lease was read: the read is then older than the parked hold.
+		seen = n.parkedSeenLocked(seen)
 		gen, cond, err = n.claimLocked(seen)
 	}
 	if errors.Is(err, errUnknownOwner) {

@@ -286,3 +286,62 @@ func TestARouteCachedBeforeAParkIsNotUsed(t *testing.T) {
 		t.Fatalf("a routes its parked room to %+v, %v", w, err)
 	}
 }
+
+// getHookBucket runs beforeGet once, before the first Get of key.
+type getHookBucket struct {
+	store.Bucket
+	key       string
+	beforeGet func()
+}
+
+func (b *getHookBucket) Get(ctx context.Context, key string) ([]byte, string, error) {
+	if key == b.key && b.beforeGet != nil {
+		f := b.beforeGet
+		b.beforeGet = nil
+		f()
+	}
+	return b.Bucket.Get(ctx, key)
+}
+
+// TestATakeThatReadsTheOwnersLeaseKeepsAParkMadeMeanwhile: a take over a
+// record naming an owner this node's view does not know reads the owner's
+// lease first. While that read is on its way, the owner may release the
+// room and this node take and park it: the read record is then older
+// than the parked hold, and the take must wake the room, not drop the
+// parked entry as if the owner still held it (which would leave the
+// record naming this node with nothing here to release it). The
+// simulation found it: seeds 9396 and 12326 of 20,000.
+func TestATakeThatReadsTheOwnersLeaseKeepsAParkMadeMeanwhile(t *testing.T) {
+	room := Room{"chat", "lobby"}
+	b := store.NewMem()
+	hooked := &getHookBucket{Bucket: b, key: LeaseKey("c")}
+	a, _ := joined(t, hooked, "a", 1)
+	c, _ := joined(t, b, "c", 2) // a's view has not listed c yet
+	hc, err := c.Acquire(ctx, room)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen, err := a.Look(ctx, room) // names c, whom a does not know
+	if err != nil || seen.Record.Node != "c" {
+		t.Fatalf("the read: %+v, %v", seen, err)
+	}
+	var parked Hold
+	hooked.beforeGet = func() {
+		c.Release(ctx, hc)
+		h, err := a.Acquire(ctx, room)
+		if err != nil || !a.Park(h) {
+			t.Errorf("acquire and park meanwhile: %+v, %v", h, err)
+		}
+		parked = h
+	}
+	h, err := a.Take(ctx, seen)
+	if err != nil {
+		t.Fatalf("the take over the older read: %v; want the parked room woken", err)
+	}
+	if h.Generation != parked.Generation+1 {
+		t.Errorf("woke at generation %d, want %d", h.Generation, parked.Generation+1)
+	}
+	if rec, _ := readRecord(t, b, room); rec.Node != "a" || rec.Generation != h.Generation {
+		t.Errorf("the record after the wake: %+v", rec)
+	}
+}
