@@ -106,6 +106,16 @@ func (n *Node) cachedRoute(room Room) (Where, bool) {
 	return c.where, true
 }
 
+// ForgetRoute drops room's cached decision, if any: the next Route
+// reads the record. A node that was forwarded an event by the node its
+// cache sends the room to knows the cache is stale (that node would not
+// forward a room it holds).
+func (n *Node) ForgetRoute(room Room) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	delete(n.routes, room)
+}
+
 func (n *Node) holdOf(room Room) Hold {
 	n.mu.Lock()
 	defer n.mu.Unlock()

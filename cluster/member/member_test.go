@@ -249,6 +249,22 @@ func TestDispatchForwardsAndTheHopRule(t *testing.T) {
 	}
 }
 
+// TestAForwardedEventReadsPastAStaleRoute: a node's cached route may
+// still send a room to the node that just handed it over (a drain, a
+// move) and now forwards its events here; refusing them as moved until
+// the cache expired answered 503 for that long. A forwarded event that
+// the cache would refuse reads the record once first.
+func TestAForwardedEventReadsPastAStaleRoute(t *testing.T) {
+	a, b := twoNodes(t)
+	if w, err := a.m.Route(ctx, room); err != nil || w.Kind != cluster.Elsewhere || w.Node != "b" {
+		t.Fatalf("a's route: %+v, %v", w, err)
+	}
+	b.core.Release(ctx, b.core.Status().Holds[0]) // handed over: free
+	if d := a.m.Dispatch(ctx, room, true, neverForward(t)); d.Outcome != Serve {
+		t.Fatalf("an event forwarded by b for the room b handed over: %+v; want it served here", d)
+	}
+}
+
 // TestDispatchRoutesOnceMoreAfterAnUnreachableNode: a forward that
 // cannot connect tells the core, and the event is routed again; a node
 // still unreachable is refused, not dialled for ever.

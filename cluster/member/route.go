@@ -109,7 +109,7 @@ type Forward func(ctx context.Context, node, address string) (unreachable bool)
 // was forwarded here by another node. Forwards go through forward.
 func (m *Member) Dispatch(ctx context.Context, room cluster.Room, forwarded bool, forward Forward) Decision {
 	where, err := m.Route(ctx, room)
-	waited, redialed := false, false
+	waited, redialed, reread := false, false, false
 	for {
 		if err != nil {
 			return Decision{Outcome: Refused, Refusal: RefusedBucket, Err: err}
@@ -132,6 +132,17 @@ func (m *Member) Dispatch(ctx context.Context, room cluster.Room, forwarded bool
 			// elsewhere): its sockets here are not its own any more.
 			m.closeForeignSockets(room, "elsewhere", "the room runs on "+where.Node)
 			if forwarded && !m.cfg.Broken.Bounce {
+				if !reread {
+					// The forwarding node routed the room here on
+					// a read newer than a decision this node may
+					// have cached: read the record once before
+					// refusing (a room handed over by a drain or a
+					// move is then free, or on its new node).
+					reread = true
+					m.core.ForgetRoute(room)
+					where, err = m.Route(ctx, room)
+					continue
+				}
 				return Decision{Outcome: Refused, Refusal: RefusedMoved, Node: where.Node}
 			}
 			if !forward(ctx, where.Node, where.Address) {
