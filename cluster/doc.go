@@ -15,6 +15,7 @@
 // FenceByHand is an operator's fence, SetDraining, WriteDraining and
 // Drained are a drain's, and Park and ReleaseParked keep the record of a
 // room that hibernated with sockets open here (parked.go). Package
-// clusternode runs a Node for a server: it implements
-// host/rooms.Placement over it (host does not import cluster).
+// cluster/member is what a node does with these rules (routing, parking,
+// drains, moves, the owner sweep), run by a server through package
+// clusternode (host does not import cluster) and by the simulation.
 package cluster

@@ -17,7 +17,7 @@ import (
 //     neither holds it, nor has a release pending, nor an acquisition in
 //     flight or unresolved that wrote it (a leak);
 //   - never one generation for two holds of a room (checked as each hold
-//     is granted, in serveHere);
+//     is granted, in serve);
 //   - never a room taken (a write naming a node landing on its record)
 //     while another running process keeps it parked with a valid lease,
 //     nor while another running process with a valid lease, not draining
