@@ -327,3 +327,28 @@ func TestALapseDropsEverythingBeforeTheLeaseCountsAgain(t *testing.T) {
 		t.Fatalf("after the watch: valid %v, rooms dropped %d times, sockets closed for %v", f.core.LeaseValid(), f.rooms.dropped, f.rooms.closed)
 	}
 }
+
+// TestRouteOnADrainingNodeReleasesAParkedRecord: an event for a room
+// parked on a draining node releases its record before it is routed, so
+// that the peer it goes to finds the room free rather than naming this
+// live node (seed 000 §3).
+func TestRouteOnADrainingNodeReleasesAParkedRecord(t *testing.T) {
+	f := newFixture(t, store.NewMem(), "a")
+	f.join(t)
+	h, err := f.m.Acquire(ctx, room)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.rooms.sockets[room] = 1
+	f.m.End(ctx, h, "idle", true)
+	f.core.SetDraining(true) // no drain pass runs here
+	if _, err := f.m.Route(ctx, room); err != nil {
+		t.Fatal(err)
+	}
+	if _, parked := f.core.Parked(room); parked {
+		t.Fatal("the room is still parked on the draining node")
+	}
+	if got := f.rec.whys(ParkedReleased); !slices.Equal(got, []string{"drain"}) {
+		t.Errorf("parked releases observed: %v", got)
+	}
+}
