@@ -170,6 +170,8 @@ type Member struct {
 
 	mu   sync.Mutex
 	seen map[cluster.Room]seenAt
+	// seenPruned is when seen last lost its stale reads (keepSeen).
+	seenPruned int64
 	// ownerClosed are the rooms whose sockets this node closed, until
 	// their last socket is gone: a move, a drain and the sweep may each
 	// find the same sockets still closing, and only the first close is

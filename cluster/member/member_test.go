@@ -3,6 +3,7 @@ package member
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -350,5 +351,29 @@ func TestRouteOnADrainingNodeReleasesAParkedRecord(t *testing.T) {
 	}
 	if got := f.rec.whys(ParkedReleased); !slices.Equal(got, []string{"drain"}) {
 		t.Errorf("parked releases observed: %v", got)
+	}
+}
+
+// TestRoutingReadsKeptAreBounded: a routing read is kept for the
+// acquisition that follows it, but requests for rooms that never wake
+// (routing comes before the class is known) keep at most maxSeen, and
+// stale ones make room again.
+func TestRoutingReadsKeptAreBounded(t *testing.T) {
+	f := newFixture(t, store.NewMem(), "a")
+	f.join(t)
+	for i := range maxSeen + 100 {
+		if _, err := f.m.Route(ctx, cluster.Room{Class: "nosuch", Name: fmt.Sprint(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(f.m.seen); n != maxSeen {
+		t.Fatalf("%d routing reads kept, want %d", n, maxSeen)
+	}
+	f.clk.Advance(seenFresh)
+	if _, err := f.m.Route(ctx, room); err != nil {
+		t.Fatal(err)
+	}
+	if _, kept := f.m.seen[room]; !kept || len(f.m.seen) != 1 {
+		t.Fatalf("after the reads went stale: %d kept, the new one kept %v", len(f.m.seen), kept)
 	}
 }

@@ -199,11 +199,36 @@ func (m *Member) Route(ctx context.Context, room cluster.Room) (cluster.Where, e
 	}
 	w, err := m.core.Route(ctx, room)
 	if err == nil && w.Kind == cluster.Here && w.Seen.Room == room {
-		m.mu.Lock()
-		m.seen[room] = seenAt{w.Seen, m.cfg.Clock.Now()}
-		m.mu.Unlock()
+		m.keepSeen(w.Seen)
 	}
 	return w, err
+}
+
+// maxSeen bounds the routing reads kept for the acquisitions that follow
+// them. Routing comes before a request's class is known, so requests for
+// rooms that never wake (a class that does not exist, names drawn at
+// random) would otherwise grow the map without end; past the bound a
+// read is not kept, and the acquisition reads again.
+const maxSeen = 10000
+
+// keepSeen keeps a routing read for the acquisition that follows it,
+// within maxSeen: when the map is full, the reads older than seenFresh go
+// first (at most one sweep of them every seenFresh/4).
+func (m *Member) keepSeen(seen cluster.Seen) {
+	now := m.cfg.Clock.Now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.seen) >= maxSeen && now-m.seenPruned >= int64(seenFresh/4) {
+		m.seenPruned = now
+		for r, s := range m.seen {
+			if now-s.at >= int64(seenFresh) {
+				delete(m.seen, r)
+			}
+		}
+	}
+	if _, kept := m.seen[seen.Room]; kept || len(m.seen) < maxSeen {
+		m.seen[seen.Room] = seenAt{seen, now}
+	}
 }
 
 // Acquire takes room for this node: over the routing read when it is
