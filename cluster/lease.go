@@ -119,9 +119,8 @@ func (n *Node) endLeaseWrite() {
 }
 
 // renew writes the lease's next renewal now, carrying the node's draining
-// as it is now; its caller has the lease's write (beginLeaseWrite), so
-// that no other write of the lease is in flight (an answer to one arriving after another landed would set
-// the lease back to a version already overwritten). It returns how long
+// as it is now; its caller holds the lease's one write in flight
+// (beginLeaseWrite). It returns how long
 // until the next renewal is due, and why the write did not land, if it
 // did not.
 func (n *Node) renew(ctx context.Context) (time.Duration, error) {
@@ -389,50 +388,57 @@ const writeDrainingTries = 3
 // ErrNotActive if the node is not active, or why the write did not land;
 // the duty's next renewal carries the flag anyway.
 func (n *Node) WriteDraining(ctx context.Context, s Sleeper) error {
-	var err error
-	for try, waits := 0, 0; ; {
+	var err error // why the last try did not land
+	for try, waits := 0, 0; ; try++ {
 		if !n.beginLeaseWrite() {
 			if waits++; waits > writeDrainingWaits || s.Sleep(ctx, n.cfg.TTL/100) != nil {
 				return fmt.Errorf("cluster: writing the lease: a renewal is still in flight")
 			}
+			try--
 			continue
 		}
-		n.mu.Lock()
-		active, draining, known := n.phase == active && !n.lease.closing, n.draining, n.lease.known
-		carried := known && n.lease.body.Draining == draining
-		n.mu.Unlock()
-		switch {
-		case !active:
-			n.endLeaseWrite()
-			return ErrNotActive
-		case carried:
-			n.endLeaseWrite()
-			return nil
-		case try == writeDrainingTries || ctx.Err() != nil:
-			n.endLeaseWrite()
-			if err == nil {
-				err = ctx.Err()
-			}
-			if err == nil {
-				err = errors.New("the node's draining changed while it was written")
-			}
-			return fmt.Errorf("cluster: writing the lease (draining %v): %w", draining, err)
-		case !known:
-			// A write whose answer was lost (or refused): the read
-			// tells whether it landed, before anything more is sent.
-			if !n.readOwnLease(ctx) {
-				err = errLeaseUnread
-			}
-			n.endLeaseWrite()
-			try++
-			continue
-		}
-		if _, werr := n.renew(ctx); werr != nil {
-			err = werr
-		}
+		done, result := n.writeDrainingStep(ctx, try, &err)
 		n.endLeaseWrite()
-		try++
+		if done {
+			return result
+		}
 	}
+}
+
+// writeDrainingStep is one try of WriteDraining, which holds the lease's
+// write: done with its result, or a write or read made (its failure in
+// *err) and another try due.
+func (n *Node) writeDrainingStep(ctx context.Context, try int, err *error) (done bool, result error) {
+	n.mu.Lock()
+	active, draining, known := n.phase == active && !n.lease.closing, n.draining, n.lease.known
+	carried := known && n.lease.body.Draining == draining
+	n.mu.Unlock()
+	switch {
+	case !active:
+		return true, ErrNotActive
+	case carried:
+		return true, nil
+	case try == writeDrainingTries || ctx.Err() != nil:
+		why := *err
+		if why == nil {
+			why = ctx.Err()
+		}
+		if why == nil {
+			why = errors.New("the node's draining changed while it was written")
+		}
+		return true, fmt.Errorf("cluster: writing the lease (draining %v): %w", draining, why)
+	case !known:
+		// A write whose answer was lost (or refused): the read tells
+		// whether it landed, before anything more is sent.
+		if !n.readOwnLease(ctx) {
+			*err = errLeaseUnread
+		}
+		return false, nil
+	}
+	if _, werr := n.renew(ctx); werr != nil {
+		*err = werr
+	}
+	return false, nil
 }
 
 // writeDrainingWaits bounds how many times WriteDraining waits (TTL/100

@@ -107,9 +107,9 @@ func (n *Node) cachedRoute(room Room) (Where, bool) {
 }
 
 // ForgetRoute drops room's cached decision, if any: the next Route
-// reads the record. A node that was forwarded an event by the node its
-// cache sends the room to knows the cache is stale (that node would not
-// forward a room it holds).
+// reads the record. A node forwarded an event for a room its cache sends
+// elsewhere may hold a stale decision: the forwarding node routed the
+// room here on a read of its own.
 func (n *Node) ForgetRoute(room Room) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
