@@ -127,22 +127,22 @@ func (m *Member) Dispatch(ctx context.Context, room cluster.Room, forwarded bool
 			waited = true
 			where, err = m.awaitRoute(ctx, room)
 		case cluster.Elsewhere:
+			if forwarded && !m.cfg.Broken.Bounce && !reread {
+				// The forwarding node routed the room here on a read
+				// newer than a decision this node may have cached:
+				// read the record once before acting on it (a room
+				// handed over by a drain or a move is then free, or
+				// on its new node).
+				reread = true
+				m.core.ForgetRoute(room)
+				where, err = m.Route(ctx, room)
+				continue
+			}
 			m.observe(Event{Kind: Routed, Room: room, Node: where.Node})
 			// The room runs elsewhere (or, from a draining node, is taken
 			// elsewhere): its sockets here are not its own any more.
 			m.closeForeignSockets(room, "elsewhere", "the room runs on "+where.Node)
 			if forwarded && !m.cfg.Broken.Bounce {
-				if !reread {
-					// The forwarding node routed the room here on
-					// a read newer than a decision this node may
-					// have cached: read the record once before
-					// refusing (a room handed over by a drain or a
-					// move is then free, or on its new node).
-					reread = true
-					m.core.ForgetRoute(room)
-					where, err = m.Route(ctx, room)
-					continue
-				}
 				return Decision{Outcome: Refused, Refusal: RefusedMoved, Node: where.Node}
 			}
 			if !forward(ctx, where.Node, where.Address) {
