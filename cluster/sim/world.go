@@ -444,7 +444,7 @@ func newWorld(cfg Config) *World {
 		w.roomOf[w.recordKeys[i]] = i
 	}
 	for i := range cfg.Nodes {
-		// Clocks run up to 2% fast or slow, most near either edge: two
+		// Clocks run 1.5% to 2% fast or slow, near either edge: two
 		// nodes whose clocks drift apart fastest are where the lease's
 		// margins are thinnest.
 		ppm := 15000 + w.rng.Int64N(5001)
