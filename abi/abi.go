@@ -135,11 +135,22 @@ const (
 	ExportOnLeave = "wasmkeep_on_leave"
 )
 
+// ExportOnCall is (ptr i32, len i32) -> (), and optional: another room
+// (or a front) calls this one. The payload is a Call record naming the
+// caller (its class, and its name: empty for a front) and carrying the
+// caller's bytes. The guest answers by calling ImportCallReply at most
+// once; returning without it answers an empty reply. The call is an
+// event like a request: its sends, closes and checkpoint are applied when
+// it returns, before the reply leaves the host, and a crash rolls the
+// room back and answers the caller StatusCrashed. A class without the
+// export answers every call StatusNotFound. Added in v1 after its first
+// release, with the call imports.
+const ExportOnCall = "wasmkeep_on_call"
+
 // Export names reserved for later minor versions. A v1 host never calls them;
 // they are listed so that no v1 guest gives them another meaning.
 const (
 	ExportOnAlarm = "wasmkeep_on_alarm"
-	ExportOnCall  = "wasmkeep_on_call"
 )
 
 // ReservedExportPrefix begins every export name the host gives a meaning to,
@@ -158,6 +169,16 @@ const (
 	// request being handled, encoded as a Response record. Only valid during
 	// ExportOnRequest, once.
 	ImportHTTPRespond = "http_respond"
+
+	// ImportHTTPHandOver is (ptr i32, len i32) -> i32: during a front's
+	// ExportOnRequest for a WebSocket upgrade only (StatusState otherwise,
+	// or after ImportHTTPRespond), hands the socket to a room named by a
+	// HandOver record: the host accepts the upgrade for that room as if it
+	// had come to /actor/<class>/<name>, on the room's node, with the
+	// record's headers in place of the request's of the same names. The
+	// request needs no response then. Added in v1 after its first
+	// release, with fronts.
+	ImportHTTPHandOver = "http_hand_over"
 
 	// ImportSocketSend is (socket i32, kind i32, ptr i32, len i32) -> i32:
 	// queue a message to one socket of this room.
@@ -227,6 +248,47 @@ const (
 	// without it refuses the module at upload.
 	ImportIdleCall = "idle_call"
 
+	// ImportCallStart is (ptr i32, len i32) -> i32: during an event,
+	// starts a call to another room, named by a Call record (the callee's
+	// class and name, and the payload, at most MaxCallPayload bytes), and
+	// returns its handle (1 or more). The call runs while the guest goes
+	// on; ImportCallWait waits for it. Calls one event makes to one room
+	// run there in the order they were started (the host sends the next
+	// when the one before is answered); calls to different rooms run at
+	// once. It fails at once with StatusTooLarge (payload), StatusCycle
+	// (the callee is already waiting on a call in this chain: this room
+	// or one that called it), StatusTooDeep (MaxCallDepth rooms in the
+	// chain already), StatusTooMany (MaxCallsInFlight unanswered calls of
+	// this room), StatusInvalid (a malformed record or room name) or
+	// StatusState (outside an event, or during ExportOnIdle, ExportOnUpgrade
+	// or ExportOnStartFrom).
+	//
+	// ImportCallWait is (handle i32) -> i32: waits until the call is
+	// answered and returns Success or the call's error status: StatusNotFound,
+	// StatusRefused (not run: safe to retry), StatusTimeout (no answer
+	// within the call timeout: it may have run), StatusCrashed,
+	// StatusCycle, StatusTooDeep, StatusTooLarge (the reply). The time
+	// spent waiting does not count toward the event's time limit.
+	// StatusInvalid for a handle that is not one of this event's.
+	//
+	// ImportCallResult is (handle i32, ptr i32, cap i32) -> i32: after
+	// ImportCallWait, writes the reply (or, after an error, a message
+	// saying what went wrong) at ptr if it fits in cap, frees the handle,
+	// and returns its length; if it does not fit, it writes nothing,
+	// keeps the handle, and returns the length needed.
+	//
+	// ImportCallReply is (ptr i32, len i32) -> i32: during ExportOnCall
+	// only (StatusState otherwise, or on a second call), the reply, at
+	// most MaxCallReply bytes (StatusTooLarge).
+	//
+	// Handles are an event's: the host abandons the calls an event did
+	// not wait for when it returns (they run, their answers are dropped)
+	// and counts them as in flight until answered.
+	ImportCallStart  = "call_start"
+	ImportCallWait   = "call_wait"
+	ImportCallResult = "call_result"
+	ImportCallReply  = "call_reply"
+
 	// ImportAlarmSet is (at_ms i64) -> i32 and ImportAlarmClear is () -> i32:
 	// reserved: v1 hosts provide them and answer StatusUnsupported, so
 	// guests may import them already.
@@ -272,7 +334,7 @@ const (
 // Import names reserved for later minor versions with signatures not yet
 // fixed. A module importing one of them is refused at upload by a host that
 // does not provide it, with an error naming the function.
-var ReservedImports = []string{"socket_tag", "call"}
+var ReservedImports = []string{"socket_tag"}
 
 // Status is the value a host function returns. Zero and positive values mean
 // success (a count where the function says so); negative values are errors.
@@ -287,6 +349,15 @@ const (
 	StatusUnsupported Status = -4 // reserved function not provided by this host yet
 	StatusState       Status = -5 // not valid now (e.g. a second http_respond, or outside a request)
 	StatusOverloaded  Status = -6 // an outbound queue is full; the socket is being closed
+
+	// The errors of a call (ImportCallStart, ImportCallWait).
+	StatusNotFound Status = -7  // no such class, or it takes no calls
+	StatusRefused  Status = -8  // refused before it ran (overloaded, draining, no node): safe to retry
+	StatusTimeout  Status = -9  // no answer within the call timeout: it may have run
+	StatusCrashed  Status = -10 // the callee crashed handling it; its state rolled back
+	StatusCycle    Status = -11 // the callee is already in the call's chain
+	StatusTooDeep  Status = -12 // the chain is MaxCallDepth rooms long already
+	StatusTooMany  Status = -13 // MaxCallsInFlight calls of this room are unanswered
 )
 
 // String names a status for error messages.
@@ -306,6 +377,20 @@ func (s Status) String() string {
 		return "not valid in this state"
 	case StatusOverloaded:
 		return "overloaded"
+	case StatusNotFound:
+		return "not found"
+	case StatusRefused:
+		return "refused"
+	case StatusTimeout:
+		return "timed out"
+	case StatusCrashed:
+		return "the callee crashed"
+	case StatusCycle:
+		return "call cycle"
+	case StatusTooDeep:
+		return "call chain too deep"
+	case StatusTooMany:
+		return "too many calls in flight"
 	}
 	if s > 0 {
 		return "ok"
@@ -337,4 +422,15 @@ const (
 	// is copied whole into the new instance's memory, so it must fit there
 	// with room to spare.
 	MaxUpgradeState = 64 << 20
+
+	// MaxCallPayload and MaxCallReply bound what one call carries each
+	// way: both are copied whole, and may cross the network.
+	MaxCallPayload = 1 << 20
+	MaxCallReply   = 1 << 20
+	// MaxCallDepth is how many rooms a chain of calls may hold, the
+	// first caller included: a room whose chain is that long gets
+	// StatusTooDeep for any call it makes.
+	MaxCallDepth = 8
+	// MaxCallsInFlight is how many unanswered calls a room may have.
+	MaxCallsInFlight = 16
 )

@@ -21,6 +21,8 @@ import (
 // Leave          = topic:str reason:str
 // ChannelOut     = topic:str event:str binary:u8 payload:bytes
 // Presence       = topic:str key:str meta:bytes           (meta: a JSON object)
+// Call           = class:str name:str payload:bytes       (the callee in call_start, the caller in on_call)
+// HandOver       = class:str name:str headers             (a front's upgrade handed to a room)
 //
 // binary is 0 for a JSON payload, 1 for raw bytes (Phoenix's binary frames).
 //
@@ -252,6 +254,46 @@ func DecodeStartFrom(b []byte) (StartFrom, error) {
 	d := decoder{b: b}
 	s := StartFrom{From: d.str(), State: d.bytes()}
 	return s, d.finish()
+}
+
+// Call is a call between rooms. In ImportCallStart it names the callee;
+// in ExportOnCall, the caller (Name is empty for a front).
+type Call struct {
+	Class, Name string
+	Payload     []byte
+}
+
+// AppendCall appends c's encoding to dst.
+func AppendCall(dst []byte, c *Call) []byte {
+	return appendBytes(appendStr(appendStr(dst, c.Class), c.Name), c.Payload)
+}
+
+// DecodeCall decodes a Call record. Payload aliases b.
+func DecodeCall(b []byte) (Call, error) {
+	d := decoder{b: b}
+	c := Call{Class: d.str(), Name: d.str(), Payload: d.bytes()}
+	return c, d.finish()
+}
+
+// HandOver is a front's answer to a WebSocket upgrade that hands the
+// socket to a room (ImportHTTPHandOver): the room's class and name, and
+// headers that replace those of the same name in the upgrade request the
+// room sees (what the front learnt of the client, say).
+type HandOver struct {
+	Class, Name string
+	Headers     []Header
+}
+
+// AppendHandOver appends h's encoding to dst.
+func AppendHandOver(dst []byte, h *HandOver) []byte {
+	return appendHeaders(appendStr(appendStr(dst, h.Class), h.Name), h.Headers)
+}
+
+// DecodeHandOver decodes a HandOver record.
+func DecodeHandOver(b []byte) (HandOver, error) {
+	d := decoder{b: b}
+	h := HandOver{Class: d.str(), Name: d.str(), Headers: d.headers()}
+	return h, d.finish()
 }
 
 func appendStr(dst []byte, s string) []byte {
