@@ -339,7 +339,7 @@ func (e *Engine) watchdog() {
 		limit := int64(e.cfg.EventTimeout)
 		e.mu.Lock()
 		for inst := range e.live {
-			if s := inst.callStart.Load(); s != 0 && now-s > limit {
+			if s := inst.callStart.Load(); s != 0 && !inst.waiting.Load() && now-s > limit {
 				inst.interruptCall()
 			}
 		}
@@ -449,13 +449,14 @@ const (
 	EventUpgrade        // optional: hand the room's state to a newer version
 	EventStartFrom      // optional: start from an older version's state
 	EventIdle           // optional: the call a guest asked for once its room is idle
+	EventCall           // optional: another room calls this one
 	numEvents
 )
 
 var eventExports = [numEvents]string{
 	abi.ExportOnRequest, abi.ExportOnSocketOpen, abi.ExportOnSocketMessage, abi.ExportOnSocketClose,
 	abi.ExportOnJoin, abi.ExportOnChannelMessage, abi.ExportOnLeave, abi.ExportOnSocketMessages,
-	abi.ExportOnUpgrade, abi.ExportOnStartFrom, abi.ExportOnIdle,
+	abi.ExportOnUpgrade, abi.ExportOnStartFrom, abi.ExportOnIdle, abi.ExportOnCall,
 }
 
 // Hash returns the content hash wasmkeep uses for a module's bytes.
@@ -629,6 +630,7 @@ func (c *Class) checkSignatures(fns map[string]api.FunctionDefinition) error {
 		abi.ExportOnUpgrade:        {nil, nil},
 		abi.ExportOnStartFrom:      {{i32, i32}, nil},
 		abi.ExportOnIdle:           {nil, nil},
+		abi.ExportOnCall:           {{i32, i32}, nil},
 		abi.ExportInitialize:       {nil, nil},
 	}
 	for name, sig := range want {

@@ -94,8 +94,11 @@ type Instance struct {
 	host Host
 
 	callStart atomic.Int64 // host nanotime when the running call began; 0 when idle
-	timedOut  atomic.Bool
-	dead      bool
+	// waiting: the guest waits on a call to another room (call_wait),
+	// which the event's time limit does not count.
+	waiting  atomic.Bool
+	timedOut atomic.Bool
+	dead     bool
 	// counted: handed out to a room, so a use of its class (Class.uses).
 	counted bool
 
@@ -119,6 +122,18 @@ type Instance struct {
 	inRequest bool
 	response  []byte
 	responded bool
+
+	// State of the call being handled (Call), and of the calls the
+	// event made, by handle.
+	inCall, replied bool
+	callReply       []byte
+	calls           map[int32]*callSlot
+	nextCall        int32
+
+	// State of a front's request (FrontRequest): an upgrade it may hand
+	// to a room.
+	mayHandOver bool
+	handOver    *abi.HandOver
 
 	// State of an upgrade's handoff (Upgrade).
 	inUpgrade, handedOver bool
@@ -670,6 +685,7 @@ func (i *Instance) call(fn api.Function) error {
 	i.callStart.Store(i.class.e.nanotime())
 	err := fn.CallWithStack(i.ctx, i.stack[:])
 	i.callStart.Store(0)
+	i.endCalls()
 	if err == nil && !i.timedOut.Load() {
 		return nil
 	}

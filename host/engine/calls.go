@@ -1,0 +1,223 @@
+package engine
+
+import (
+	"context"
+	"slices"
+
+	"github.com/tetratelabs/wazero/api"
+
+	"github.com/wasmkeep/wasmkeep/abi"
+	"github.com/wasmkeep/wasmkeep/calls"
+)
+
+// CallHost is a Host whose guest may call other rooms. StartCall starts a
+// call the guest made during an event and returns it under way, or fails
+// at once (a cycle, a chain too deep, too many calls in flight). The
+// engine has checked the payload's size; the host checks the rest, and
+// answers the Pending by the call's deadline.
+type CallHost interface {
+	StartCall(to calls.Room, payload []byte) (*calls.Pending, *calls.Error)
+}
+
+// callSlot is one of an event's calls, by handle.
+type callSlot struct {
+	p      *calls.Pending
+	res    calls.Result
+	waited bool
+}
+
+// Call delivers an encoded abi.Call (naming the caller) and returns the
+// reply the guest gave, nil if it gave none (an empty reply is not nil).
+// The reply aliases the instance's buffer until its next event.
+func (i *Instance) Call(payload []byte) ([]byte, error) {
+	i.inCall, i.replied, i.callReply = true, false, i.callReply[:0]
+	defer func() { i.inCall = false }()
+	if err := i.event(EventCall, 0, 0, 0, payload); err != nil {
+		return nil, err
+	}
+	if !i.replied {
+		return nil, nil
+	}
+	if i.callReply == nil {
+		i.callReply = []byte{}
+	}
+	return i.callReply, nil
+}
+
+// endCalls forgets the handles of the event that ended: calls it did not
+// wait for go on, their answers dropped.
+func (i *Instance) endCalls() {
+	clear(i.calls)
+	i.nextCall = 0
+}
+
+// callStart starts a call (see abi.ImportCallStart).
+func callStart(ctx context.Context, mod api.Module, stack []uint64) {
+	inst := eventInstance(ctx, stack)
+	if inst == nil {
+		return
+	}
+	host, ok := inst.host.(CallHost)
+	if !ok {
+		ret(stack, abi.StatusUnsupported)
+		return
+	}
+	b, ok := guestBytes(mod, stack[0], stack[1])
+	if !ok {
+		ret(stack, abi.StatusInvalid)
+		return
+	}
+	c, err := abi.DecodeCall(b)
+	switch {
+	case err != nil || c.Class == "" || c.Name == "":
+		ret(stack, abi.StatusInvalid)
+		return
+	case len(c.Payload) > calls.MaxPayload:
+		ret(stack, abi.StatusTooLarge)
+		return
+	}
+	// The host copies the payload before it returns (the guest's memory
+	// is the guest's again).
+	p, cerr := host.StartCall(calls.Room{Class: c.Class, Name: c.Name}, c.Payload)
+	if cerr != nil {
+		ret(stack, cerr.Status)
+		return
+	}
+	if inst.calls == nil {
+		inst.calls = map[int32]*callSlot{}
+	}
+	inst.nextCall++
+	inst.calls[inst.nextCall] = &callSlot{p: p}
+	ret(stack, abi.Status(inst.nextCall))
+}
+
+// callWait waits for a call's answer (see abi.ImportCallWait). The wait
+// does not count toward the event's time limit: the watchdog skips the
+// instance meanwhile, and the event's start moves on by the wait.
+func callWait(ctx context.Context, _ api.Module, stack []uint64) {
+	inst := eventInstance(ctx, stack)
+	if inst == nil {
+		return
+	}
+	slot := inst.calls[int32(uint32(stack[0]))]
+	if slot == nil {
+		ret(stack, abi.StatusInvalid)
+		return
+	}
+	if !slot.waited {
+		select {
+		case <-slot.p.Done():
+		default:
+			e := inst.class.e
+			inst.waiting.Store(true)
+			began := e.nanotime()
+			select {
+			case <-slot.p.Done():
+			case <-inst.ctx.Done(): // the instance is being closed
+			}
+			inst.callStart.Add(e.nanotime() - began)
+			inst.waiting.Store(false)
+			select {
+			case <-slot.p.Done():
+			default:
+				ret(stack, abi.StatusState) // interrupted: the event ends now
+				return
+			}
+		}
+		slot.res, slot.waited = slot.p.Result(), true
+	}
+	if slot.res.Err != nil {
+		ret(stack, slot.res.Err.Status)
+		return
+	}
+	ret(stack, abi.Success)
+}
+
+// callResult copies a call's reply or error message out (see
+// abi.ImportCallResult).
+func callResult(ctx context.Context, mod api.Module, stack []uint64) {
+	inst := eventInstance(ctx, stack)
+	if inst == nil {
+		return
+	}
+	handle := int32(uint32(stack[0]))
+	slot := inst.calls[handle]
+	if slot == nil || !slot.waited {
+		ret(stack, abi.StatusInvalid)
+		return
+	}
+	out := slot.res.Reply
+	if slot.res.Err != nil {
+		out = []byte(slot.res.Err.Msg)
+	}
+	if uint64(len(out)) > uint64(uint32(stack[2])) {
+		ret(stack, abi.Status(len(out)))
+		return
+	}
+	if len(out) > 0 && !mod.Memory().Write(uint32(stack[1]), out) {
+		ret(stack, abi.StatusInvalid)
+		return
+	}
+	delete(inst.calls, handle)
+	ret(stack, abi.Status(len(out)))
+}
+
+// callReply takes the reply to the call being handled (see
+// abi.ImportCallReply).
+func callReply(ctx context.Context, mod api.Module, stack []uint64) {
+	inst := instanceOf(ctx)
+	b, ok := guestBytes(mod, stack[0], stack[1])
+	switch {
+	case inst == nil || !inst.inCall || inst.replied:
+		ret(stack, abi.StatusState)
+	case !ok:
+		ret(stack, abi.StatusInvalid)
+	case len(b) > calls.MaxReply:
+		ret(stack, abi.StatusTooLarge)
+	default:
+		inst.callReply = append(inst.callReply[:0], b...)
+		inst.replied = true
+		ret(stack, abi.Success)
+	}
+}
+
+// FrontRequest is Request for a front: the guest may hand a WebSocket
+// upgrade (upgrade says the request is one) to a room instead of
+// answering it, and FrontRequest then returns the room it chose, with no
+// response.
+func (i *Instance) FrontRequest(payload []byte, upgrade bool) ([]byte, *abi.HandOver, error) {
+	i.mayHandOver, i.handOver = upgrade, nil
+	defer func() { i.mayHandOver = false }()
+	resp, err := i.Request(payload)
+	if err != nil {
+		return nil, nil, err
+	}
+	if i.handOver != nil {
+		return nil, i.handOver, nil
+	}
+	return resp, nil, nil
+}
+
+// httpHandOver hands a front's upgrade to a room (see
+// abi.ImportHTTPHandOver).
+func httpHandOver(ctx context.Context, mod api.Module, stack []uint64) {
+	inst := instanceOf(ctx)
+	b, ok := guestBytes(mod, stack[0], stack[1])
+	switch {
+	case inst == nil || !inst.inRequest || !inst.mayHandOver || inst.responded || inst.handOver != nil:
+		ret(stack, abi.StatusState)
+		return
+	case !ok:
+		ret(stack, abi.StatusInvalid)
+		return
+	}
+	h, err := abi.DecodeHandOver(b)
+	if err != nil || h.Class == "" || h.Name == "" {
+		ret(stack, abi.StatusInvalid)
+		return
+	}
+	h.Headers = slices.Clone(h.Headers) // the strings are copies already
+	inst.handOver = &h
+	inst.responded = true // no response may follow
+	ret(stack, abi.Success)
+}
