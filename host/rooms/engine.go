@@ -33,6 +33,9 @@ type Class interface {
 // contract (errors, what a crash leaves) it keeps.
 type Instance interface {
 	Request(payload []byte) ([]byte, error)
+	// Call delivers an encoded abi.Call and returns the reply (valid
+	// until the instance's next event).
+	Call(payload []byte) ([]byte, error)
 	SocketOpen(id uint32, payload []byte) error
 	SocketMessage(id uint32, kind int, data []byte) error
 	SocketMessages(id uint32, batch []byte) error

@@ -28,6 +28,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/wasmkeep/wasmkeep/abi"
+	"github.com/wasmkeep/wasmkeep/calls"
 	"github.com/wasmkeep/wasmkeep/host/images"
 	"github.com/wasmkeep/wasmkeep/host/rooms/life"
 	"github.com/wasmkeep/wasmkeep/host/snapshot"
@@ -117,6 +118,13 @@ type Config struct {
 	// their payloads plus 128 bytes each (DefaultMaxEventOutput). A call
 	// past it answers the guest abi.StatusTooLarge and queues nothing.
 	MaxEventOutput int
+	// CallTimeout is how long a room's call waits for its answer
+	// (DefaultCallTimeout); a call made while handling a call gives up by
+	// that call's deadline too.
+	CallTimeout time.Duration
+	// Calls routes the calls rooms make (nil: to rooms of this node,
+	// LocalRouter).
+	Calls calls.Router
 	// Framer encodes socket messages (default: Message values).
 	Framer  Framer
 	Logger  *slog.Logger
@@ -130,6 +138,7 @@ func (c Config) withDefaults() Config {
 	limits.Default(&c.MaxResident, DefaultMaxResident)
 	limits.Default(&c.WakeWait, DefaultWakeWait)
 	limits.Default(&c.MailboxSize, DefaultMailboxSize)
+	limits.Default(&c.CallTimeout, DefaultCallTimeout)
 	if c.Codec == snapshot.Raw {
 		c.Codec = DefaultCodec
 	}
@@ -169,6 +178,9 @@ const (
 	// DefaultMailboxSize holds a burst of requests for one room; past it
 	// a request gets 503 at once rather than a long wait in the queue.
 	DefaultMailboxSize = 1024
+	// DefaultCallTimeout is how long a call between rooms waits for its
+	// answer.
+	DefaultCallTimeout = calls.DefaultTimeout
 	// DefaultCodec is zstd at its fastest level (snapshot.NewEncoder):
 	// pages compress well, and a hibernation should stay cheap.
 	DefaultCodec = snapshot.Zstd
@@ -280,6 +292,10 @@ type Manager struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
 	stopCtx atomic.Pointer[context.Context]
+	// callsCtx is the parent of the calls rooms make; Shutdown cancels
+	// it as it begins.
+	callsCtx    context.Context
+	cancelCalls context.CancelFunc
 	// stopFailures names the rooms whose state the stop could not write.
 	stopFailures map[Key]error
 }
@@ -308,6 +324,7 @@ func NewManager(ctx context.Context, cfg Config, classes Classes, bucket store.B
 		stop:     make(chan struct{}),
 	}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
+	m.callsCtx, m.cancelCalls = context.WithCancel(m.ctx)
 	keys, err := bucket.List(ctx, "rooms/")
 	if err != nil {
 		return nil, fmt.Errorf("listing rooms: %w", err)
@@ -780,6 +797,7 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 	}
 	m.mu.Unlock()
 	close(m.stop)
+	m.cancelCalls()
 	m.background.Wait()
 	m.dropAllKept()
 

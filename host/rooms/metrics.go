@@ -1,6 +1,9 @@
 package rooms
 
 import (
+	"maps"
+	"slices"
+
 	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/wasmkeep/wasmkeep/host/images"
@@ -43,6 +46,7 @@ type roomMetrics struct {
 	hibernations       map[string]*metrics.Counter
 	events             map[eventKind]*metrics.Counter
 	crashes            map[string]*metrics.Counter
+	calls              map[string]*metrics.Counter // calls made by this node's rooms, by outcome
 }
 
 func newRoomMetrics(set *metrics.Set, m *Manager) *roomMetrics {
@@ -119,6 +123,10 @@ func newRoomMetrics(set *metrics.Set, m *Manager) *roomMetrics {
 		if name != "" {
 			rm.events[eventKind(k)] = set.NewCounter(`wasmkeep_room_events_total{kind="` + name + `"}`)
 		}
+	}
+	rm.calls = map[string]*metrics.Counter{}
+	for _, o := range append([]string{"ok"}, slices.Sorted(maps.Values(callOutcomeNames))...) {
+		rm.calls[o] = set.NewCounter(`wasmkeep_room_calls_total{outcome="` + o + `"}`)
 	}
 	for _, c := range []string{crashTrap, crashTimeout, crashMemory, crashExit} {
 		rm.crashes[c] = set.NewCounter(`wasmkeep_room_crashes_total{cause="` + c + `"}`)

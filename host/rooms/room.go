@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/wasmkeep/wasmkeep/abi"
+	"github.com/wasmkeep/wasmkeep/calls"
 	"github.com/wasmkeep/wasmkeep/host/engine"
 	"github.com/wasmkeep/wasmkeep/host/phoenix"
 	"github.com/wasmkeep/wasmkeep/host/rooms/life"
@@ -96,6 +97,7 @@ const (
 	evDelete       // delete the room: its instance, sockets and stored state (Manager.Delete)
 	evDrop         // drop the instance unwritten, ending the hold for why (Manager.Drop)
 	evCloseSockets // close every socket of the room with code and reason (Manager.CloseSockets)
+	evCall         // a call from another room (Manager.ServeCall)
 )
 
 // unrefused reports whether a full mailbox still takes the event: closes
@@ -104,7 +106,7 @@ func (k eventKind) unrefused() bool {
 	return k == evSocketClose || k == evHibernate || k == evDelete || k == evDrop || k == evCloseSockets
 }
 
-var eventNames = [...]string{"request", "socket_open", "socket_message", "socket_close", "channel", "", "", "", "", "", ""}
+var eventNames = [...]string{"request", "socket_open", "socket_message", "socket_close", "channel", "", "", "", "", "", "", "call"}
 
 type event struct {
 	kind    eventKind
@@ -119,6 +121,9 @@ type event struct {
 	reply chan result
 
 	delivery phoenix.Delivery // a channel event
+
+	call   *calls.Call // evCall, answered on answer
+	answer chan calls.Result
 
 	why  life.EndReason // evHibernate
 	done chan error
@@ -220,6 +225,15 @@ type Room struct {
 	// writeFailures counts the snapshot writes that failed in a row: the
 	// step of the back-off (retryAt). Worker-owned.
 	writeFailures int
+	// callIn is the call being handled, whose chain and deadline the
+	// calls its guest makes carry; callOrder is the event's latest call
+	// to each room, which its next call there waits for. Worker-owned.
+	callIn    *calls.Call
+	callOrder map[calls.Room]*calls.Pending
+	// callsInFlight counts the room's calls not yet answered, those of
+	// events that did not wait for them included.
+	callsInFlight atomic.Int32
+
 	// evCtx is the context of the event being handled (eventCtx), for the
 	// store calls its guest calls need (checkpoints, deletes). Worker-owned.
 	evCtx context.Context
@@ -554,7 +568,10 @@ func (r *Room) handle(ev *event, more bool) {
 	if met := r.m.met.events[ev.kind]; met != nil {
 		met.Add(max(len(ev.batch), 1))
 	}
+	r.callOrder = nil // calls are ordered within an event
 	switch ev.kind {
+	case evCall:
+		r.handleCall(ev)
 	case evRequest:
 		r.handleRequest(ev)
 	case evSocketOpen:

@@ -1,0 +1,196 @@
+package rooms
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"time"
+
+	"github.com/wasmkeep/wasmkeep/abi"
+	"github.com/wasmkeep/wasmkeep/calls"
+	"github.com/wasmkeep/wasmkeep/host/classes"
+	"github.com/wasmkeep/wasmkeep/host/engine"
+)
+
+// Calls between rooms (docs/abi.md, "Calls between rooms"). A guest's
+// call starts here (StartCall, on the worker of the calling room), goes
+// to the node's router (Config.Calls: the cluster member's routing, or
+// this node alone: LocalRouter), and is served by the callee's room as an
+// event of its own (ServeCall), whose reply goes back the same way.
+
+// StartCall starts a call the room's guest made during an event (see
+// engine.CallHost). The call waits, off the worker, for the answer to the
+// event's call to the same room before it (calls one event makes to one
+// room run there in the order made), and gives up at its deadline: the
+// call timeout, or the deadline of the call the room is handling, if
+// sooner.
+func (r *Room) StartCall(to calls.Room, payload []byte) (*calls.Pending, *calls.Error) {
+	if r.callsInFlight.Load() >= calls.MaxInFlight {
+		return nil, calls.Errorf(abi.StatusTooMany, "%s has %d calls unanswered, the limit", r.key, calls.MaxInFlight)
+	}
+	self := calls.Room{Class: r.key.Class, Name: r.key.Name}
+	c := &calls.Call{To: to, Payload: slices.Clone(payload), Deadline: r.m.clock.Now() + int64(r.m.cfg.CallTimeout)}
+	if in := r.callIn; in != nil {
+		c.Chain = slices.Clip(in.Chain)
+		c.Deadline = min(c.Deadline, in.Deadline)
+	}
+	c.Chain = append(c.Chain, self)
+	p := calls.NewPending()
+	prev := r.callOrder[to]
+	put(&r.callOrder, to, p)
+	r.callsInFlight.Add(1)
+	go func() {
+		// A stop ends the node's calls at once: the rooms waiting on
+		// them are being stopped too.
+		ctx, cancel := r.m.deadlineCtx(r.m.callsCtx, c.Deadline)
+		defer cancel()
+		res := calls.Result{}
+		if prev != nil {
+			select {
+			case <-prev.Done():
+			case <-ctx.Done():
+			}
+		}
+		if ctx.Err() != nil {
+			res = calls.Expired(c)
+		} else {
+			res = r.m.router().Route(ctx, c)
+		}
+		r.callsInFlight.Add(-1)
+		r.m.met.calls[callOutcome(res)].Inc()
+		p.Finish(res)
+	}()
+	return p, nil
+}
+
+// router is where the node's calls go.
+func (m *Manager) router() calls.Router {
+	if m.cfg.Calls != nil {
+		return m.cfg.Calls
+	}
+	return LocalRouter{m}
+}
+
+// LocalRouter routes every call to a room of this node: the router of a
+// node alone.
+type LocalRouter struct{ M *Manager }
+
+// Route checks the call's chain and serves it here.
+func (l LocalRouter) Route(ctx context.Context, c *calls.Call) calls.Result {
+	if err := calls.Check(c.Chain, c.To); err != nil {
+		return calls.Result{Err: err}
+	}
+	return l.M.ServeCall(ctx, c)
+}
+
+// deadlineCtx is parent ending at deadline on the manager's clock.
+func (m *Manager) deadlineCtx(parent context.Context, deadline int64) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(parent)
+	t := m.clock.NewTimer(time.Duration(max(0, deadline-m.clock.Now())))
+	stop := context.AfterFunc(ctx, func() { t.Stop() })
+	go func() {
+		select {
+		case <-t.C():
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func() { stop(); cancel() }
+}
+
+// ServeCall runs a call in its room here, as the room's next event, and
+// returns the room's answer. A call whose deadline passes before it
+// runs is dropped unrun.
+func (m *Manager) ServeCall(ctx context.Context, c *calls.Call) calls.Result {
+	if m.clock.Now() >= c.Deadline {
+		return calls.Expired(c)
+	}
+	ctx, cancel := m.deadlineCtx(ctx, c.Deadline)
+	defer cancel()
+	ev := &event{kind: evCall, ctx: ctx, call: c, answer: make(chan calls.Result, 1)}
+	if _, err := m.enqueueNewRoom(Key{Class: c.To.Class, Name: c.To.Name}, ev, false); err != nil {
+		return callError(c, err)
+	}
+	select {
+	case res := <-ev.answer:
+		return res
+	case <-ctx.Done():
+		// The event still runs if it already started; its answer is dropped.
+		return calls.Expired(c)
+	}
+}
+
+func (r *Room) handleCall(ev *event) {
+	res := r.serveCall(ev)
+	r.lastActive.Store(r.m.clock.Now())
+	ev.answer <- res
+}
+
+// serveCall runs a call event and returns its answer.
+func (r *Room) serveCall(ev *event) calls.Result {
+	c := ev.call
+	if ev.ctx.Err() != nil {
+		return calls.Expired(c)
+	}
+	if err := r.ensureResident(ev.ctx); err != nil {
+		return callError(c, err)
+	}
+	if !r.inst.Handles(engine.EventCall) {
+		return calls.Fail(abi.StatusNotFound, "class %s takes no calls: it exports no %s", c.To.Class, abi.ExportOnCall)
+	}
+	from := c.From()
+	payload := abi.AppendCall(nil, &abi.Call{Class: from.Class, Name: from.Name, Payload: c.Payload})
+	r.callIn = c
+	defer func() { r.callIn = nil }()
+	var reply []byte
+	err := r.deliver(func(inst Instance) (err error) {
+		reply, err = inst.Call(payload)
+		if reply != nil {
+			reply = append([]byte{}, reply...)
+		}
+		return err
+	})
+	switch {
+	case errors.Is(err, ErrNotDurable):
+		return callError(c, err)
+	case err != nil:
+		return callError(c, &CrashError{Cause: err})
+	case reply == nil:
+		return calls.Fail(abi.StatusNotFound, "%s did not reply: its class has no call handler", c.To)
+	}
+	return calls.Result{Reply: reply}
+}
+
+// callError is the answer to a call that failed with err.
+func callError(c *calls.Call, err error) calls.Result {
+	var crash *CrashError
+	switch {
+	case errors.Is(err, classes.ErrUnknownClass):
+		return calls.Fail(abi.StatusNotFound, "no class %q", c.To.Class)
+	case errors.Is(err, ErrNotDurable):
+		// The event was undone before its answer: as if it had not run.
+		return calls.Fail(abi.StatusRefused, "%s could not make its state durable: %v", c.To, err)
+	case errors.As(err, &crash):
+		return calls.Fail(abi.StatusCrashed, "%s crashed handling the call and restarts from its last snapshot: %v", c.To, crash.Cause)
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return calls.Expired(c)
+	case errors.Is(err, ErrOverloaded), errors.Is(err, ErrNodeFull), errors.Is(err, ErrStopping),
+		errors.Is(err, ErrElsewhere), errors.Is(err, ErrUnavailable):
+		return calls.Fail(abi.StatusRefused, "%s refused the call: %v", c.To, err)
+	}
+	return calls.Fail(abi.StatusRefused, "%s: %v", c.To, err)
+}
+
+// callOutcome names a call's answer for metrics.
+func callOutcome(res calls.Result) string {
+	if res.Err == nil {
+		return "ok"
+	}
+	return callOutcomeNames[res.Err.Status]
+}
+
+var callOutcomeNames = map[abi.Status]string{
+	abi.StatusNotFound: "not_found", abi.StatusRefused: "refused", abi.StatusTimeout: "timeout",
+	abi.StatusCrashed: "crashed", abi.StatusCycle: "cycle", abi.StatusTooDeep: "too_deep",
+	abi.StatusTooLarge: "too_large", abi.StatusTooMany: "too_many",
+}
