@@ -77,6 +77,13 @@ func handleRequest(ptr unsafe.Pointer, n uint32) {
 }
 
 func respond(r *Response) {
+	if r == handOverResponse {
+		st := hostHTTPHandOver(bytesPtr(handOverBuf), uint32(len(handOverBuf)))
+		if st >= 0 {
+			return
+		}
+		Error("wasmkeep: http_hand_over: " + abi.Status(st).String())
+	}
 	rec := abi.Response(*r)
 	if rec.Status == 0 {
 		rec.Status = 200

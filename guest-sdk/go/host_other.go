@@ -24,6 +24,11 @@ type nativeHost interface {
 	IdleCall() int32
 	AlarmSet(atMs int64) int32
 	AlarmClear() int32
+	CallStart(b []byte) int32
+	CallWait(handle int32) int32
+	CallResult(handle int32, buf []byte) int32
+	CallReply(b []byte) int32
+	HTTPHandOver(b []byte) int32
 	// Channel stands for the channel functions: name is the import's
 	// name, arg its first argument (a status, socket or except), b the record.
 	Channel(name string, arg uint32, b []byte) int32
@@ -171,4 +176,39 @@ func hostPresenceTrack(socket uint32, ptr unsafe.Pointer, n uint32) int32 {
 
 func hostPresenceUntrack(socket uint32, ptr unsafe.Pointer, n uint32) int32 {
 	return channelCall("presence_untrack", socket, ptr, n)
+}
+
+func hostCallStart(ptr unsafe.Pointer, n uint32) int32 {
+	if native == nil {
+		return unsupported
+	}
+	return native.CallStart(bytesAt(ptr, n))
+}
+
+func hostCallWait(handle int32) int32 {
+	if native == nil {
+		return unsupported
+	}
+	return native.CallWait(handle)
+}
+
+func hostCallResult(handle int32, ptr unsafe.Pointer, capacity uint32) int32 {
+	if native == nil {
+		return unsupported
+	}
+	return native.CallResult(handle, bytesAt(ptr, capacity))
+}
+
+func hostCallReply(ptr unsafe.Pointer, n uint32) int32 {
+	if native == nil {
+		return unsupported
+	}
+	return native.CallReply(bytesAt(ptr, n))
+}
+
+func hostHTTPHandOver(ptr unsafe.Pointer, n uint32) int32 {
+	if native == nil {
+		return unsupported
+	}
+	return native.HTTPHandOver(bytesAt(ptr, n))
 }

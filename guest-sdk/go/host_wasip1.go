@@ -65,3 +65,18 @@ func hostPresenceTrack(socket uint32, ptr unsafe.Pointer, n uint32) int32
 
 //go:wasmimport wasmkeep presence_untrack
 func hostPresenceUntrack(socket uint32, ptr unsafe.Pointer, n uint32) int32
+
+//go:wasmimport wasmkeep call_start
+func hostCallStart(ptr unsafe.Pointer, n uint32) int32
+
+//go:wasmimport wasmkeep call_wait
+func hostCallWait(handle int32) int32
+
+//go:wasmimport wasmkeep call_result
+func hostCallResult(handle int32, ptr unsafe.Pointer, capacity uint32) int32
+
+//go:wasmimport wasmkeep call_reply
+func hostCallReply(ptr unsafe.Pointer, n uint32) int32
+
+//go:wasmimport wasmkeep http_hand_over
+func hostHTTPHandOver(ptr unsafe.Pointer, n uint32) int32

@@ -403,8 +403,11 @@ func (e *HostError) Error() string {
 }
 
 // Unwrap returns the sentinel error for e.Status, such as ErrNoSocket.
-func (e *HostError) Unwrap() error {
-	switch e.Status {
+func (e *HostError) Unwrap() error { return statusError(e.Status) }
+
+// statusError is the sentinel error for a negative status.
+func statusError(st abi.Status) error {
+	switch st {
 	case abi.StatusInvalid:
 		return ErrInvalid
 	case abi.StatusNoSocket:
@@ -417,6 +420,20 @@ func (e *HostError) Unwrap() error {
 		return ErrState
 	case abi.StatusOverloaded:
 		return ErrOverloaded
+	case abi.StatusNotFound:
+		return ErrNotFound
+	case abi.StatusRefused:
+		return ErrRefused
+	case abi.StatusTimeout:
+		return ErrTimeout
+	case abi.StatusCrashed:
+		return ErrCrashed
+	case abi.StatusCycle:
+		return ErrCycle
+	case abi.StatusTooDeep:
+		return ErrTooDeep
+	case abi.StatusTooMany:
+		return ErrTooMany
 	}
 	return ErrUnknownStatus
 }

@@ -27,6 +27,58 @@ type fakeHost struct {
 	accepted   bool
 	idleCalls  int   // idle_call calls
 	idleStatus int32 // what idle_call answers
+
+	// Calls: each started call is answered by answer, by its handle.
+	started   []abi.Call
+	answer    func(c abi.Call) (status int32, out []byte)
+	answers   map[int32][]byte
+	replies   [][]byte
+	handOvers []abi.HandOver
+}
+
+func (h *fakeHost) CallStart(b []byte) int32 {
+	c, err := abi.DecodeCall(b)
+	if err != nil {
+		return int32(abi.StatusInvalid)
+	}
+	c.Payload = append([]byte(nil), c.Payload...)
+	h.started = append(h.started, c)
+	return int32(len(h.started))
+}
+
+func (h *fakeHost) CallWait(handle int32) int32 {
+	st, out := h.answer(h.started[handle-1])
+	if h.answers == nil {
+		h.answers = map[int32][]byte{}
+	}
+	h.answers[handle] = out
+	return st
+}
+
+func (h *fakeHost) CallResult(handle int32, buf []byte) int32 {
+	out, ok := h.answers[handle]
+	if !ok {
+		return int32(abi.StatusInvalid)
+	}
+	if len(out) > len(buf) {
+		return int32(len(out))
+	}
+	delete(h.answers, handle)
+	return int32(copy(buf, out))
+}
+
+func (h *fakeHost) CallReply(b []byte) int32 {
+	h.replies = append(h.replies, append([]byte(nil), b...))
+	return 0
+}
+
+func (h *fakeHost) HTTPHandOver(b []byte) int32 {
+	ho, err := abi.DecodeHandOver(b)
+	if err != nil {
+		return int32(abi.StatusInvalid)
+	}
+	h.handOvers = append(h.handOvers, ho)
+	return 0
 }
 
 func (h *fakeHost) HTTPRespond(b []byte) int32 {
