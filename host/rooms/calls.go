@@ -63,6 +63,15 @@ func (r *Room) StartCall(to calls.Room, payload []byte) (*calls.Pending, *calls.
 	return p, nil
 }
 
+// Router is where the node's calls go (Config.Calls, or LocalRouter).
+func (m *Manager) Router() calls.Router { return m.router() }
+
+// CallTimeout is how long a call waits for its answer (Config.CallTimeout).
+func (m *Manager) CallTimeout() time.Duration { return m.cfg.CallTimeout }
+
+// CallsContext is the parent of the node's calls: a stop ends it.
+func (m *Manager) CallsContext() context.Context { return m.callsCtx }
+
 // router is where the node's calls go.
 func (m *Manager) router() calls.Router {
 	if m.cfg.Calls != nil {
