@@ -108,6 +108,12 @@ type Forward func(ctx context.Context, node, address string) (unreachable bool)
 // Dispatch routes an event for room that landed here: forwarded says it
 // was forwarded here by another node. Forwards go through forward.
 func (m *Member) Dispatch(ctx context.Context, room cluster.Room, forwarded bool, forward Forward) Decision {
+	return m.dispatch(ctx, room, forwarded, 0, forward)
+}
+
+// dispatch is Dispatch with a deadline (on the member's clock; 0: none)
+// past which the event waits no more for a room's node.
+func (m *Member) dispatch(ctx context.Context, room cluster.Room, forwarded bool, until int64, forward Forward) Decision {
 	where, err := m.Route(ctx, room)
 	waited, redialed, reread := false, false, false
 	for {
@@ -125,7 +131,7 @@ func (m *Member) Dispatch(ctx context.Context, room cluster.Room, forwarded bool
 				return Decision{Outcome: Refused, Refusal: RefusedWait}
 			}
 			waited = true
-			where, err = m.awaitRoute(ctx, room)
+			where, err = m.awaitRoute(ctx, room, until)
 		case cluster.Elsewhere:
 			if forwarded && !m.cfg.Broken.Bounce && !reread {
 				// The forwarding node routed the room here on a read
@@ -160,9 +166,13 @@ func (m *Member) Dispatch(ctx context.Context, room cluster.Room, forwarded bool
 }
 
 // awaitRoute polls where room runs, with back-off, until it is here or
-// elsewhere, or the failover wait has passed (Wait then).
-func (m *Member) awaitRoute(ctx context.Context, room cluster.Room) (cluster.Where, error) {
+// elsewhere, or the failover wait (or until, if sooner and not 0) has
+// passed (Wait then).
+func (m *Member) awaitRoute(ctx context.Context, room cluster.Room, until int64) (cluster.Where, error) {
 	deadline := m.cfg.Clock.Now() + int64(m.cfg.FailoverWait)
+	if until != 0 {
+		deadline = min(deadline, until)
+	}
 	for delay := failoverPollFirst; ; delay = min(2*delay, failoverPollMax) {
 		left := time.Duration(deadline - m.cfg.Clock.Now())
 		if left <= 0 {

@@ -33,6 +33,15 @@ type Variants struct {
 	// MoveAfterUnlandedRelease ends a move as done after its parked
 	// record's release did not land, the record still naming this node.
 	MoveAfterUnlandedRelease bool
+	// CallRetriedAfterRun sends a call again after it reached a node and
+	// got no answer, as if it had not been sent: it may run twice.
+	CallRetriedAfterRun bool
+	// CallWithoutDeadline sends a call to another node without its
+	// deadline, which then serves it after its caller gave up.
+	CallWithoutDeadline bool
+	// CycleCheckOff makes calls without checking their chain: a call
+	// back into a room that waits on the chain runs in it.
+	CycleCheckOff bool
 }
 
 // VariantNames are the names of Variants' fields.
@@ -59,6 +68,12 @@ func Variant(name string) (Variants, error) {
 		v.SweepClosesParked = true
 	case "MoveAfterUnlandedRelease":
 		v.MoveAfterUnlandedRelease = true
+	case "CallRetriedAfterRun":
+		v.CallRetriedAfterRun = true
+	case "CallWithoutDeadline":
+		v.CallWithoutDeadline = true
+	case "CycleCheckOff":
+		v.CycleCheckOff = true
 	default:
 		return v, fmt.Errorf("member: no variant %q (have %v)", name, VariantNames)
 	}
