@@ -3,6 +3,9 @@ package rooms
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
+	"unicode/utf8"
 	"slices"
 	"time"
 
@@ -10,6 +13,7 @@ import (
 	"github.com/wasmkeep/wasmkeep/calls"
 	"github.com/wasmkeep/wasmkeep/host/classes"
 	"github.com/wasmkeep/wasmkeep/host/engine"
+	"github.com/wasmkeep/wasmkeep/host/store"
 )
 
 // Calls between rooms (docs/abi.md, "Calls between rooms"). A guest's
@@ -25,6 +29,9 @@ import (
 // call timeout, or the deadline of the call the room is handling, if
 // sooner.
 func (r *Room) StartCall(to calls.Room, payload []byte) (*calls.Pending, *calls.Error) {
+	if err := CheckKey(to.Class, to.Name, store.MaxNameLen); err != nil {
+		return nil, calls.Errorf(abi.StatusInvalid, "%v", err)
+	}
 	if r.callsInFlight.Load() >= calls.MaxInFlight {
 		return nil, calls.Errorf(abi.StatusTooMany, "%s has %d calls unanswered, the limit", r.key, calls.MaxInFlight)
 	}
@@ -71,6 +78,21 @@ func (m *Manager) CallTimeout() time.Duration { return m.cfg.CallTimeout }
 
 // CallsContext is the parent of the node's calls: a stop ends it.
 func (m *Manager) CallsContext() context.Context { return m.callsCtx }
+
+// CheckKey checks a room's class and name, from a URL, a JSON body or a
+// guest's call: a class name classes.NamePattern takes, and a room name
+// of 1 to maxName bytes of UTF-8 without control characters.
+func CheckKey(class, name string, maxName int) error {
+	if !classes.NamePattern.MatchString(class) {
+		return fmt.Errorf("invalid class name %q", class)
+	}
+	if name == "" || len(name) > maxName || !utf8.ValidString(name) || strings.ContainsFunc(name, isControl) {
+		return fmt.Errorf("invalid room name: 1–%d bytes of UTF-8 without control characters", maxName)
+	}
+	return nil
+}
+
+func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
 
 // router is where the node's calls go.
 func (m *Manager) router() calls.Router {

@@ -19,7 +19,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/VictoriaMetrics/metrics"
 
@@ -331,16 +330,11 @@ func (s *Server) roomKey(r *http.Request) (rooms.Key, string, error) {
 
 // checkRoom checks a room's class and name, from a URL or a JSON body.
 func (s *Server) checkRoom(class, name string) (rooms.Key, error) {
-	if !classes.NamePattern.MatchString(class) {
-		return rooms.Key{}, fmt.Errorf("invalid class name %q", class)
-	}
-	if name == "" || len(name) > s.cfg.MaxRoomName || !utf8.ValidString(name) || strings.ContainsFunc(name, isControl) {
-		return rooms.Key{}, fmt.Errorf("invalid room name: 1–%d bytes of UTF-8 without control characters", s.cfg.MaxRoomName)
+	if err := rooms.CheckKey(class, name, s.cfg.MaxRoomName); err != nil {
+		return rooms.Key{}, err
 	}
 	return rooms.Key{Class: class, Name: name}, nil
 }
-
-func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
 
 func (s *Server) actor(w http.ResponseWriter, r *http.Request) {
 	key, below, err := s.roomKey(r)
