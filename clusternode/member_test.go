@@ -164,7 +164,7 @@ func startMember(t *testing.T, bucket store.Bucket, name string, ttl time.Durati
 }
 
 // guests are the packages the tests upload as classes.
-var guests = []string{"./examples/counter", "./examples/chat", "./testdata/guests/chatv2", "./testdata/guests/echo"}
+var guests = []string{"./examples/counter", "./examples/chat", "./testdata/guests/chatv2", "./testdata/guests/echo", "./testdata/guests/caller"}
 
 var (
 	compileOnce sync.Once

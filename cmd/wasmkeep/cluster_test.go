@@ -14,6 +14,8 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 
+	"github.com/wasmkeep/wasmkeep/abi"
+	"github.com/wasmkeep/wasmkeep/calls"
 	"github.com/wasmkeep/wasmkeep/host/classes"
 	"github.com/wasmkeep/wasmkeep/host/rooms"
 	"github.com/wasmkeep/wasmkeep/host/server"
@@ -320,4 +322,9 @@ func TestRoomsWhere(t *testing.T) {
 	if r := wk(t, nil, "rooms", "--server", single.URL); r.code != 0 || len(table(t, r.stdout, roomsHeader...)) != 4 {
 		t.Fatalf("rooms of a node outside a cluster: %v", r)
 	}
+}
+
+// ServeCall: this fake takes no calls from other nodes.
+func (m *drainMember) ServeCall(context.Context, []byte) (calls.Result, error) {
+	return calls.Fail(abi.StatusRefused, "no calls here"), nil
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/wasmkeep/wasmkeep/abi"
+	"github.com/wasmkeep/wasmkeep/calls"
 	"github.com/wasmkeep/wasmkeep/host/rooms"
 	"github.com/wasmkeep/wasmkeep/host/server"
 	"github.com/wasmkeep/wasmkeep/host/socket"
@@ -412,4 +413,9 @@ func TestForwardMetricsDocumented(t *testing.T) {
 		exported[name] = true
 	}
 	checkDocumented(t, exported, documentedMetrics(t), func(section string) bool { return section == clusterSection })
+}
+
+// ServeCall: this fake takes no calls from other nodes.
+func (m *member) ServeCall(context.Context, []byte) (calls.Result, error) {
+	return calls.Fail(abi.StatusRefused, "no calls here"), nil
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/wasmkeep/wasmkeep/abi"
+	"github.com/wasmkeep/wasmkeep/calls"
 	"github.com/wasmkeep/wasmkeep/host/classes"
 	"github.com/wasmkeep/wasmkeep/host/engine"
 	"github.com/wasmkeep/wasmkeep/host/rooms"
@@ -119,6 +120,9 @@ type Member interface {
 	// Lost is closed when the membership ended by itself (the node was
 	// fenced): the process must exit.
 	Lost() <-chan struct{}
+	// Calls routes the calls the node's rooms make to their rooms,
+	// wherever in the cluster they run.
+	Calls() calls.Router
 }
 
 // Defaults of Config.
@@ -296,6 +300,9 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	rcfg := cfg.Rooms
 	rcfg.Logger, rcfg.Metrics, rcfg.Framer, rcfg.Clock = cfg.Logger, n.Metrics, server.Framer(n.Hub), cfg.Clock
+	if n.member != nil {
+		rcfg.Calls = n.member.Calls()
+	}
 	if rcfg.ImageDir == "" {
 		// Next to the compilation cache: the node's own disk, whatever
 		// its store; only this node uses it (host/images).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/wasmkeep/wasmkeep/calls"
 	"github.com/wasmkeep/wasmkeep/host/rooms"
 )
 
@@ -72,6 +73,10 @@ type ClusterMember interface {
 	// did not read, or whose record could not be read, is not in the
 	// answer.
 	Where(ctx context.Context, keys []rooms.Key, reads int) map[rooms.Key]RoomPlace
+	// ServeCall serves a call another node sent (calls.AppendWire's
+	// encoding): it runs here, or is refused, and its answer is
+	// returned. An error is a malformed call.
+	ServeCall(ctx context.Context, wire []byte) (calls.Result, error)
 }
 
 // ClusterRoute is what a member decided for a request.

@@ -128,6 +128,7 @@ func (s *Server) clusterRoutes(admin *http.ServeMux) {
 	s.mux.Handle("POST /cluster/v1/drain", s.fromNode(s.peerDrain))
 	s.mux.Handle("POST /cluster/v1/move", s.fromNode(s.peerMove))
 	s.mux.Handle("POST /cluster/v1/take", s.fromNode(s.peerTake))
+	s.mux.Handle("POST /cluster/v1/call", s.fromNode(s.peerCall))
 }
 
 // clusterHandler is a cluster endpoint, given the node's cluster.

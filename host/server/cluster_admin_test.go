@@ -18,6 +18,8 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 
+	"github.com/wasmkeep/wasmkeep/abi"
+	"github.com/wasmkeep/wasmkeep/calls"
 	"github.com/wasmkeep/wasmkeep/host/classes"
 	"github.com/wasmkeep/wasmkeep/host/rooms"
 	"github.com/wasmkeep/wasmkeep/host/socket"
@@ -825,4 +827,9 @@ func TestAskTake(t *testing.T) {
 	if err := other.AskTake(ctx, "n2", n2.addr(), rooms.Key{Class: "counter", Name: "d"}); !errors.As(err, &pe) || pe.status != 403 {
 		t.Fatalf("a take signed with another secret: %v", err)
 	}
+}
+
+// ServeCall: this fake takes no calls from other nodes.
+func (m *fakeMember) ServeCall(context.Context, []byte) (calls.Result, error) {
+	return calls.Fail(abi.StatusRefused, "no calls here"), nil
 }
