@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -45,6 +46,7 @@ func serveFlags() []cli.Flag {
 		&cli.IntFlag{Name: "max-resident", Value: rooms.DefaultMaxResident, Usage: "rooms kept in memory; a wake past it hibernates the least recently used idle room and waits for it", EnvVars: env("max-resident")},
 		&cli.DurationFlag{Name: "wake-wait", Value: rooms.DefaultWakeWait, Usage: "time a wake may wait for a place under --max-resident before its event is refused (HTTP 503, WebSocket close 1013)", EnvVars: env("wake-wait")},
 		&cli.DurationFlag{Name: "event-timeout", Value: flagLimit(engine.DefaultEventTimeout), Usage: "time one event may run in a room before the room is stopped and rolled back (0: no limit, for trusted guests; the check costs a few ns per loop iteration, docs/PERFORMANCE.md)", EnvVars: env("event-timeout")},
+		&cli.DurationFlag{Name: "call-timeout", Value: rooms.DefaultCallTimeout, Usage: "time a room's call to another room waits for its answer (not counted toward --event-timeout)", EnvVars: env("call-timeout")},
 		&cli.IntFlag{Name: "max-room-memory", Value: engine.DefaultMaxMemoryPages / engine.PagesPerMiB, Usage: "linear memory per room, in MiB", EnvVars: env("max-room-memory")},
 		&cli.IntFlag{Name: "max-module-size", Value: classes.DefaultMaxModuleBytes, Usage: "largest module accepted at upload, in bytes", EnvVars: env("max-module-size")},
 		&cli.Int64Flag{Name: "max-body", Value: server.DefaultMaxRequestBody, Usage: "largest HTTP request body sent to a room, in bytes", EnvVars: env("max-body")},
@@ -142,6 +144,7 @@ func nodeConfig(c *cli.Context) (node.Config, error) {
 			ImageBytes:     limitOf(int64(c.Int("image-cache")) * mib),
 			ImageFiles:     c.Int("image-files"),
 			MaxEventOutput: c.Int("max-event-output"),
+			CallTimeout:    c.Duration("call-timeout"),
 		},
 		Sockets: socket.Config{
 			MaxMessage:        c.Int("max-message"),
@@ -248,6 +251,9 @@ func checkLimits(c *cli.Context) error {
 	}
 	if v := c.Duration("event-timeout"); v < 0 {
 		return fmt.Errorf("--event-timeout must be 0 (no limit) or more, not %s", v)
+	}
+	if v := c.Duration("call-timeout"); v <= 0 || v > time.Hour {
+		return fmt.Errorf("--call-timeout must be more than 0 and at most 1h, not %s", v)
 	}
 	return nil
 }
