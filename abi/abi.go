@@ -255,13 +255,13 @@ const (
 	// on; ImportCallWait waits for it. Calls one event makes to one room
 	// run there in the order they were started (the host sends the next
 	// when the one before is answered); calls to different rooms run at
-	// once. It fails at once with StatusTooLarge (payload), StatusCycle
-	// (the callee is already waiting on a call in this chain: this room
-	// or one that called it), StatusTooDeep (MaxCallDepth rooms in the
-	// chain already), StatusTooMany (MaxCallsInFlight unanswered calls of
-	// this room), StatusInvalid (a malformed record or room name) or
-	// StatusState (outside an event, or during ExportOnIdle, ExportOnUpgrade
-	// or ExportOnStartFrom).
+	// once. It fails at once with StatusTooLarge (payload), StatusTooMany
+	// (MaxCallsInFlight unanswered calls of this room), StatusInvalid (a
+	// malformed record or room name) or StatusState (outside an event, or
+	// during ExportOnIdle, ExportOnUpgrade or ExportOnStartFrom). A call
+	// whose callee is already in its chain (StatusCycle: this room, or one
+	// waiting on it) or whose chain is MaxCallDepth rooms long
+	// (StatusTooDeep) is answered so at once, by ImportCallWait.
 	//
 	// ImportCallWait is (handle i32) -> i32: waits until the call is
 	// answered and returns Success or the call's error status: StatusNotFound,
