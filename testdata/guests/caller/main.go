@@ -15,6 +15,11 @@
 //	POST /seq?to=<class>/<name>&n=N  calls that room N times, one after
 //	                              the other, with the body; answers the
 //	                              last reply, or 502 as /call does
+//	POST /time?to=<class>/<name>&n=N  makes N calls to that room, one
+//	                              after the other, with the body, timing
+//	                              each by the room's clock; answers
+//	                              "<p50> <p99>" in microseconds, or 502 as
+//	                              /call does
 //	GET  /count                   how many "count" calls the room took
 //
 // Calls (the payload is a command; the reply is what it says):
@@ -34,6 +39,7 @@ package main
 
 import (
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -71,6 +77,22 @@ func serve(r *wk.Request) *wk.Response {
 			}
 		}
 		return wk.Data(200, "application/octet-stream", reply)
+	case r.Method == "POST" && r.Path == "/time":
+		class, name, _ := strings.Cut(r.QueryValue("to"), "/")
+		n, _ := strconv.Atoi(r.QueryValue("n"))
+		if n < 1 {
+			return wk.Text(400, "bad n")
+		}
+		took := make([]time.Duration, n)
+		for i := range took {
+			began := time.Now()
+			if _, err := wk.Call(class, name, r.Body); err != nil {
+				return wk.Text(502, describe(err))
+			}
+			took[i] = time.Since(began)
+		}
+		slices.Sort(took)
+		return wk.Text(200, strconv.FormatInt(took[n/2].Microseconds(), 10)+" "+strconv.FormatInt(took[n*99/100].Microseconds(), 10))
 	case r.Method == "GET" && r.Path == "/count":
 		return wk.Text(200, strconv.Itoa(count))
 	}
