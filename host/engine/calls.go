@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"slices"
 
 	"github.com/tetratelabs/wazero/api"
@@ -26,14 +27,23 @@ type callSlot struct {
 	waited bool
 }
 
+// ErrReplyTooLarge: the guest handled a call and tried to reply with more
+// than calls.MaxReply bytes (call_reply answered it StatusTooLarge). The
+// instance lives on: the event ran, only its reply is missing.
+var ErrReplyTooLarge = errors.New("engine: the reply is over the limit of a call's reply")
+
 // Call delivers an encoded abi.Call (naming the caller) and returns the
-// reply the guest gave, nil if it gave none (an empty reply is not nil).
-// The reply aliases the instance's buffer until its next event.
+// reply the guest gave, nil if it gave none (an empty reply is not nil),
+// or ErrReplyTooLarge. The reply aliases the instance's buffer until its
+// next event.
 func (i *Instance) Call(payload []byte) ([]byte, error) {
-	i.inCall, i.replied, i.callReply = true, false, i.callReply[:0]
+	i.inCall, i.replied, i.replyTooLarge, i.callReply = true, false, false, i.callReply[:0]
 	defer func() { i.inCall = false }()
 	if err := i.event(EventCall, 0, 0, 0, payload); err != nil {
 		return nil, err
+	}
+	if !i.replied && i.replyTooLarge {
+		return nil, ErrReplyTooLarge
 	}
 	if !i.replied {
 		return nil, nil
@@ -173,6 +183,7 @@ func callReply(ctx context.Context, mod api.Module, stack []uint64) {
 	case !ok:
 		ret(stack, abi.StatusInvalid)
 	case len(b) > calls.MaxReply:
+		inst.replyTooLarge = true
 		ret(stack, abi.StatusTooLarge)
 	default:
 		inst.callReply = append(inst.callReply[:0], b...)

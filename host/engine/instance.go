@@ -125,8 +125,8 @@ type Instance struct {
 
 	// State of the call being handled (Call), and of the calls the
 	// event made, by handle.
-	inCall, replied bool
-	callReply       []byte
+	inCall, replied, replyTooLarge bool
+	callReply                      []byte
 	calls           map[int32]*callSlot
 	nextCall        int32
 

@@ -110,3 +110,35 @@ func TestCallWaitIsNotEventTime(t *testing.T) {
 		t.Fatalf("three slow calls in a row: %q", got)
 	}
 }
+
+// TestCallsToOneRoomRunInOrder: calls one event starts at once to one
+// room run there in the order they were started.
+func TestCallsToOneRoomRunInOrder(t *testing.T) {
+	n := startNode(t, Config{})
+	putClass(t, n, "caller", "./testdata/guests/caller")
+	if got := expect(t, 200, "POST", n.URL()+"/actor/caller/a/order?to=caller/b&n=12", nil); got != "1 2 3 4 5 6 7 8 9 10 11 12" {
+		t.Fatalf("twelve calls at once to one room: replies %q, want 1 to 12 in order", got)
+	}
+}
+
+// TestCallLimits: past 16 unanswered calls a room's next fails at once;
+// a payload or a reply over 1 MiB fails with too large.
+func TestCallLimits(t *testing.T) {
+	n := startNode(t, Config{Server: serverConfig(2 << 20)}) // room for a payload over 1 MiB
+	putClass(t, n, "caller", "./testdata/guests/caller")
+	got := expect(t, 200, "POST", n.URL()+"/actor/caller/a/burst?to=caller&n=17", []byte("sleep:200"))
+	want := strings.Repeat("ok ", 16) + "too many calls in flight"
+	if got != want {
+		t.Fatalf("17 calls at once: %q, want %q", got, want)
+	}
+	big := strings.Repeat("x", 1<<20+1)
+	if got := do(t, "POST", callURL(n, "a", "caller/b"), []byte("echo:"+big)); !strings.HasPrefix(got.Body, "too large") {
+		t.Fatalf("a payload over 1 MiB: %d %.80q", got.Status, got.Body)
+	}
+	if got := do(t, "POST", callURL(n, "a", "caller/b"), []byte("big:1048577")); !strings.HasPrefix(got.Body, "too large: caller/b replied with more than 1048576 bytes") {
+		t.Fatalf("a reply over 1 MiB: %d %.80q", got.Status, got.Body)
+	}
+	if got := expect(t, 200, "POST", callURL(n, "a", "caller/b"), []byte("big:1048576")); len(got) != 1<<20 {
+		t.Fatalf("a reply of 1 MiB: %d bytes", len(got))
+	}
+}

@@ -174,14 +174,21 @@ func (r *Room) serveCall(ev *event) calls.Result {
 	r.callIn = c
 	defer func() { r.callIn = nil }()
 	var reply []byte
+	tooLarge := false
 	err := r.deliver(func(inst Instance) (err error) {
 		reply, err = inst.Call(payload)
+		if errors.Is(err, engine.ErrReplyTooLarge) {
+			// The event ran and stands; only its reply cannot go.
+			tooLarge, err = true, nil
+		}
 		if reply != nil {
 			reply = append([]byte{}, reply...)
 		}
 		return err
 	})
 	switch {
+	case err == nil && tooLarge:
+		return calls.Fail(abi.StatusTooLarge, "%s replied with more than %d bytes", c.To, calls.MaxReply)
 	case errors.Is(err, ErrNotDurable):
 		return callError(c, err)
 	case err != nil:

@@ -20,6 +20,15 @@
 //	                              each by the room's clock; answers
 //	                              "<p50> <p99>" in microseconds, or 502 as
 //	                              /call does
+//	POST /order?to=<class>/<name>&n=N  starts N "count" calls to that
+//	                              room at once, then waits for each;
+//	                              answers the replies in the order the
+//	                              calls were started, space-separated
+//	POST /burst?to=<class>&n=N    starts N calls with the body to rooms
+//	                              <class>/0 … <class>/N-1 at once, then
+//	                              waits for each; answers each call's
+//	                              outcome ("ok" or its status), space-
+//	                              separated
 //	GET  /count                   how many "count" calls the room took
 //
 // Calls (the payload is a command; the reply is what it says):
@@ -33,6 +42,7 @@
 //	crash                         panics
 //	spin                          loops until the event time limit ends it
 //	sleep:<ms>                    sleeps that long, then "slept"
+//	big:<n>                       replies n bytes ("x" each)
 //
 // Socket messages are broadcast to every socket of the room.
 package main
@@ -93,6 +103,39 @@ func serve(r *wk.Request) *wk.Response {
 		}
 		slices.Sort(took)
 		return wk.Text(200, strconv.FormatInt(took[n/2].Microseconds(), 10)+" "+strconv.FormatInt(took[n*99/100].Microseconds(), 10))
+	case r.Method == "POST" && r.Path == "/order":
+		class, name, _ := strings.Cut(r.QueryValue("to"), "/")
+		n, _ := strconv.Atoi(r.QueryValue("n"))
+		var under []*wk.PendingCall
+		for range n {
+			under = append(under, wk.StartCall(class, name, []byte("count")))
+		}
+		var out []string
+		for _, p := range under {
+			reply, err := p.Wait()
+			if err != nil {
+				return wk.Text(502, describe(err))
+			}
+			out = append(out, string(reply))
+		}
+		return wk.Text(200, strings.Join(out, " "))
+	case r.Method == "POST" && r.Path == "/burst":
+		n, _ := strconv.Atoi(r.QueryValue("n"))
+		var under []*wk.PendingCall
+		for i := range n {
+			under = append(under, wk.StartCall(r.QueryValue("to"), strconv.Itoa(i), r.Body))
+		}
+		var out []string
+		for _, p := range under {
+			if _, err := p.Wait(); err != nil {
+				var ce *wk.CallError
+				errors.As(err, &ce)
+				out = append(out, ce.Status.String())
+				continue
+			}
+			out = append(out, "ok")
+		}
+		return wk.Text(200, strings.Join(out, " "))
 	case r.Method == "GET" && r.Path == "/count":
 		return wk.Text(200, strconv.Itoa(count))
 	}
@@ -146,6 +189,9 @@ func answer(_ wk.Caller, payload []byte) []byte {
 	case "spin":
 		for {
 		}
+	case "big":
+		n, _ := strconv.Atoi(arg)
+		return []byte(strings.Repeat("x", n))
 	case "sleep":
 		ms, _ := strconv.Atoi(arg)
 		time.Sleep(time.Duration(ms) * time.Millisecond)
