@@ -7,14 +7,15 @@
 // The SDK always exports every event entry point, like the Go SDK, so the
 // host accepts WebSockets and Phoenix sockets for every class built with
 // it; events without a registered handler are ignored (a request gets 404,
-// a join is refused, an upgrade hands over no state and a start from an
-// older version's takes none over).
+// a join is refused, an upgrade hands over no state, a start from an
+// older version's takes none over, and a call gets no reply, which the
+// host answers to the caller as Status.NotFound).
 
 import * as host from "./host";
-import { Reader, out } from "./records";
+import { Reader, out, readCall } from "./records";
 import * as state from "./state";
 import {
-  ChannelMessage, Join, Message, MessageKind, Request, Response, Socket, SocketOpen, Reply,
+  Caller, ChannelMessage, Join, Message, MessageKind, Request, Response, Socket, SocketOpen, Reply,
   error, text, statusText,
 } from "./index";
 
@@ -79,6 +80,17 @@ function endEvent(): void {
 }
 
 function respond(r: Response): void {
+  let to = state.handOverTo;
+  state.clearHandOver();
+  if (r === state.handOverResponse && to !== null) {
+    // The handler returned handOver's answer: hand the socket over
+    // instead of responding. If the host refuses (this is not a front's
+    // upgrade), the stand-in Response goes out: a 500 saying so.
+    to.put();
+    let st = host.http_hand_over(out.ptr(), out.len());
+    if (st >= 0) return;
+    error("wasmkeep: http_hand_over: " + statusText(st));
+  }
   let status = r.status == 0 ? 200 : r.status;
   out.reset();
   out.putU32(<u32>status);
@@ -278,5 +290,29 @@ export function wasmkeep_on_start_from(ptr: usize, len: u32): void {
   h(prev, from);
   let st = host.upgrade_accept();
   if (st < 0) error("wasmkeep: upgrade_accept: " + statusText(st));
+  endEvent();
+}
+
+/**
+ * A call from another room or a front (handleCall). The handler's answer
+ * is the reply; without a handler none is given, and the host answers the
+ * caller Status.NotFound, as for a class that takes no calls. The SDK
+ * exports this function whatever the room registers (as the Go SDK does),
+ * since a room registers handlers at run time and the exports are fixed
+ * when the module is built.
+ */
+export function wasmkeep_on_call(ptr: usize, len: u32): void {
+  let c = readCall(ptr, len);
+  if (c === null) {
+    error("wasmkeep: malformed call record from the host");
+    endEvent();
+    return;
+  }
+  let h = state.onCall;
+  if (h !== null) {
+    let reply = h(new Caller(c.className, c.name), c.payload);
+    let st = host.call_reply(reply.dataStart, <usize>reply.byteLength);
+    if (st < 0) error("wasmkeep: call_reply: " + statusText(st));
+  }
   endEvent();
 }

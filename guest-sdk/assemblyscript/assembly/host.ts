@@ -8,6 +8,12 @@
 @external("wasmkeep", "http_respond")
 export declare function http_respond(ptr: usize, len: usize): i32;
 
+// Only during a front's request for a WebSocket upgrade: hands the socket
+// to the room a HandOver record names; no response follows.
+// @ts-ignore: decorator
+@external("wasmkeep", "http_hand_over")
+export declare function http_hand_over(ptr: usize, len: usize): i32;
+
 // @ts-ignore: decorator
 @external("wasmkeep", "socket_send")
 export declare function socket_send(socket: u32, kind: i32, ptr: usize, len: usize): i32;
@@ -55,6 +61,29 @@ export declare function alarm_set(atMs: i64): i32;
 // @ts-ignore: decorator
 @external("wasmkeep", "alarm_clear")
 export declare function alarm_clear(): i32;
+
+// Calls between rooms. call_start takes a Call record naming the callee
+// and answers a handle (1 or more) or a negative status; call_wait blocks
+// until the call is answered; call_result copies the reply (or the host's
+// message after an error) if it fits in cap and frees the handle,
+// answering the length in either case; call_reply answers the call being
+// handled (wasmkeep_on_call), once.
+
+// @ts-ignore: decorator
+@external("wasmkeep", "call_start")
+export declare function call_start(ptr: usize, len: usize): i32;
+
+// @ts-ignore: decorator
+@external("wasmkeep", "call_wait")
+export declare function call_wait(handle: i32): i32;
+
+// @ts-ignore: decorator
+@external("wasmkeep", "call_result")
+export declare function call_result(handle: i32, ptr: usize, cap: u32): i32;
+
+// @ts-ignore: decorator
+@external("wasmkeep", "call_reply")
+export declare function call_reply(ptr: usize, len: usize): i32;
 
 // @ts-ignore: decorator
 @external("wasmkeep", "channel_reply")

@@ -23,7 +23,7 @@
 // trap rolls the room back to its last snapshot (README.md, "Crashes").
 
 import * as host from "./host";
-import { Header, Reader, out } from "./records";
+import { Header, HandOverRecord, Reader, out, putCall } from "./records";
 import * as state from "./state";
 
 export { Header } from "./records";
@@ -46,6 +46,20 @@ export enum Status {
   State = -5,
   /** An outbound queue is full; the socket is being closed. */
   Overloaded = -6,
+  /** A call's class does not exist, or it takes no calls. */
+  NotFound = -7,
+  /** A call was refused before it ran (overloaded, draining, no node): safe to retry. */
+  Refused = -8,
+  /** A call had no answer within the call timeout: it may have run. */
+  Timeout = -9,
+  /** The called room crashed handling the call; its state rolled back. */
+  Crashed = -10,
+  /** The called room is already in the call's chain (it waits on this one). */
+  Cycle = -11,
+  /** The chain of calls is as long as it may be (abi.MaxCallDepth rooms). */
+  TooDeep = -12,
+  /** The room has as many calls unanswered as it may (abi.MaxCallsInFlight). */
+  TooMany = -13,
 }
 
 /** Names a status for log lines, as the Go SDK's errors do. */
@@ -58,6 +72,13 @@ export function statusText(st: i32): string {
     case Status.Unsupported: return "unsupported by this host";
     case Status.State: return "not valid in this state";
     case Status.Overloaded: return "overloaded";
+    case Status.NotFound: return "not found";
+    case Status.Refused: return "refused";
+    case Status.Timeout: return "timed out";
+    case Status.Crashed: return "the callee crashed";
+    case Status.Cycle: return "call cycle";
+    case Status.TooDeep: return "call chain too deep";
+    case Status.TooMany: return "too many calls in flight";
   }
   return "unknown status";
 }
@@ -187,6 +208,24 @@ export class Request extends HttpHead {
   text(): string {
     return String.UTF8.decodeUnsafe(this.body.dataStart, this.body.byteLength);
   }
+
+  /**
+   * Tells whether the request asks for a WebSocket (its Upgrade header
+   * holds the token "websocket"): the requests a front may answer with
+   * handOver.
+   */
+  isUpgrade(): bool {
+    return headerHasToken(this.header("Upgrade"), "websocket");
+  }
+}
+
+/** Tells whether a comma-separated header value holds token, ignoring ASCII case. */
+function headerHasToken(v: string, token: string): bool {
+  let parts = v.split(",");
+  for (let i = 0; i < parts.length; i++) {
+    if (equalFold(unchecked(parts[i]).trim(), token)) return true;
+  }
+  return false;
 }
 
 /** The room's answer to a Request. */
@@ -570,6 +609,219 @@ export function handleChannelMessage(h: (s: Socket, m: ChannelMessage) => Reply 
  */
 export function handleLeave(h: (s: Socket, topic: string, reason: string) => void): void {
   state.setOnLeave(h);
+}
+
+// ---------------------------------------------------------------------------
+// Calls between rooms (docs/abi.md)
+//
+// A room calls another by class and name with a payload of bytes and gets
+// the bytes it replies, or a status saying why not. AssemblyScript has no
+// exceptions to carry the Go SDK's typed errors (a throw traps and rolls
+// the room back), so a call answers a CallResult: ok, or a negative
+// Status the room can switch on, with the host's message.
+
+/** The answer to a call: the callee's reply, or the status it failed with. */
+export class CallResult {
+  constructor(
+    /** The class of the room that was called. */
+    public readonly className: string,
+    /** The name of the room that was called. */
+    public readonly name: string,
+    /** Status.OK, or the negative Status the call failed with (Status.NotFound, Status.Timeout, …). */
+    public readonly status: i32,
+    /** The callee's reply (empty after an error). The room may keep it. */
+    public readonly reply: Uint8Array,
+    /** After an error, what the host said went wrong ("" when it said nothing). */
+    public readonly message: string,
+  ) {}
+
+  /** Tells whether the call succeeded: status is Status.OK and reply holds the answer. */
+  get ok(): bool {
+    return this.status == Status.OK;
+  }
+
+  /** The reply decoded as UTF-8. */
+  text(): string {
+    return decodeUTF8(this.reply);
+  }
+
+  /**
+   * Describes the outcome for a log line or a response, as the Go SDK's
+   * CallError does: "call to chat/lobby: timed out: no answer from
+   * chat/lobby", or "call to chat/lobby: ok".
+   */
+  describe(): string {
+    let s = "call to " + this.className + "/" + this.name + ": " + statusText(this.status);
+    if (this.message != "") s += ": " + this.message;
+    return s;
+  }
+}
+
+/**
+ * The first try at copying a call's result uses the output buffer with
+ * this much room: most replies are small, and a larger one is copied
+ * straight into an array of its size on a second try rather than grow the
+ * output buffer (which the room would then keep at that size).
+ */
+const resultGuess: u32 = 256;
+
+/** A call under way (startCall); wait() collects its answer. */
+export class PendingCall {
+  /** The answer, once known: at once for a call the host refused to start. */
+  private result: CallResult | null = null;
+  /** The status call_result failed with, when take() answers null. */
+  private takeStatus: i32 = 0;
+
+  /** handle is call_start's answer: a handle, or a negative status (the call failed at once). */
+  constructor(
+    /** The class of the room called. */
+    public readonly className: string,
+    /** The name of the room called. */
+    public readonly name: string,
+    private handle: i32,
+  ) {
+    if (handle < 0) this.result = new CallResult(className, name, handle, new Uint8Array(0), "");
+  }
+
+  /**
+   * Waits for the call's answer and returns it; later calls return the
+   * same result. The time the room waits does not count toward its event
+   * time limit.
+   */
+  wait(): CallResult {
+    let done = this.result;
+    if (done !== null) return done;
+    let st = host.call_wait(this.handle);
+    // After a success the result is the reply, after an error the host's
+    // message: copied out either way, which also frees the handle.
+    let got = this.take();
+    let r: CallResult;
+    if (st < 0) {
+      // The wait's status is the call's, even if the message is lost.
+      r = new CallResult(this.className, this.name, st, new Uint8Array(0), got === null ? "" : decodeUTF8(got));
+    } else if (got === null) {
+      r = new CallResult(this.className, this.name, this.takeStatus, new Uint8Array(0), "");
+    } else {
+      r = new CallResult(this.className, this.name, Status.OK, got, "");
+    }
+    this.result = r;
+    return r;
+  }
+
+  /** Copies the call's result out of the host (see resultGuess); null if the host refuses. */
+  private take(): Uint8Array | null {
+    out.reset();
+    let p = out.reserve(resultGuess);
+    let n = host.call_result(this.handle, p, resultGuess);
+    if (n < 0) {
+      this.takeStatus = n;
+      return null;
+    }
+    if (<u32>n <= resultGuess) {
+      let b = new Uint8Array(n);
+      memory.copy(b.dataStart, p, <usize>n);
+      return b;
+    }
+    // Too large for the first try: the host kept the handle and said how
+    // much room the result needs.
+    let b = new Uint8Array(n);
+    let m = host.call_result(this.handle, b.dataStart, <u32>n);
+    if (m < 0 || m > n) {
+      this.takeStatus = m < 0 ? m : Status.Invalid;
+      return null;
+    }
+    return m == n ? b : b.slice(0, m);
+  }
+}
+
+/**
+ * Starts a call to the room className/name with payload and returns it
+ * under way: the room's code goes on, and wait() collects the answer.
+ * Calls to different rooms run at once; calls to one room run there in
+ * the order they were started. A call the event does not wait for still
+ * runs, and its answer is dropped. startCall itself never fails: a call
+ * the host refuses at once (Status.Cycle, Status.TooDeep, Status.TooMany,
+ * Status.TooLarge, Status.Invalid for an empty class or name) comes back
+ * from wait().
+ */
+export function startCall(className: string, name: string, payload: Uint8Array): PendingCall {
+  putCall(className, name, payload, null);
+  return new PendingCall(className, name, host.call_start(out.ptr(), out.len()));
+}
+
+/** startCall with a text payload, sent as UTF-8. */
+export function startCallText(className: string, name: string, payload: string): PendingCall {
+  putCall(className, name, null, payload);
+  return new PendingCall(className, name, host.call_start(out.ptr(), out.len()));
+}
+
+/**
+ * Calls the room className/name with payload and waits for its answer:
+ * startCall(…).wait().
+ *
+ *	let r = wk.call("counter", "global", wk.encodeUTF8("add"));
+ *	if (!r.ok) return wk.text(502, r.describe());
+ */
+export function call(className: string, name: string, payload: Uint8Array): CallResult {
+  return startCall(className, name, payload).wait();
+}
+
+/** call with a text payload, sent as UTF-8; the reply's text is result.text(). */
+export function callText(className: string, name: string, payload: string): CallResult {
+  return startCallText(className, name, payload).wait();
+}
+
+/** Who made a call: a room, or a front (name ""). */
+export class Caller {
+  constructor(
+    /** The caller's class ("class" is a keyword). */
+    public readonly className: string,
+    /** The caller's room name; "" for a front. */
+    public readonly name: string,
+  ) {}
+
+  /** Tells whether the call came from a front. */
+  isFront(): bool {
+    return this.name == "";
+  }
+}
+
+/**
+ * Registers the handler for calls from other rooms and fronts, replacing
+ * any earlier one. What it returns is the reply (an empty array for an
+ * empty one); the caller gets it once the event's sends and checkpoint
+ * are done. The payload is a copy the handler may keep. An abort in it is
+ * a crash like any other: the room rolls back and the caller gets
+ * Status.Crashed. Without a handler the room takes no calls: callers get
+ * Status.NotFound.
+ */
+export function handleCall(h: (from: Caller, payload: Uint8Array) => Uint8Array): void {
+  state.setOnCall(h);
+}
+
+/** Encodes text as UTF-8, for call payloads and replies. */
+export function encodeUTF8(text: string): Uint8Array {
+  return Uint8Array.wrap(String.UTF8.encode(text));
+}
+
+/** Decodes UTF-8 bytes (a call's payload or reply) as text. */
+export function decodeUTF8(bytes: Uint8Array): string {
+  return String.UTF8.decodeUnsafe(bytes.dataStart, <usize>bytes.byteLength);
+}
+
+/**
+ * Answers a front's WebSocket upgrade (Request.isUpgrade) by handing the
+ * socket to the room className/name: the host accepts it for that room,
+ * on the room's node, as if the client had come to
+ * /actor/className/name, with headers in place of the request's of the
+ * same names (what the front learnt of the client, say). Return what it
+ * returns from the request handler, as it is. Only a front may hand over,
+ * and only an upgrade: anything else is answered 500.
+ *
+ *	if (r.isUpgrade()) return wk.handOver("chat", room, [new wk.Header("X-User", user)]);
+ */
+export function handOver(className: string, name: string, headers: Header[] = []): Response {
+  return state.setHandOver(new HandOverRecord(className, name, headers));
 }
 
 // ---------------------------------------------------------------------------

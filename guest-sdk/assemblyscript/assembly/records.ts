@@ -6,6 +6,12 @@
 //	bytes   = len:u32 bytes[len]
 //	headers = count:u32 (name:str value:str)*count   (at most 256)
 //
+// The records of calls between rooms are encoded and decoded here (the
+// others where they are used, in index.ts and exports.ts):
+//
+//	Call     = class:str name:str payload:bytes   (the callee in call_start, the caller in on_call)
+//	HandOver = class:str name:str headers         (a front's upgrade handed to a room)
+//
 // Decoders stop at the first field that does not fit and report it from
 // finish(), which also rejects trailing bytes, so a record decodes whole
 // or not at all.
@@ -187,5 +193,62 @@ export namespace out {
       str(h.name);
       str(h.value);
     }
+  }
+}
+
+/**
+ * A Call record: in wasmkeep_on_call it names the caller (name "" for a
+ * front), in call_start the callee.
+ */
+export class CallRecord {
+  constructor(
+    public className: string,
+    public name: string,
+    /** A copy the handler may keep. */
+    public payload: Uint8Array,
+  ) {}
+}
+
+/** Decodes a Call record, or answers null if it is malformed. */
+export function readCall(ptr: usize, len: usize): CallRecord | null {
+  let rd = new Reader(ptr, len);
+  let className = rd.str();
+  let name = rd.str();
+  let payload = rd.bytes();
+  if (!rd.finish()) return null;
+  return new CallRecord(className, name, payload);
+}
+
+/**
+ * Encodes a Call record into the output buffer, its payload given as
+ * bytes or, when bytes is null, as text: a str and a bytes field are the
+ * same on the wire, so a text payload is encoded straight from the string
+ * rather than through an intermediate array.
+ */
+export function putCall(className: string, name: string, bytes: Uint8Array | null, text: string | null): void {
+  out.reset();
+  out.str(className);
+  out.str(name);
+  if (bytes !== null) {
+    out.bytes(bytes);
+  } else {
+    out.str(text === null ? "" : text);
+  }
+}
+
+/** A HandOver record: the room a front hands a WebSocket upgrade to. */
+export class HandOverRecord {
+  constructor(
+    public className: string,
+    public name: string,
+    public headers: Header[],
+  ) {}
+
+  /** Encodes the record into the output buffer. */
+  put(): void {
+    out.reset();
+    out.str(this.className);
+    out.str(this.name);
+    out.headers(this.headers);
   }
 }
