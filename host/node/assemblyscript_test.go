@@ -340,6 +340,8 @@ func TestAssemblyScriptNames(t *testing.T) {
 		abi.ImportUpgradeState: true, abi.ImportUpgradeAccept: true,
 		abi.ImportChannelReply: true, abi.ImportChannelPush: true, abi.ImportChannelBroadcast: true,
 		abi.ImportChannelClose: true, abi.ImportPresenceTrack: true, abi.ImportPresenceUntrack: true,
+		abi.ImportHTTPHandOver: true, abi.ImportCallStart: true, abi.ImportCallWait: true,
+		abi.ImportCallResult: true, abi.ImportCallReply: true,
 	}
 	declared := regexp.MustCompile(`@external\("`+abi.ImportModule+`", "([a-z_]+)"\)`).FindAllStringSubmatch(read("host.ts"), -1)
 	for _, m := range declared {
@@ -356,7 +358,7 @@ func TestAssemblyScriptNames(t *testing.T) {
 		abi.VersionExport: true, abi.ExportAlloc: true, abi.ExportOnRequest: true,
 		abi.ExportOnSocketOpen: true, abi.ExportOnSocketMessage: true, abi.ExportOnSocketMessages: true, abi.ExportOnSocketClose: true,
 		abi.ExportOnJoin: true, abi.ExportOnChannelMessage: true, abi.ExportOnLeave: true,
-		abi.ExportOnUpgrade: true, abi.ExportOnStartFrom: true,
+		abi.ExportOnUpgrade: true, abi.ExportOnStartFrom: true, abi.ExportOnCall: true,
 	}
 	for _, m := range regexp.MustCompile(`export function (wasmkeep_[a-z0-9_]+)\(`).FindAllStringSubmatch(read("exports.ts"), -1) {
 		if !exports[m[1]] {
@@ -373,6 +375,9 @@ func TestAssemblyScriptNames(t *testing.T) {
 		"OK": abi.Success, "Invalid": abi.StatusInvalid, "NoSocket": abi.StatusNoSocket,
 		"TooLarge": abi.StatusTooLarge, "Unsupported": abi.StatusUnsupported,
 		"State": abi.StatusState, "Overloaded": abi.StatusOverloaded,
+		"NotFound": abi.StatusNotFound, "Refused": abi.StatusRefused, "Timeout": abi.StatusTimeout,
+		"Crashed": abi.StatusCrashed, "Cycle": abi.StatusCycle, "TooDeep": abi.StatusTooDeep,
+		"TooMany": abi.StatusTooMany,
 	} {
 		if !strings.Contains(index, fmt.Sprintf("\n  %s = %d,\n", name, st)) {
 			t.Errorf("index.ts: Status.%s is not %d", name, st)
