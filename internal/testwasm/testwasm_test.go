@@ -61,6 +61,7 @@ var (
 		abi.ExportOnUpgrade:       "()->()",
 		abi.ExportOnStartFrom:     "(i32,i32)->()",
 		abi.ExportOnIdle:          "()->()",
+		abi.ExportOnCall:          "(i32,i32)->()",
 		abi.ExportInitialize:      "()->()",
 	}
 	wantImports = map[string]string{
@@ -78,6 +79,11 @@ var (
 		abi.ImportIdleCall:      "()->(i32)",
 		abi.ImportAlarmSet:      "(i64)->(i32)",
 		abi.ImportAlarmClear:    "()->(i32)",
+		abi.ImportCallStart:     "(i32,i32)->(i32)",
+		abi.ImportCallWait:      "(i32)->(i32)",
+		abi.ImportCallResult:    "(i32,i32,i32)->(i32)",
+		abi.ImportCallReply:     "(i32,i32)->(i32)",
+		abi.ImportHTTPHandOver:  "(i32,i32)->(i32)",
 
 		abi.ImportChannelReply:     "(i32,i32,i32)->(i32)",
 		abi.ImportChannelPush:      "(i32,i32,i32)->(i32)",
@@ -133,7 +139,7 @@ func TestSDKImports(t *testing.T) {
 	seen := map[string]bool{}
 	// Each fixture's compile (seconds under -race) runs beside the others.
 	t.Run("fixtures", func(t *testing.T) {
-		for _, pkg := range []string{"./testdata/guests/echo", "./testdata/guests/hostile", "./examples/chat", "./examples/counter", "./testdata/guests/channels"} {
+		for _, pkg := range []string{"./testdata/guests/echo", "./testdata/guests/hostile", "./examples/chat", "./examples/counter", "./testdata/guests/channels", "./testdata/guests/caller"} {
 			t.Run(strings.TrimPrefix(pkg, "./"), func(t *testing.T) {
 				t.Parallel()
 				for _, f := range compile(t, Build(t, pkg)).ImportedFunctions() {
