@@ -127,8 +127,8 @@ type Instance struct {
 	// event made, by handle.
 	inCall, replied, replyTooLarge bool
 	callReply                      []byte
-	calls           map[int32]*callSlot
-	nextCall        int32
+	calls                          map[int32]*callSlot
+	nextCall                       int32
 
 	// State of a front's request (FrontRequest): an upgrade it may hand
 	// to a room.

@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
-	"unicode/utf8"
 	"slices"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/wasmkeep/wasmkeep/abi"
 	"github.com/wasmkeep/wasmkeep/calls"
