@@ -5,6 +5,8 @@ import (
 
 	"github.com/wasmkeep/wasmkeep/abi"
 	"github.com/wasmkeep/wasmkeep/calls"
+	"github.com/wasmkeep/wasmkeep/host/rooms"
+	"github.com/wasmkeep/wasmkeep/host/store"
 )
 
 // Calls is the router of the calls this node's rooms make: the member
@@ -23,6 +25,9 @@ func (r callRouter) Route(ctx context.Context, c *calls.Call) calls.Result {
 func (m *Member) ServeCall(ctx context.Context, wire []byte) (calls.Result, error) {
 	c, err := calls.DecodeWire(wire, m.cfg.Clock.Now())
 	if err != nil {
+		return calls.Result{}, err
+	}
+	if err := rooms.CheckKey(c.To.Class, c.To.Name, store.MaxNameLen); err != nil {
 		return calls.Result{}, err
 	}
 	return m.mem.Call(ctx, &c, true, m.serveCall, m.sendCall), nil
