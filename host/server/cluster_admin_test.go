@@ -32,7 +32,8 @@ var testSecret = []byte("cluster secret of the tests")
 // fakeMember is a ClusterMember that records what it is asked and
 // answers its status as set.
 type fakeMember struct {
-	mu      sync.Mutex
+	mu        sync.Mutex
+	serveCall func(wire []byte) (calls.Result, error)
 	status  ClusterNode
 	err     error  // what Drain, Move, Take and Fence return
 	movedBy string // the node a Move says holds the room then, if not its target
@@ -829,7 +830,13 @@ func TestAskTake(t *testing.T) {
 	}
 }
 
-// ServeCall: this fake takes no calls from other nodes.
-func (m *fakeMember) ServeCall(context.Context, []byte) (calls.Result, error) {
-	return calls.Fail(abi.StatusRefused, "no calls here"), nil
+// ServeCall answers with serveCall, if set; otherwise it takes no calls.
+func (m *fakeMember) ServeCall(_ context.Context, wire []byte) (calls.Result, error) {
+	m.mu.Lock()
+	serve := m.serveCall
+	m.mu.Unlock()
+	if serve == nil {
+		return calls.Fail(abi.StatusRefused, "no calls here"), nil
+	}
+	return serve(wire)
 }
