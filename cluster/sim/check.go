@@ -2,6 +2,7 @@ package sim
 
 import (
 	"strings"
+	"time"
 
 	"github.com/wasmkeep/wasmkeep/cluster"
 )
@@ -53,7 +54,19 @@ import (
 //   - a room parked here, whose record names this process at the parked
 //     hold's generation, is never routed to another node, unless this
 //     node drains (checkNotAway): its events would go, and its sockets
-//     close, away from the node that keeps them.
+//     close, away from the node that keeps them;
+//   - a call between rooms, as it begins to run (checkCallRun), has not
+//     run before, nor been answered refused (not run); it is not in a
+//     cycle; it begins before its caller's deadline, moved on by the
+//     time it took to reach its node (the time left travels, not the
+//     deadline: nothing can tell a call read late); and it runs where
+//     its room is held: its node acts on the room, no other node does,
+//     and the record names its node at the hold's generation;
+//   - every call is answered by its deadline (or at once, if made past
+//     it), besides its origin's bucket calls and pauses (callOnTime),
+//     and at the end as many were answered and dropped as made (Run); a
+//     call in a cycle is answered StatusCycle at once, and no other is
+//     (callAnswered); a call answered refused never ran, nor runs later.
 //
 // A hung process runs no more: whatever its clock says, it acts on
 // nothing, so the first two skip it.
@@ -112,13 +125,7 @@ func (w *World) checkProcess(p *process) {
 		// over at once), so a room the host does not hold is not acted
 		// on.
 		if _, held := p.holds[room]; held && p.member.Core().Acting(room) {
-			var acting []string
-			for _, m := range w.machines {
-				if q := m.proc; q != nil && !q.hung && q.member.Core().Acting(room) {
-					acting = append(acting, q.name)
-				}
-			}
-			if len(acting) > 1 {
+			if acting := w.actingOn(room); len(acting) > 1 {
 				w.fail("room %s: %s act on it at once", room, strings.Join(acting, " and "))
 				return
 			}
@@ -127,6 +134,18 @@ func (w *World) checkProcess(p *process) {
 			w.checkRecord(i)
 		}
 	}
+}
+
+// actingOn names the processes acting on room (a hung one acts on
+// nothing).
+func (w *World) actingOn(room cluster.Room) []string {
+	var acting []string
+	for _, m := range w.machines {
+		if q := m.proc; q != nil && !q.hung && q.member.Core().Acting(room) {
+			acting = append(acting, q.name)
+		}
+	}
+	return acting
 }
 
 // checkRecord checks that room i's record, if it names a running process
@@ -216,4 +235,64 @@ func (w *World) checkSweepClose(p *process, room cluster.Room) {
 	if h, parked := core.Parked(room); parked && h.Generation == r.Generation || core.Acting(room) {
 		w.fail("%s's owner sweep closed the sockets of room %s, whose record names it for a hold it keeps (generation %d)", p.name, room, r.Generation)
 	}
+}
+
+// checkCallRun checks a call's copy cp as it begins to run on p, in its
+// room on hold h: the call has not run before, nor been answered refused;
+// it is not in a cycle (its room waits on its chain: the run would be a
+// second event in it while its first waits); it begins before its
+// caller's deadline, as carried to p (callCopy); and it runs where the
+// room is held: p acts on the room and no other process does (the check
+// of two acting), and the record names p at h's generation.
+func (w *World) checkCallRun(cp callCopy, p *process, h cluster.Hold) {
+	rc, room, now := cp.rc, h.Room, w.s.Now()
+	rc.runs = append(rc.runs, callRun{proc: p.name, gen: h.Generation, at: now})
+	w.stats.CallRuns++
+	if p.machine != rc.origin.machine {
+		w.stats.CallRunsSent++
+	}
+	w.s.Note("call %d runs in %s on %s at generation %d", rc.id, room.Name, p.name, h.Generation)
+	first := rc.runs[0]
+	switch {
+	case len(rc.runs) > 1:
+		w.fail("call %d from %s to %s ran twice: on %s at %v (generation %d), and on %s (generation %d)",
+			rc.id, rc.chain, rc.to, first.proc, time.Duration(first.at), first.gen, p.name, h.Generation)
+	case rc.refused:
+		w.fail("call %d from %s to %s, answered refused (not run), runs on %s", rc.id, rc.chain, rc.to, p.name)
+	case rc.cycle:
+		w.fail("call %d from %s to %s runs in %s on %s, which waits on its chain", rc.id, rc.chain, rc.to, room, p.name)
+	case now > cp.due+int64(callRunSlack):
+		w.fail("call %d from %s to %s begins to run on %s %v after its caller gave up (made on %s at %v, due at %v)",
+			rc.id, rc.chain, rc.to, p.name, time.Duration(now-cp.due), rc.origin.name, time.Duration(rc.made), time.Duration(cp.due))
+	case now > cp.sentDue+int64(callRunSlack):
+		w.stats.CallRunsLateSent++
+	}
+	if acting := w.actingOn(room); len(acting) != 1 || acting[0] != p.name {
+		w.fail("call %d runs in room %s on %s, while %v act on it", rc.id, room, p.name, acting)
+		return
+	}
+	if r := w.records[cluster.RecordKey(room)].rec; r.Free || r.Instance != p.member.Core().Instance() || r.Generation != h.Generation {
+		w.fail("call %d runs in room %s on %s at generation %d, but its record names %q at generation %d (free %v)",
+			rc.id, room, p.name, h.Generation, r.Node, r.Generation, r.Free)
+	}
+}
+
+// callOnTime checks that rc, answered or not, is not past its deadline
+// (or its making, if it was made past it) by more than callAnswerSlack,
+// besides what it excuses (callExcused).
+func (w *World) callOnTime(rc *roomCall) {
+	over := time.Duration(w.s.Now() - max(rc.due, rc.made) - w.callExcused(rc))
+	if rc.done {
+		w.stats.LongestCallOver = max(w.stats.LongestCallOver, over)
+	}
+	if over <= callAnswerSlack {
+		return
+	}
+	if rc.done {
+		w.fail("call %d from %s to %s, made on %s at %v, was answered %v after its deadline (besides %v of bucket calls and pauses)",
+			rc.id, rc.chain, rc.to, rc.origin.name, time.Duration(rc.made), over, time.Duration(w.callExcused(rc)))
+		return
+	}
+	w.fail("call %d from %s to %s, made on %s at %v, neither answered nor refused %v after its deadline (besides %v of bucket calls and pauses)",
+		rc.id, rc.chain, rc.to, rc.origin.name, time.Duration(rc.made), over, time.Duration(w.callExcused(rc)))
 }

@@ -23,7 +23,12 @@
 // room that goes idle with sockets open parks its hold there, wakes there
 // at its next event wherever it lands, and is released when its last
 // socket goes, by a drain, a move, the owner sweep, a lapse or a clean
-// stop, all of it the member's doing.
+// stop, all of it the member's doing. Fronts on random machines call
+// rooms (call.go), and the member routes each call as it does an event
+// (Member.Call): the fake rooms run it one at a time in its room, where
+// it broadcasts to the room's sockets and may call another room, its
+// chain extended and its deadline kept; the calls meet slow legs,
+// connections that break after delivery, and lost answers.
 //
 // Every task is a goroutine, but only one runs at a time: each bucket
 // call, each call to another machine and each sleep blocks it and hands
@@ -43,7 +48,11 @@
 // naming its source; no sweep closing the sockets of a room it keeps; no room taken while
 // another node keeps it parked, or holds its sockets while valid, not
 // draining and not moving it (unless that node's own wake had an unknown
-// outcome or found another holder: exposed, counted). Each of
+// outcome or found another holder: exposed, counted); no call run twice,
+// nor after it was answered refused, nor where another node holds its
+// room, nor in a room waiting on its chain, nor after its caller gave up;
+// every call answered by its deadline, one in a cycle at once and as a
+// cycle. Each of
 // cluster.Variants breaks one rule of the core, each of member.Variants
 // one of the member's, and each of Variants one of the world's own
 // (its network, its operator); the tests show that some seed catches

@@ -344,6 +344,10 @@ func (w *World) resident(ctx context.Context, p *process, h cluster.Hold) {
 		}
 		w.stats.Uses++
 	}
+	// Not idle while a call runs in it, or waits to.
+	for p.holds[h.Room] == h && p.member.Valid(h) && w.turnTaken(p, h.Room) {
+		sl.Sleep(ctx, 50*time.Millisecond)
+	}
 	if p.holds[h.Room] == h {
 		delete(p.holds, h.Room)
 		w.hibernate(ctx, p, h)

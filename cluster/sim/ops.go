@@ -52,6 +52,9 @@ func (w *World) pause(p *process, until int64) {
 	for _, ev := range p.events {
 		ev.excused += added
 	}
+	for _, rc := range p.calls {
+		rc.excused += added
+	}
 	if w.drainOpen(p) {
 		p.drain.excused += added
 	}
@@ -101,6 +104,7 @@ func (w *World) hang(p *process) {
 		w.s.Note("%s hangs", p.name)
 		w.s.Pause(p.group, Forever)
 		w.dropEvents(p)
+		w.dropCalls(p)
 		w.endDrain(p)
 	}
 	w.handFence(m, func() bool { return m.proc == p })

@@ -140,6 +140,9 @@ func TestSim(t *testing.T) {
 		"sockets": total.SocketsOpened, "parks": c.Parks, "wakes at home": c.ParkedWakes,
 		"releases at the last socket": total.LastSocketReleases, "drains of a parked room": total.ParkedDrains,
 		"moves of a parked room": total.ParkedMoves, "sweep passes": total.Sweeps, "sockets closed by a sweep": total.SweepCloses,
+		"calls answered": total.CallOutcomes[callOK], "nested calls": total.NestedCalls, "calls run on another machine": total.CallRunsSent,
+		"cycles": total.CallOutcomes[callCycle], "calls timed out": total.CallOutcomes[callTimedOut], "calls refused": total.CallOutcomes[callRefused],
+		"broken call connections": total.CallBreaks, "lost call answers": total.CallAnswersLost, "calls' broadcasts": total.CallBroadcasts,
 	} {
 		if count == 0 {
 			t.Errorf("the runs never exercised %s: %+v", what, total)
@@ -160,9 +163,12 @@ func TestSim(t *testing.T) {
 		t.Logf("variant %s caught at seed %d: %s", name, seed, r.Violation)
 		caught = append(caught, fmt.Sprintf("%s at seed %d", name, seed))
 	}
-	var reasons []string
+	var reasons, outcomes []string
 	for i, count := range total.Reasons {
 		reasons = append(reasons, fmt.Sprintf("%d %s", count, ReasonNames[i]))
+	}
+	for i, count := range total.CallOutcomes {
+		outcomes = append(outcomes, fmt.Sprintf("%d %s", count, CallOutcomeNames[i]))
 	}
 	t.Logf("%d seeds, %d steps: %d acquisitions, %d releases (%d retried, %d moot), %d uses of resident rooms; "+
 		"%d events landed: %d answered (%d by the node they were relayed to), %d refused (%s); "+
@@ -173,7 +179,11 @@ func TestSim(t *testing.T) {
 		"resolver: %d landed, %d moved, %d expired; "+
 		"%d sockets opened (%d closed by their client, %d by their node), %d parks, %d wakes at home, "+
 		"%d parked records released (%d at the last socket, %d by a drain), %d moves of a parked room, %d sweep passes (%d rooms' sockets closed), "+
-		"%d exposed takeovers; %d violations; variants caught: %s",
+		"%d exposed takeovers; "+
+		"%d calls by fronts (%d more on machines with no process), %d by rooms: %s, %d dropped with their process; "+
+		"%d runs (%d on another machine than the caller's, %d of them begun after their sender gave up, as the call reached the node late; %d broadcasts), %d calls sent to another node, %d dials in vain, %d found past their deadline unsent, "+
+		"%d broken connections, %d lost answers, %d slow legs; the latest answer %v past its deadline (slack %v); "+
+		"%d violations; variants caught: %s",
 		n, total.Steps, total.Acquisitions, total.Releases, c.ReleaseRetries, c.ReleaseMoot, total.Uses,
 		total.Landed, total.Answered, total.AnsweredRelayed, total.Refused, strings.Join(reasons, ", "),
 		total.Relays, total.Dials, total.Late, total.FailoverWaits, total.LongestEvent, eventBound+eventSlack,
@@ -183,7 +193,11 @@ func TestSim(t *testing.T) {
 		c.ResolvedLanded, c.ResolvedMoved, c.ResolvedExpired,
 		total.SocketsOpened, total.SocketsClosedByClient, total.SocketsClosedByNode, c.Parks, c.ParkedWakes,
 		c.ParkedReleases, total.LastSocketReleases, total.ParkedDrains, total.ParkedMoves, total.Sweeps, total.SweepCloses,
-		total.Exposed, violations, strings.Join(caught, ", "))
+		total.Exposed,
+		total.Calls, total.CallsDown, total.NestedCalls, strings.Join(outcomes, ", "), total.CallsDropped,
+		total.CallRuns, total.CallRunsSent, total.CallRunsLateSent, total.CallBroadcasts, total.CallsSent, total.CallDials, total.CallsUnsent,
+		total.CallBreaks, total.CallAnswersLost, total.CallLegsSlow, total.LongestCallOver, callAnswerSlack,
+		violations, strings.Join(caught, ", "))
 }
 
 // TestSimSeed replays one seed (WASMKEEP_SIM_SEED, 1 by default) with the

@@ -32,6 +32,8 @@ type socket struct {
 	room cluster.Room
 	p    *process
 	open bool
+	// got are the ids of the calls whose runs broadcast to it.
+	got []int
 }
 
 const (

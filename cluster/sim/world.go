@@ -27,8 +27,11 @@ type Config struct {
 	// its margins (TTL/20 and TTL/10 when zero: half the defaults, to
 	// look closer at the edge they guard).
 	TTL, Safety, Grace time.Duration
-	// Faults of the bucket (DefaultFaults when zero).
-	Faults Faults
+	// Faults of the bucket (DefaultFaults when zero), and of the calls
+	// between rooms on the machines' network (DefaultCallFaults when
+	// zero).
+	Faults     Faults
+	CallFaults CallFaults
 	// Broken is handed to every node.
 	Broken cluster.Variants
 	// Member is handed to every node's member: it breaks the member's
@@ -110,7 +113,31 @@ type Stats struct {
 	// it parked, or held its sockets, after that node's own wake had an
 	// unknown outcome or found another holder: allowed, and counted.
 	Exposed uint64
-	Node    cluster.Counters
+	// Calls between rooms (call.go): Calls made by fronts, NestedCalls by
+	// the rooms they ran in; CallsDown fronts' calls on a machine with no
+	// process (or a hung one), never made. Each call made is answered
+	// (CallOutcomes, by CallOutcomeNames) or dropped with its process
+	// (CallsDropped). CallRuns are the runs of calls in a room,
+	// CallRunsSent those on another machine than the caller's;
+	// CallRunsLateSent those that began after the node that sent the call
+	// gave up, which only the time it took to reach the node excuses (a
+	// slow leg, a paused process that read it late); CallBroadcasts what
+	// the runs sent to sockets. CallsSent are the calls
+	// delivered to another node, CallDials those that could not connect,
+	// CallsUnsent those found past their deadline before they were sent;
+	// CallBreaks the connections that broke after the call was delivered,
+	// CallAnswersLost the answers lost, CallLegsSlow the slow legs.
+	Calls, NestedCalls, CallsDown, CallsDropped uint64
+	CallOutcomes                                [nCallOutcomes]uint64
+	CallRuns, CallRunsSent, CallRunsLateSent    uint64
+	CallBroadcasts                              uint64
+	CallsSent, CallDials, CallsUnsent           uint64
+	CallBreaks, CallAnswersLost, CallLegsSlow   uint64
+	// LongestCallOver is the longest a call was answered past its
+	// deadline, besides what its bound excuses (its origin's bucket calls
+	// and pauses).
+	LongestCallOver time.Duration
+	Node            cluster.Counters
 }
 
 // Add adds o to s.
@@ -158,6 +185,24 @@ func (s *Stats) Add(o Stats) {
 	s.Sweeps += o.Sweeps
 	s.SweepCloses += o.SweepCloses
 	s.Exposed += o.Exposed
+	s.Calls += o.Calls
+	s.NestedCalls += o.NestedCalls
+	s.CallsDown += o.CallsDown
+	s.CallsDropped += o.CallsDropped
+	for i := range s.CallOutcomes {
+		s.CallOutcomes[i] += o.CallOutcomes[i]
+	}
+	s.CallRuns += o.CallRuns
+	s.CallRunsSent += o.CallRunsSent
+	s.CallRunsLateSent += o.CallRunsLateSent
+	s.CallBroadcasts += o.CallBroadcasts
+	s.CallsSent += o.CallsSent
+	s.CallDials += o.CallDials
+	s.CallsUnsent += o.CallsUnsent
+	s.CallBreaks += o.CallBreaks
+	s.CallAnswersLost += o.CallAnswersLost
+	s.CallLegsSlow += o.CallLegsSlow
+	s.LongestCallOver = max(s.LongestCallOver, o.LongestCallOver)
 	s.LongestEvent = max(s.LongestEvent, o.LongestEvent)
 	s.LongestDrain = max(s.LongestDrain, o.LongestDrain)
 	s.LongestMove = max(s.LongestMove, o.LongestMove)
@@ -220,6 +265,10 @@ type World struct {
 	events  int
 	open    int
 	sockets int
+	// calls are every call between rooms made, by id (the id less one);
+	// openCalls those made and not yet answered nor dropped.
+	calls     []*roomCall
+	openCalls int
 	// handFenced are the instances an operator fenced by hand: none of
 	// them may run again.
 	handFenced map[string]bool
@@ -275,9 +324,13 @@ type process struct {
 	paused int64
 	drain  *drainState
 	// events are the events landed here and not yet answered; serving
-	// the relays and takes it is handling for other machines.
+	// the relays, takes and calls it is handling for other machines.
 	events  []*request
 	serving []*call
+	// calls are the calls between rooms made here and not yet answered;
+	// turns the rooms' turns (one call runs in a room at a time).
+	calls []*roomCall
+	turns map[cluster.Room]*turn
 	// sockets are the WebSockets open here, in the order they opened
 	// (socket.go).
 	sockets []*socket
@@ -308,6 +361,13 @@ func (c *nodeClock) global(d time.Duration) int64 {
 	return (int64(d)*1e6 + 1e6 + c.ppm - 1) / (1e6 + c.ppm)
 }
 
+// at is what the clock reads at virtual time t.
+func (c *nodeClock) at(t int64) int64 { return c.origin + (t-c.boot)*(1e6+c.ppm)/1e6 }
+
+// trueAt is the virtual time at which the clock reads v (the first
+// nanosecond it reads v or more).
+func (c *nodeClock) trueAt(v int64) int64 { return c.boot + c.global(time.Duration(v-c.origin)) }
+
 // sleeper is a process's cluster.Sleeper: its task blocks in virtual
 // time.
 type sleeper struct{ p *process }
@@ -333,18 +393,22 @@ func Run(cfg Config) Result {
 	w.s.At(w.after(25*time.Second), "drain", w.startDrain)
 	w.s.At(w.after(6*time.Second), "move", w.move)
 	w.s.At(w.after(socketEvery), "socket", w.connect)
+	w.s.At(w.after(callEvery), "call", w.callEvent)
 	for w.failure == "" && w.step(end) {
 	}
 	// Nothing arrives any more; what is under way ends, answered,
 	// refused or caught by its deadline (each of which is bounded).
 	for w.failure == "" && w.busy() {
 		if !w.step(end + int64(tailMax)) {
-			w.fail("%d events still open and drains or moves still under way %v after the end", w.open, tailMax)
+			w.fail("%d events and %d calls still open, or drains or moves still under way, %v after the end", w.open, w.openCalls, tailMax)
 			break
 		}
 	}
 	if w.failure == "" && w.stats.Landed != w.stats.Answered+w.stats.Refused {
 		w.fail("%d events landed, %d answered and %d refused", w.stats.Landed, w.stats.Answered, w.stats.Refused)
+	}
+	if answered := sum(w.stats.CallOutcomes[:]); w.failure == "" && w.stats.Calls+w.stats.NestedCalls != answered+w.stats.CallsDropped {
+		w.fail("%d calls made, %d answered and %d dropped", w.stats.Calls+w.stats.NestedCalls, answered, w.stats.CallsDropped)
 	}
 	w.stats.Steps = w.s.Steps()
 	w.stats.Faults = w.net.Injected
@@ -375,9 +439,10 @@ func (w *World) step(end int64) bool {
 // a deadline well under it.
 const tailMax = 10 * time.Minute
 
-// busy reports whether an event or a drain is still under way.
+// busy reports whether an event, a call, a drain or a move is still
+// under way.
 func (w *World) busy() bool {
-	if w.open > 0 {
+	if w.open > 0 || w.openCalls > 0 {
 		return true
 	}
 	for _, m := range w.machines {
@@ -416,6 +481,9 @@ func newWorld(cfg Config) *World {
 	}
 	if cfg.SweepInterval == 0 {
 		cfg.SweepInterval = 5 * time.Second
+	}
+	if cfg.CallFaults == (CallFaults{}) {
+		cfg.CallFaults = DefaultCallFaults
 	}
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x5eed))
 	if cfg.Faults == (Faults{}) {
@@ -456,6 +524,14 @@ func newWorld(cfg Config) *World {
 		w.machineOf[cluster.LeaseKey(m.name)], w.machineNamed[m.name] = m, m
 	}
 	return w
+}
+
+func sum(xs []uint64) uint64 {
+	var n uint64
+	for _, x := range xs {
+		n += x
+	}
+	return n
 }
 
 // after is an exponentially distributed delay of mean d, from now.
@@ -506,7 +582,7 @@ func (w *World) noteWrite(key string, body []byte, etag string) {
 func (w *World) start(m *machine) {
 	m.starts++
 	p := &process{machine: m, name: fmt.Sprintf("%s.%d", m.name, m.starts), holds: map[cluster.Room]cluster.Hold{},
-		exposed: map[cluster.Room]bool{}, moveStarts: map[cluster.Room]moveStart{}}
+		exposed: map[cluster.Room]bool{}, moveStarts: map[cluster.Room]moveStart{}, turns: map[cluster.Room]*turn{}}
 	p.clock = &nodeClock{s: w.s, origin: w.rng.Int64N(1 << 50), boot: w.s.Now(), ppm: m.ppm}
 	p.group = &Group{Name: p.name}
 	w.procs[p.group] = p
@@ -594,8 +670,8 @@ func (w *World) exit(p *process, why string) {
 }
 
 // kill ends p: its tasks, its memory, the events landed on it (refused:
-// their client's connection is gone) and the calls it was serving (their
-// callers get a reset). It reports whether p was still running.
+// their client's connection is gone), the calls between rooms it made
+// (dropped) and the calls it was serving (their callers get a reset). It reports whether p was still running.
 func (w *World) kill(p *process, why string) bool {
 	m := p.machine
 	if m.proc != p {
@@ -607,6 +683,7 @@ func (w *World) kill(p *process, why string) bool {
 	m.proc = nil
 	w.s.Note("%s exits: %s", p.name, why)
 	w.dropEvents(p)
+	w.dropCalls(p)
 	w.forgetSockets(p)
 	for _, c := range p.serving {
 		w.answer(c, reply{}, errReset)
