@@ -21,7 +21,9 @@ import (
 //     connection): one that reached a node and got no answer may have
 //     run, and fails as timed out instead of running twice;
 //   - a call carries its deadline, and a node serves no call past it:
-//     its caller has given up on it.
+//     its caller has given up on it. Nor does it send one: a call whose
+//     deadline passed while it was routed is answered timed out, and its
+//     node is not taken for unreachable (nothing tried to reach it).
 
 // CallSend sends a call to node, at address, and returns its answer. sent
 // is false only if nothing of the call left this node (it could not
@@ -47,6 +49,10 @@ func (m *Member) Call(ctx context.Context, c *calls.Call, forwarded bool, serve 
 	}
 	var res calls.Result
 	d := m.dispatch(ctx, cluster.Room{Class: c.To.Class, Name: c.To.Name}, forwarded, c.Deadline, func(ctx context.Context, node, address string) bool {
+		if m.cfg.Clock.Now() >= c.Deadline {
+			res = calls.Expired(c)
+			return false
+		}
 		out := c
 		if m.cfg.Broken.CallWithoutDeadline {
 			cp := *c
