@@ -31,6 +31,25 @@ func runUntil(t *testing.T, w *World, within time.Duration, what string, cond fu
 	}
 }
 
+// joined is whether every machine's process has joined and sees the
+// others live.
+func joined(w *World) func() bool {
+	return func() bool {
+		for _, m := range w.machines {
+			s := m.proc.member.Core().Status()
+			if !s.LeaseValid || len(s.Peers) != len(w.machines)-1 {
+				return false
+			}
+			for _, peer := range s.Peers {
+				if peer.State != cluster.LeaseLive {
+					return false
+				}
+			}
+		}
+		return true
+	}
+}
+
 // TestARoomWakesWhereItsSocketsAre is the socket home's scenario (seed
 // 000, Verification 1), on three nodes and a bucket without faults: a
 // room with a socket on n1, called through n2 and then n3, wakes on n1
@@ -56,15 +75,7 @@ func socketHome(t *testing.T, seed uint64) {
 	parkedAt := func(p *process, gen uint64) func() bool {
 		return func() bool { h, ok := p.member.Core().Parked(room); return ok && h.Generation == gen }
 	}
-	runUntil(t, w, time.Minute, "the nodes join", func() bool {
-		for _, m := range w.machines {
-			s := m.proc.member.Core().Status()
-			if !s.LeaseValid || len(s.Peers) != 2 || s.Peers[0].State != cluster.LeaseLive || s.Peers[1].State != cluster.LeaseLive {
-				return false
-			}
-		}
-		return true
-	})
+	runUntil(t, w, time.Minute, "the nodes join", joined(w))
 	ev := w.land(n1, room)
 	runUntil(t, w, time.Minute, "the first event", func() bool { return ev.done })
 	p1 := n1.proc
