@@ -46,7 +46,8 @@ type Variants struct {
 
 // VariantNames are the names of Variants' fields.
 var VariantNames = []string{"Bounce", "DrainUntold", "ReleaseOnHibernation", "GiveUpKeepsSockets",
-	"SweepReleasesParkedInPass", "DrainedWithParked", "SweepClosesParked", "MoveAfterUnlandedRelease"}
+	"SweepReleasesParkedInPass", "DrainedWithParked", "SweepClosesParked", "MoveAfterUnlandedRelease",
+	"CallRetriedAfterRun", "CallWithoutDeadline", "CycleCheckOff"}
 
 // Variant returns the Variants with the one of that name switched on.
 func Variant(name string) (Variants, error) {
