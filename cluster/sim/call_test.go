@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/wasmkeep/wasmkeep/calls"
-	"github.com/wasmkeep/wasmkeep/cluster"
 )
 
 // quietCalls are call faults that never happen.
@@ -27,28 +26,10 @@ func TestSimFrontCallsWakeTheRoomAtHome(t *testing.T) {
 }
 
 func frontCallsHome(t *testing.T, seed uint64) {
-	w := newWorld(Config{Seed: seed, Rooms: 1, Faults: quiet, CallFaults: quietCalls})
-	defer w.s.Close()
-	for _, m := range w.machines {
-		w.start(m)
-	}
-	n1, n2, n3 := w.machines[0], w.machines[1], w.machines[2]
-	room := w.rooms[0]
-	record := func() cluster.Record { return w.records[cluster.RecordKey(room)].rec }
-	parkedAt := func(p *process, gen uint64) func() bool {
-		return func() bool { h, ok := p.member.Core().Parked(room); return ok && h.Generation == gen }
-	}
-	runUntil(t, w, time.Minute, "the nodes join", joined(w))
-	ev := w.land(n1, room)
-	runUntil(t, w, time.Minute, "the first event", func() bool { return ev.done })
-	p1 := n1.proc
-	if !ev.r.answered || w.runner(room) != p1 {
-		t.Fatalf("the first event, on n1: %+v; the room runs on %v", ev.r, w.runner(room))
-	}
-	socket := w.openSocket(p1, room)
-	gen := ev.r.gen
-	runUntil(t, w, 2*time.Minute, "n1 parks the room", parkedAt(p1, gen))
-
+	h := parkOnN1(t, Config{Seed: seed, Rooms: 1, Faults: quiet, CallFaults: quietCalls})
+	defer h.w.s.Close()
+	w, n1, n2, n3, room, p1, socket, gen := h.w, h.n1, h.n2, h.n3, h.room, h.p1, h.socket, h.gen
+	record, parkedAt := h.record, h.parkedAt
 	var ids []int
 	for i, via := range []*machine{n2, n3, n2, n3, n2} {
 		made := w.frontCall(via, room, nil, calls.DefaultTimeout)

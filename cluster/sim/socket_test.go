@@ -63,28 +63,51 @@ func TestARoomWakesWhereItsSocketsAre(t *testing.T) {
 	}
 }
 
-func socketHome(t *testing.T, seed uint64) {
-	w := newWorld(Config{Seed: seed, Rooms: 1, Faults: quiet})
-	defer w.s.Close()
+// parkedHome is a world of three machines where the one room ran first
+// on n1 (p1 its process), got a socket there, and is parked there at gen.
+type parkedHome struct {
+	w          *World
+	n1, n2, n3 *machine
+	room       cluster.Room
+	p1         *process
+	socket     *socket
+	gen        uint64
+}
+
+// parkOnN1 makes a parkedHome of cfg (one room, three machines).
+func parkOnN1(t *testing.T, cfg Config) *parkedHome {
+	t.Helper()
+	w := newWorld(cfg)
 	for _, m := range w.machines {
 		w.start(m)
 	}
-	n1, n2, n3 := w.machines[0], w.machines[1], w.machines[2]
-	room := w.rooms[0]
-	record := func() cluster.Record { return w.records[cluster.RecordKey(room)].rec }
-	parkedAt := func(p *process, gen uint64) func() bool {
-		return func() bool { h, ok := p.member.Core().Parked(room); return ok && h.Generation == gen }
-	}
+	h := &parkedHome{w: w, n1: w.machines[0], n2: w.machines[1], n3: w.machines[2], room: w.rooms[0]}
 	runUntil(t, w, time.Minute, "the nodes join", joined(w))
-	ev := w.land(n1, room)
+	ev := w.land(h.n1, h.room)
 	runUntil(t, w, time.Minute, "the first event", func() bool { return ev.done })
-	p1 := n1.proc
-	if !ev.r.answered || w.runner(room) != p1 {
-		t.Fatalf("the first event, on n1: %+v; the room runs on %v", ev.r, w.runner(room))
+	h.p1 = h.n1.proc
+	if !ev.r.answered || w.runner(h.room) != h.p1 {
+		t.Fatalf("the first event, on n1: %+v; the room runs on %v", ev.r, w.runner(h.room))
 	}
-	socket := w.openSocket(p1, room)
-	gen := ev.r.gen
-	runUntil(t, w, 2*time.Minute, "n1 parks the room", parkedAt(p1, gen))
+	h.socket = w.openSocket(h.p1, h.room)
+	h.gen = ev.r.gen
+	runUntil(t, w, 2*time.Minute, "n1 parks the room", h.parkedAt(h.p1, h.gen))
+	return h
+}
+
+// record is the room's ownership record as the bucket has it.
+func (h *parkedHome) record() cluster.Record { return h.w.records[cluster.RecordKey(h.room)].rec }
+
+// parkedAt holds once p keeps the room parked at generation gen.
+func (h *parkedHome) parkedAt(p *process, gen uint64) func() bool {
+	return func() bool { g, ok := p.member.Core().Parked(h.room); return ok && g.Generation == gen }
+}
+
+func socketHome(t *testing.T, seed uint64) {
+	h := parkOnN1(t, Config{Seed: seed, Rooms: 1, Faults: quiet})
+	defer h.w.s.Close()
+	w, n1, n2, n3, room, p1, socket, gen := h.w, h.n1, h.n2, h.n3, h.room, h.p1, h.socket, h.gen
+	record, parkedAt := h.record, h.parkedAt
 
 	for _, via := range []*machine{n2, n3} {
 		ev := w.land(via, room)
