@@ -34,10 +34,10 @@ var testSecret = []byte("cluster secret of the tests")
 type fakeMember struct {
 	mu        sync.Mutex
 	serveCall func(wire []byte) (calls.Result, error)
-	status  ClusterNode
-	err     error  // what Drain, Move, Take and Fence return
-	movedBy string // the node a Move says holds the room then, if not its target
-	calls   []string
+	status    ClusterNode
+	err       error  // what Drain, Move, Take and Fence return
+	movedBy   string // the node a Move says holds the room then, if not its target
+	calls     []string
 	// unseen are leases in the bucket the view has not listed yet
 	// (Peer finds them).
 	unseen map[string]ClusterPeer
