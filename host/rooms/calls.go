@@ -57,7 +57,7 @@ func (r *Room) StartCall(to calls.Room, payload []byte) (*calls.Pending, *calls.
 			res = r.m.router().Route(ctx, c)
 		}
 		r.callsInFlight.Add(-1)
-		r.m.met.calls[callOutcome(res)].Inc()
+		r.m.met.calls[calls.Outcome(res)].Inc()
 		p.Finish(res)
 	}()
 	return p, nil
@@ -188,18 +188,4 @@ func callError(c *calls.Call, err error) calls.Result {
 		return calls.Fail(abi.StatusRefused, "%s refused the call: %v", c.To, err)
 	}
 	return calls.Fail(abi.StatusRefused, "%s: %v", c.To, err)
-}
-
-// callOutcome names a call's answer for metrics.
-func callOutcome(res calls.Result) string {
-	if res.Err == nil {
-		return "ok"
-	}
-	return callOutcomeNames[res.Err.Status]
-}
-
-var callOutcomeNames = map[abi.Status]string{
-	abi.StatusNotFound: "not_found", abi.StatusRefused: "refused", abi.StatusTimeout: "timeout",
-	abi.StatusCrashed: "crashed", abi.StatusCycle: "cycle", abi.StatusTooDeep: "too_deep",
-	abi.StatusTooLarge: "too_large", abi.StatusTooMany: "too_many",
 }

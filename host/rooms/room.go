@@ -905,24 +905,8 @@ func (r *Room) takeOutput(n int) bool {
 // Room.effects, rounded up), so that empty effects cannot pile up for free.
 const effectCost = 128
 
-// Crash causes, as metric labels.
-const (
-	crashTrap    = "trap"
-	crashTimeout = "timeout"
-	crashMemory  = "memory"
-	crashExit    = "exit"
-)
-
 func (r *Room) crashed(err error) {
-	cause := crashTrap
-	switch {
-	case errors.Is(err, engine.ErrTimeout):
-		cause = crashTimeout
-	case errors.Is(err, engine.ErrMemoryLimit):
-		cause = crashMemory
-	case errors.Is(err, engine.ErrExit):
-		cause = crashExit
-	}
+	cause := engine.CrashCause(err)
 	r.m.met.crashes[cause].Inc()
 	r.m.log.Warn("room crashed; it restarts from its last snapshot", "room", r.key.String(), "cause", cause, "err", err)
 	r.known, r.joins = nil, nil
@@ -1008,11 +992,7 @@ func (r *Room) runningVersion() string {
 }
 
 func (r *Room) crashedAtStart(err error) {
-	cause := crashTrap
-	if errors.Is(err, engine.ErrTimeout) {
-		cause = crashTimeout
-	}
-	r.m.met.crashes[cause].Inc()
+	r.m.met.crashes[engine.CrashCause(err)].Inc()
 	r.m.log.Warn("room crashed while initializing", "room", r.key.String(), "err", err)
 }
 
