@@ -226,13 +226,10 @@ type Room struct {
 	// step of the back-off (retryAt). Worker-owned.
 	writeFailures int
 	// callIn is the call being handled, whose chain and deadline the
-	// calls its guest makes carry; callOrder is the event's latest call
-	// to each room, which its next call there waits for. Worker-owned.
-	callIn    *calls.Call
-	callOrder map[calls.Room]*calls.Pending
-	// callsInFlight counts the room's calls not yet answered, those of
-	// events that did not wait for them included.
-	callsInFlight atomic.Int32
+	// calls its guest makes carry. Worker-owned.
+	callIn *calls.Call
+	// caller is the room's calls under way (order: worker-owned).
+	caller Caller
 
 	// evCtx is the context of the event being handled (eventCtx), for the
 	// store calls its guest calls need (checkpoints, deletes). Worker-owned.
@@ -568,7 +565,7 @@ func (r *Room) handle(ev *event, more bool) {
 	if met := r.m.met.events[ev.kind]; met != nil {
 		met.Add(max(len(ev.batch), 1))
 	}
-	r.callOrder = nil // calls are ordered within an event
+	r.caller.EndEvent() // calls are ordered within an event
 	switch ev.kind {
 	case evCall:
 		r.handleCall(ev)
