@@ -145,6 +145,11 @@ func (m *Manager) ServeCall(ctx context.Context, c *calls.Call) calls.Result {
 	if m.clock.Now() >= c.Deadline {
 		return calls.Expired(c)
 	}
+	// A front has no rooms. (Should its prefixes not be readable, the
+	// call goes on: its wake needs the bucket too.)
+	if front, _ := m.classes.IsFront(ctx, c.To.Class); front {
+		return calls.Fail(abi.StatusNotFound, "%s is a front: it serves HTTP under its path prefixes and takes no calls", c.To.Class)
+	}
 	ctx, cancel := m.deadlineCtx(ctx, c.Deadline)
 	defer cancel()
 	ev := &event{kind: evCall, ctx: ctx, call: c, answer: make(chan calls.Result, 1)}
