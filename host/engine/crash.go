@@ -1,6 +1,11 @@
 package engine
 
-import "errors"
+import (
+	"errors"
+	"log/slog"
+
+	"github.com/wasmkeep/wasmkeep/abi"
+)
 
 // Crash causes: what ended an instance's event, as the metrics of rooms
 // and fronts label their crashes.
@@ -13,6 +18,12 @@ const (
 
 // CrashCauses are every cause CrashCause gives.
 var CrashCauses = []string{CauseTrap, CauseTimeout, CauseMemory, CauseExit}
+
+// IsCrash reports whether err ended an instance's event or start: a trap,
+// a timeout, the memory limit or an exit. The instance is dead then.
+func IsCrash(err error) bool {
+	return errors.Is(err, ErrTrap) || errors.Is(err, ErrTimeout) || errors.Is(err, ErrMemoryLimit) || errors.Is(err, ErrExit)
+}
 
 // CrashCause names the cause of err, an error an event (or a start) of
 // an instance ended with: ErrTimeout, ErrMemoryLimit and ErrExit have
@@ -27,4 +38,18 @@ func CrashCause(err error) string {
 		return CauseExit
 	}
 	return CauseTrap
+}
+
+// LogLevel is the slog level of a guest's log line at level (abi.LogDebug
+// to abi.LogError, as the log import takes it).
+func LogLevel(level int) slog.Level {
+	switch {
+	case level <= abi.LogDebug:
+		return slog.LevelDebug
+	case level == abi.LogWarn:
+		return slog.LevelWarn
+	case level >= abi.LogError:
+		return slog.LevelError
+	}
+	return slog.LevelInfo
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -1208,16 +1207,7 @@ func (r *Room) RoomInfo() abi.RoomInfo { return abi.RoomInfo{Class: r.key.Class,
 
 // Log implements engine.Host.
 func (r *Room) Log(level int, msg string) {
-	lvl := slog.LevelInfo
-	switch {
-	case level <= abi.LogDebug:
-		lvl = slog.LevelDebug
-	case level == abi.LogWarn:
-		lvl = slog.LevelWarn
-	case level >= abi.LogError:
-		lvl = slog.LevelError
-	}
-	r.m.log.Log(context.Background(), lvl, msg, "room", r.key.String(), "source", "guest")
+	r.m.log.Log(context.Background(), engine.LogLevel(level), msg, "room", r.key.String(), "source", "guest")
 }
 
 var _ engine.Host = (*Room)(nil)
