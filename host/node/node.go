@@ -20,6 +20,7 @@ import (
 	"github.com/wasmkeep/wasmkeep/abi"
 	"github.com/wasmkeep/wasmkeep/host/classes"
 	"github.com/wasmkeep/wasmkeep/host/engine"
+	"github.com/wasmkeep/wasmkeep/host/fronts"
 	"github.com/wasmkeep/wasmkeep/host/rooms"
 	"github.com/wasmkeep/wasmkeep/host/server"
 	"github.com/wasmkeep/wasmkeep/host/socket"
@@ -67,6 +68,7 @@ type Config struct {
 
 	Engine  engine.Config
 	Rooms   rooms.Config
+	Fronts  fronts.Config
 	Sockets socket.Config
 	Server  server.Config
 	// MaxModuleBytes caps an uploaded module
@@ -168,6 +170,7 @@ type Node struct {
 	Engine  *engine.Engine
 	Classes *classes.Registry
 	Rooms   *rooms.Manager
+	Fronts  *fronts.Fronts
 	Hub     *socket.Hub
 	Bucket  store.Bucket
 
@@ -307,8 +310,13 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	n.startReclaimer() // it watches the rooms' kept instances too
 
+	fcfg := cfg.Fronts
+	fcfg.Logger, fcfg.Clock = cfg.Logger, cfg.Clock
+	n.Fronts = fronts.New(fcfg, n.Classes, n.Rooms, n.Metrics)
+	n.closers = append(n.closers, func() error { n.Fronts.Close(); return nil })
+
 	scfg := cfg.Server
-	scfg.Logger = cfg.Logger
+	scfg.Logger, scfg.Fronts = cfg.Logger, n.Fronts
 	if n.member != nil {
 		n.member.Join(n.Rooms)
 		n.closers = append(n.closers, func() error { n.member.Leave(context.Background()); return nil })
