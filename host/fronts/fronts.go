@@ -180,11 +180,6 @@ func (f *Fronts) Config() Config { return f.cfg }
 // registry's (classes.ErrUnknownClass: no such class any more).
 func (f *Fronts) Serve(ctx context.Context, front string, req []byte, upgrade bool) (*abi.Response, *abi.HandOver, error) {
 	start := f.cfg.Clock.Now()
-	rec, err := f.reg.Get(ctx, front)
-	if err != nil {
-		f.met.requests[outcomeFailed].Inc()
-		return nil, nil, err
-	}
 	p, err := f.pool(front)
 	if err != nil {
 		f.met.requests[outcomeFailed].Inc()
@@ -196,6 +191,14 @@ func (f *Fronts) Serve(ctx context.Context, front string, req []byte, upgrade bo
 		return nil, nil, err
 	}
 	if err != nil {
+		f.met.requests[outcomeFailed].Inc()
+		return nil, nil, err
+	}
+	// The version once the request has its slot: one that waited while
+	// an upload landed runs the new version, as those after it do.
+	rec, err := f.reg.Get(ctx, front)
+	if err != nil {
+		p.release(s)
 		f.met.requests[outcomeFailed].Inc()
 		return nil, nil, err
 	}
