@@ -265,7 +265,8 @@ func (r *Registry) Put(ctx context.Context, name string, wasm []byte, opts Optio
 	v := Version{Hash: hash, ABI: class.ABI, Size: len(wasm), Uploaded: time.Now().UTC().Truncate(time.Second),
 		Offers: offers, Takes: takes}
 	if len(opts.Front) > 0 {
-		// The prefixes first: an upload refused them changes nothing.
+		// The prefixes first: an upload refused them leaves the class
+		// as it was.
 		if err := r.claim(ctx, name, opts.Front); err != nil {
 			return Record{}, err
 		}
