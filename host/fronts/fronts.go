@@ -13,7 +13,9 @@
 // mailbox refuses a request. An instance's memory lasts as long as the
 // instance and serves many requests, but any request may land on any
 // instance of any node, and an instance may be replaced at any time: what
-// must last belongs in a room.
+// must last belongs in a room. An instance that asks for a call once idle
+// (idle_call: a Go guest's garbage collection) gets it once its request's
+// response has gone, before it takes another request.
 //
 // An instance that crashes (a trap, the event time limit, the memory
 // limit) is dropped: the request it served gets a *CrashError (HTTP 500

@@ -14,6 +14,7 @@ type frontMetrics struct {
 	queueFull *metrics.Counter
 	crashes   map[string]*metrics.Counter // by engine.CrashCause
 	starts    *metrics.Counter
+	idleCalls *metrics.Counter
 	seconds   *metrics.Histogram
 	calls     map[string]*metrics.Counter // by calls.Outcome
 }
@@ -35,6 +36,7 @@ func newFrontMetrics(set *metrics.Set, f *Fronts) *frontMetrics {
 		queueFull: set.NewCounter(`wasmkeep_front_queue_full_total`),
 		crashes:   map[string]*metrics.Counter{},
 		starts:    set.NewCounter(`wasmkeep_front_instance_starts_total`),
+		idleCalls: set.NewCounter(`wasmkeep_front_idle_calls_total`),
 		seconds:   set.NewHistogram(`wasmkeep_front_request_seconds`),
 		calls:     map[string]*metrics.Counter{},
 	}

@@ -139,6 +139,7 @@ func (p *pool) done(s *slot) {
 		p.release(s)
 		return
 	}
+	p.f.met.idleCalls.Inc()
 	go func() {
 		if err := s.inst.Idle(); err != nil {
 			p.crashed(s, err)

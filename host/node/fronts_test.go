@@ -149,6 +149,17 @@ func TestFrontServes(t *testing.T) {
 		}
 	}
 	expect(t, 200, "GET", n.URL()+"/healthz", nil)
+	// Responses that add up make the Go guest ask for an idle call, which
+	// the pool makes before the instance takes the next request (a request
+	// meanwhile may start another instance).
+	for range 8 {
+		if got := expect(t, 200, "GET", n.URL()+"/app/big?kb=256", nil); len(got) != 256<<10 {
+			t.Fatalf("GET /app/big: %d bytes", len(got))
+		}
+	}
+	if v := metric(t, n, "wasmkeep_front_idle_calls_total"); v < 1 {
+		t.Errorf("front idle calls: %v, want some after 2 MiB of responses", v)
+	}
 	if v := metric(t, n, `wasmkeep_front_requests_total{outcome="answered"}`); v < 9 {
 		t.Errorf("front requests answered: %v, want at least 9", v)
 	}

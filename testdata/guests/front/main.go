@@ -12,6 +12,8 @@
 //	GET  .../slow?room=<name>&ms=N     calls caller/<name> with "sleep:N"
 //	                                   (the instance waits that long on
 //	                                   the call), then answers its id
+//	GET  .../big?kb=N                  N KiB of "x" (the Go SDK asks for
+//	                                   an idle call once enough went out)
 //	GET  .../crash                     panics
 //	GET  .../spin                      loops until the event time limit
 //	                                   ends it
@@ -32,6 +34,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	wk "github.com/wasmkeep/wasmkeep/guest-sdk/go"
@@ -64,6 +67,9 @@ func serve(r *wk.Request) *wk.Response {
 			return wk.Text(502, describe(err))
 		}
 		return wk.Text(200, id)
+	case cmd == "big":
+		kb, _ := strconv.Atoi(r.QueryValue("kb"))
+		return wk.Text(200, strings.Repeat("x", kb<<10))
 	case cmd == "crash":
 		panic("asked to crash")
 	case cmd == "spin":
