@@ -154,6 +154,9 @@ type Fronts struct {
 	mu     sync.Mutex
 	pools  map[string]*pool
 	closed bool
+	// idle counts the idle calls under way (pool.done), which Close
+	// waits for: the engine is closed after it.
+	idle sync.WaitGroup
 
 	stop chan struct{}
 	done chan struct{}
@@ -330,7 +333,8 @@ func (f *Fronts) sweep() {
 
 // Close closes every instance and stops the sweep; requests waiting for
 // an instance fail with ErrStopping, and so do later ones. An instance
-// serving a request is closed when the request ends.
+// serving a request is closed when the request ends; one making its idle
+// call, once the call returns, which Close waits for.
 func (f *Fronts) Close() {
 	f.mu.Lock()
 	if f.closed {
@@ -346,4 +350,5 @@ func (f *Fronts) Close() {
 	for _, p := range pools {
 		p.close()
 	}
+	f.idle.Wait()
 }

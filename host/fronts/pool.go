@@ -139,8 +139,22 @@ func (p *pool) done(s *slot) {
 		p.release(s)
 		return
 	}
+	// Counted under the pool's lock: a close, which Fronts.Close waits
+	// for the idle calls after, either comes first (no call then) or
+	// finds it counted.
+	p.mu.Lock()
+	closed := p.closed
+	if !closed {
+		p.f.idle.Add(1)
+	}
+	p.mu.Unlock()
+	if closed {
+		p.release(s)
+		return
+	}
 	p.f.met.idleCalls.Inc()
 	go func() {
+		defer p.f.idle.Done()
 		if err := s.inst.Idle(); err != nil {
 			p.crashed(s, err)
 		}
