@@ -65,6 +65,7 @@ var (
 	}
 	wantImports = map[string]string{
 		abi.ImportHTTPRespond:   "(i32,i32)->(i32)",
+		abi.ImportHTTPHandOver:  "(i32,i32)->(i32)",
 		abi.ImportSocketSend:    "(i32,i32,i32,i32)->(i32)",
 		abi.ImportSocketClose:   "(i32,i32,i32,i32)->(i32)",
 		abi.ImportSocketList:    "(i32,i32)->(i32)",
@@ -85,6 +86,11 @@ var (
 		abi.ImportChannelClose:     "(i32,i32,i32)->(i32)",
 		abi.ImportPresenceTrack:    "(i32,i32,i32)->(i32)",
 		abi.ImportPresenceUntrack:  "(i32,i32,i32)->(i32)",
+
+		abi.ImportCallStart:  "(i32,i32)->(i32)",
+		abi.ImportCallWait:   "(i32)->(i32)",
+		abi.ImportCallResult: "(i32,i32,i32)->(i32)",
+		abi.ImportCallReply:  "(i32,i32)->(i32)",
 	}
 )
 
@@ -133,7 +139,7 @@ func TestSDKImports(t *testing.T) {
 	seen := map[string]bool{}
 	// Each fixture's compile (seconds under -race) runs beside the others.
 	t.Run("fixtures", func(t *testing.T) {
-		for _, pkg := range []string{"./testdata/guests/echo", "./testdata/guests/hostile", "./examples/chat", "./examples/counter", "./testdata/guests/channels"} {
+		for _, pkg := range []string{"./testdata/guests/echo", "./testdata/guests/hostile", "./examples/chat", "./examples/counter", "./testdata/guests/channels", "./testdata/guests/caller"} {
 			t.Run(strings.TrimPrefix(pkg, "./"), func(t *testing.T) {
 				t.Parallel()
 				for _, f := range compile(t, Build(t, pkg)).ImportedFunctions() {
