@@ -58,7 +58,7 @@ func TestClassCommands(t *testing.T) {
 	n.ok("class", "rm", "counter2")
 
 	// list shows it in a table.
-	rows := table(t, n.ok("class", "list"), "NAME", "HASH", "SIZE", "ABI", "UPLOADED", "VERSIONS", "ROOMS", "ON-OLDER")
+	rows := table(t, n.ok("class", "list"), "NAME", "HASH", "SIZE", "ABI", "UPLOADED", "VERSIONS", "ROOMS", "ON-OLDER", "FRONT")
 	if len(rows) != 1 {
 		t.Fatalf("class list: %q, want one class", rows)
 	}
@@ -86,16 +86,34 @@ func TestClassCommands(t *testing.T) {
 	// A name the node refuses.
 	n.fails("invalid class name", "class", "put", "Bad.Name", counter)
 
-	rows = table(t, n.ok("class", "list"), "NAME", "HASH", "SIZE", "ABI", "UPLOADED", "VERSIONS", "ROOMS", "ON-OLDER")
+	rows = table(t, n.ok("class", "list"), "NAME", "HASH", "SIZE", "ABI", "UPLOADED", "VERSIONS", "ROOMS", "ON-OLDER", "FRONT")
 	if len(rows) != 1 || rows[0][0] != "counter" {
 		t.Fatalf("after refused uploads, class list: %q", rows)
 	}
+
+	// A front: its prefixes in put's line and in the list; a prefix it
+	// holds refused to another, naming it; its path served.
+	front := guestFile(t, "./testdata/guests/front")
+	if got := n.ok("class", "put", "--front", "/app", "--front", "/api/", "web", front); !strings.HasSuffix(got, "ABI v1, a front serving /api /app)\n") {
+		t.Fatalf("class put --front printed %q", got)
+	}
+	n.fails("front web holds /app", "class", "put", "--front", "/app", "shop", front)
+	n.fails("node's own", "class", "put", "--front", "/admin", "shop", front)
+	if body := expectHTTP(t, 200, "GET", n.url+"/app/x"); body != "front page /app/x" {
+		t.Fatalf("GET /app/x: %q", body)
+	}
+	rows = table(t, n.ok("class", "list"), "NAME", "HASH", "SIZE", "ABI", "UPLOADED", "VERSIONS", "ROOMS", "ON-OLDER", "FRONT")
+	if len(rows) != 2 || rows[0][0] != "counter" || rows[0][8] != "-" || rows[1][0] != "web" || rows[1][8] != "/api,/app" {
+		t.Fatalf("class list with a front: %q", rows)
+	}
+	n.ok("class", "rm", "web")
+	expectHTTP(t, 404, "GET", n.url+"/app/x")
 
 	// rm, then the class is gone.
 	if got := n.ok("class", "rm", "counter"); got != "class counter removed\n" {
 		t.Fatalf("class rm printed %q", got)
 	}
-	if rows := table(t, n.ok("class", "list"), "NAME", "HASH", "SIZE", "ABI", "UPLOADED", "VERSIONS", "ROOMS", "ON-OLDER"); len(rows) != 0 {
+	if rows := table(t, n.ok("class", "list"), "NAME", "HASH", "SIZE", "ABI", "UPLOADED", "VERSIONS", "ROOMS", "ON-OLDER", "FRONT"); len(rows) != 0 {
 		t.Fatalf("after rm, class list: %q", rows)
 	}
 	expectHTTP(t, 404, "POST", n.url+"/actor/counter/x")
@@ -381,7 +399,7 @@ func TestStopAndRestart(t *testing.T) {
 	if got := ws.ReadText(); got != "before the restart" {
 		t.Fatalf("chat history after the restart: %q", got)
 	}
-	if rows := table(t, n.ok("class", "list"), "NAME", "HASH", "SIZE", "ABI", "UPLOADED", "VERSIONS", "ROOMS", "ON-OLDER"); len(rows) != 2 {
+	if rows := table(t, n.ok("class", "list"), "NAME", "HASH", "SIZE", "ABI", "UPLOADED", "VERSIONS", "ROOMS", "ON-OLDER", "FRONT"); len(rows) != 2 {
 		t.Fatalf("classes after the restart: %q", rows)
 	}
 }

@@ -156,6 +156,8 @@ type classRecord struct {
 	Size       int       `json:"size"`
 	Uploaded   time.Time `json:"uploaded"`
 	Durability string    `json:"durability"`
+	// Front are the path prefixes of a front.
+	Front []string `json:"front"`
 }
 
 type roomRecord struct {
@@ -208,11 +210,14 @@ func classCommand() *cli.Command {
 		Subcommands: []*cli.Command{
 			{
 				Name:      "put",
-				Usage:     "upload FILE.wasm as a new version of class NAME: new rooms start on it, others move to it by --upgrade",
+				Usage:     "upload FILE.wasm as a new version of class NAME: new rooms start on it, others move to it by --upgrade; with --front, a front serving HTTP under path prefixes",
 				ArgsUsage: "NAME FILE.wasm",
 				Flags: append(append(clientFlags(), &cli.StringFlag{
 					Name: "durability", Value: classes.DurabilityHibernate, EnvVars: env("durability"),
 					Usage: "when rooms' state becomes durable: hibernate (and on checkpoint()) or event (after every event, before its output)",
+				}, &cli.StringSliceFlag{
+					Name: "front", EnvVars: env("front"),
+					Usage: "make the class a front serving HTTP under this path prefix on every node (repeat for more); without it an upload keeps the prefixes the class holds",
 				}), upgradeFlags()...),
 				Action: func(c *cli.Context) error {
 					if c.NArg() != 2 {
@@ -224,7 +229,11 @@ func classCommand() *cli.Command {
 					}
 					var rec uploadAnswer
 					client := newAdminClient(c)
-					path := "/admin/classes/" + url.PathEscape(c.Args().Get(0)) + "?" + upgradeQuery(c, url.Values{"durability": {c.String("durability")}})
+					q := url.Values{"durability": {c.String("durability")}}
+					for _, p := range c.StringSlice("front") {
+						q.Add("front", p)
+					}
+					path := "/admin/classes/" + url.PathEscape(c.Args().Get(0)) + "?" + upgradeQuery(c, q)
 					if err := client.do(http.MethodPut, path, wasm, &rec); err != nil {
 						return err
 					}
@@ -232,7 +241,11 @@ func classCommand() *cli.Command {
 					if durability == "" {
 						durability = "hibernate"
 					}
-					fmt.Fprintf(c.App.Writer, "class %s: %s (%d bytes, ABI v%d, durable at %s)\n", rec.Name, rec.Hash, rec.Size, rec.ABI, durability)
+					if len(rec.Front) > 0 {
+						fmt.Fprintf(c.App.Writer, "class %s: %s (%d bytes, ABI v%d, a front serving %s)\n", rec.Name, rec.Hash, rec.Size, rec.ABI, strings.Join(rec.Front, " "))
+					} else {
+						fmt.Fprintf(c.App.Writer, "class %s: %s (%d bytes, ABI v%d, durable at %s)\n", rec.Name, rec.Hash, rec.Size, rec.ABI, durability)
+					}
 					return reportUpgrade(c, client, rec)
 				},
 			},
@@ -266,10 +279,10 @@ func classCommand() *cli.Command {
 						}
 					}
 					tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
-					fmt.Fprintln(tw, "NAME\tHASH\tSIZE\tABI\tUPLOADED\tVERSIONS\tROOMS\tON-OLDER")
+					fmt.Fprintln(tw, "NAME\tHASH\tSIZE\tABI\tUPLOADED\tVERSIONS\tROOMS\tON-OLDER\tFRONT")
 					for _, r := range recs {
-						fmt.Fprintf(tw, "%s\t%s\t%d\tv%d\t%s\t%d\t%d\t%d\n", r.Name, shortHash(r.Hash), r.Size, r.ABI, r.Uploaded.Format(time.RFC3339),
-							max(len(r.Versions), 1), current[r.Name], older[r.Name])
+						fmt.Fprintf(tw, "%s\t%s\t%d\tv%d\t%s\t%d\t%d\t%d\t%s\n", r.Name, shortHash(r.Hash), r.Size, r.ABI, r.Uploaded.Format(time.RFC3339),
+							max(len(r.Versions), 1), current[r.Name], older[r.Name], dash(strings.Join(r.Front, ",")))
 					}
 					return tw.Flush()
 				},

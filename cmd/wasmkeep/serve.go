@@ -15,6 +15,7 @@ import (
 
 	"github.com/wasmkeep/wasmkeep/host/classes"
 	"github.com/wasmkeep/wasmkeep/host/engine"
+	"github.com/wasmkeep/wasmkeep/host/fronts"
 	"github.com/wasmkeep/wasmkeep/host/node"
 	"github.com/wasmkeep/wasmkeep/host/rooms"
 	"github.com/wasmkeep/wasmkeep/host/server"
@@ -71,6 +72,8 @@ func serveFlags() []cli.Flag {
 		&cli.StringFlag{Name: "socket-reader", Value: socket.ReadAuto.String(), Usage: "how idle WebSockets wait for their next frame: epoll (one epoll instance for all, no goroutine per idle socket; Linux), goroutine (a goroutine per socket), or auto (epoll where available)", EnvVars: env("socket-reader")},
 		&cli.DurationFlag{Name: "socket-write-timeout", Value: socket.DefaultWriteTimeout, Usage: "time one write to a WebSocket client may take before the client is evicted as a slow reader", EnvVars: env("socket-write-timeout")},
 		&cli.IntFlag{Name: "mailbox-size", Value: rooms.DefaultMailboxSize, Usage: "pending events per room", EnvVars: env("mailbox-size")},
+		&cli.IntFlag{Name: "front-instances", Value: fronts.DefaultInstances, Usage: "instances of each front (a class uploaded with --front) a node runs at most, each serving one request at a time", EnvVars: env("front-instances")},
+		&cli.IntFlag{Name: "front-queue", Value: fronts.DefaultQueue, Usage: "requests of one front that may wait for an instance; the next is answered HTTP 503", EnvVars: env("front-queue")},
 		&cli.IntFlag{Name: "image-cache", Value: rooms.DefaultImageBytes / mib, Usage: "MiB of memory images of rooms hibernated here, kept in files under --data (cache/images) so that a room wakes here by mapping its memory rather than decoding its snapshot (0: none)", EnvVars: env("image-cache")},
 		&cli.IntFlag{Name: "image-files", Value: rooms.DefaultImageFiles, Usage: "memory images kept at most, each a file under --data", EnvVars: env("image-files")},
 		&cli.IntFlag{Name: "compile-cache", Value: engine.DefaultCacheBytes / mib, Usage: "MiB of machine code compiled from class modules, kept under --data (cache/) so that a restart does not compile again; past it a start removes the least recently used (0: none, every start compiles)", EnvVars: env("compile-cache")},
@@ -145,6 +148,10 @@ func nodeConfig(c *cli.Context) (node.Config, error) {
 			ImageFiles:     c.Int("image-files"),
 			MaxEventOutput: c.Int("max-event-output"),
 			CallTimeout:    c.Duration("call-timeout"),
+		},
+		Fronts: fronts.Config{
+			Instances: c.Int("front-instances"),
+			Queue:     c.Int("front-queue"),
 		},
 		Sockets: socket.Config{
 			MaxMessage:        c.Int("max-message"),
@@ -225,7 +232,7 @@ func checkLimits(c *cli.Context) error {
 	}
 	for _, name := range []string{"max-resident", "max-module-size", "max-event-output", "max-response", "max-message", "max-sockets", "mailbox-size",
 		"upgrade-burst-per-ip", "socket-message-burst", "socket-queue-frames", "socket-queue-bytes", "upload-min-rate", "max-bodies-per-ip",
-		"image-files"} {
+		"image-files", "front-instances", "front-queue"} {
 		if v := c.Int(name); v < 1 {
 			return fmt.Errorf("--%s must be at least 1, not %d", name, v)
 		}

@@ -132,6 +132,10 @@ type Options struct {
 	// ResetWithoutHandoff resets the rooms whose version offers no
 	// handoff instead of leaving them on it.
 	ResetWithoutHandoff bool
+	// Front, if not empty, makes the class a front serving HTTP under
+	// these path prefixes (fronts.go), in place of those it held. An
+	// upload without it keeps the prefixes the class holds, if any.
+	Front []string
 }
 
 // ErrBadOption: an upload option outside its documented values.
@@ -156,6 +160,13 @@ func (o Options) check() (Options, error) {
 	if o.ResetWithoutHandoff && o.Upgrade == UpgradeNever {
 		return o, fmt.Errorf("%w: reset without handoff asks for an upgrade, and the policy is %q", ErrBadOption, UpgradeNever)
 	}
+	if len(o.Front) > 0 {
+		front, err := checkPrefixes(o.Front)
+		if err != nil {
+			return o, err
+		}
+		o.Front = front
+	}
 	return o, nil
 }
 
@@ -169,6 +180,10 @@ type Registry struct {
 	names    map[string]*cachedRecord // cache of classes/<name>; entries are replaced, never changed
 	compiled map[string]*compiling    // by hash
 	asks     uint64                   // counts compile calls, for compiling.asked
+	fronts   *FrontTable              // the fronts' prefixes read last (fronts.go)
+	// frontsRead is held by the request that reads the fronts' prefixes
+	// again.
+	frontsRead sync.Mutex
 }
 
 // cachedRecord is a class record as read from the bucket, and when (on the
@@ -249,6 +264,13 @@ func (r *Registry) Put(ctx context.Context, name string, wasm []byte, opts Optio
 	}
 	v := Version{Hash: hash, ABI: class.ABI, Size: len(wasm), Uploaded: time.Now().UTC().Truncate(time.Second),
 		Offers: offers, Takes: takes}
+	if len(opts.Front) > 0 {
+		// The prefixes first: an upload refused them leaves the class
+		// as it was.
+		if err := r.claim(ctx, name, opts.Front); err != nil {
+			return Record{}, err
+		}
+	}
 	return r.update(ctx, name, true, func(rec *Record) error {
 		rec.makeCurrent(v, opts, r.wall())
 		return nil
@@ -351,50 +373,70 @@ const recordWrites = 8
 // record was not changed meanwhile, retrying on a lost race. create allows
 // a name with no record yet (change gets a record with only the name).
 func (r *Registry) update(ctx context.Context, name string, create bool, change func(*Record) error) (Record, error) {
-	for range recordWrites {
-		body, etag, err := r.bucket.Get(ctx, nameKey(name))
-		rec := Record{Name: name}
+	var rec Record
+	_, err := r.rewrite(ctx, nameKey(name), "class record", func(body []byte, exists bool) ([]byte, error) {
+		rec = Record{Name: name}
 		switch {
-		case errors.Is(err, store.ErrNotFound):
-			if !create {
-				return Record{}, fmt.Errorf("%w %q", ErrUnknownClass, name)
-			}
-		case err != nil:
-			return Record{}, fmt.Errorf("reading class record: %w", err)
-		default:
+		case !exists && !create:
+			return nil, fmt.Errorf("%w %q", ErrUnknownClass, name)
+		case exists:
 			if err := json.Unmarshal(body, &rec); err != nil {
-				return Record{}, fmt.Errorf("class record %q: %w", name, err)
+				return nil, fmt.Errorf("class record %q: %w", name, err)
 			}
 			rec.upgradeFormat()
 		}
 		if err := change(&rec); err != nil {
-			return Record{}, err
+			return nil, err
 		}
-		out, _ := json.Marshal(rec)
+		return json.Marshal(rec)
+	})
+	if err != nil {
+		return Record{}, err
+	}
+	r.remember(rec)
+	return rec, nil
+}
+
+// rewrite reads key, makes its new body with change (given the body read,
+// and whether there was one) and writes it if key was not changed
+// meanwhile, retrying on a lost race: the class records and the fronts'
+// prefixes (fronts.go) are written so, and two writers through two nodes
+// at once both land. It returns what it wrote. what names the object in
+// errors. An error of change (errUnchanged: nothing to write) ends it.
+func (r *Registry) rewrite(ctx context.Context, key, what string, change func(body []byte, exists bool) ([]byte, error)) ([]byte, error) {
+	for range recordWrites {
+		body, etag, err := r.bucket.Get(ctx, key)
+		exists := err == nil
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			return nil, fmt.Errorf("reading %s: %w", what, err)
+		}
+		out, err := change(body, exists)
+		if err != nil {
+			return nil, err
+		}
 		cond := store.IfMatch(etag)
-		if etag == "" {
+		if !exists {
 			cond = store.IfNoneMatch()
 		}
-		_, err = r.bucket.Put(ctx, nameKey(name), out, cond)
+		_, err = r.bucket.Put(ctx, key, out, cond)
 		if errors.Is(err, store.ErrPrecondition) || errors.Is(err, store.ErrConflict) {
-			continue // another upload or rollback landed first: apply ours to it
+			continue // another writer landed first: apply ours to it
 		}
 		if errors.Is(err, store.ErrUnknownOutcome) {
-			// The write may have landed; if the record now says what ours
+			// The write may have landed; if the object now says what ours
 			// said, it did (or an identical one did).
-			if now, _, gerr := r.bucket.Get(ctx, nameKey(name)); gerr == nil && bytes.Equal(now, out) {
+			if now, _, gerr := r.bucket.Get(ctx, key); gerr == nil && bytes.Equal(now, out) {
 				err = nil
 			} else {
 				continue
 			}
 		}
 		if err != nil {
-			return Record{}, fmt.Errorf("storing class record: %w", err)
+			return nil, fmt.Errorf("storing %s: %w", what, err)
 		}
-		r.remember(rec)
-		return rec, nil
+		return out, nil
 	}
-	return Record{}, fmt.Errorf("storing class record %q: %w (%d attempts overtaken by other writers)", name, store.ErrConflict, recordWrites)
+	return nil, fmt.Errorf("storing %s %q: %w (%d attempts overtaken by other writers)", what, key, store.ErrConflict, recordWrites)
 }
 
 // upgradeFormat fills the version list of a record written before
@@ -426,6 +468,9 @@ var ErrUnknownVersion = errors.New("classes: no such version of the class")
 // moved to the version rolled back from move back by a handoff the newer
 // code gives and the older code takes; where it cannot, they stay.
 func (r *Registry) Rollback(ctx context.Context, name, hash string, opts Options) (Record, error) {
+	if len(opts.Front) > 0 {
+		return Record{}, fmt.Errorf("%w: a rollback keeps the front prefixes the class holds; an upload changes them", ErrBadOption)
+	}
 	opts, err := opts.check()
 	if err != nil {
 		return Record{}, err
@@ -694,11 +739,24 @@ func (r *Registry) List(ctx context.Context) ([]Record, error) {
 	return recs, nil
 }
 
-// Remove deletes a class name. Stored modules stay: snapshots of rooms may
-// still name them, and putting the name back makes those rooms reachable.
+// Remove deletes a class name, and the prefixes it held as a front
+// (first: a front stops serving before its name goes). Stored modules
+// stay: snapshots of rooms may still name them, and putting the name back
+// makes those rooms reachable. A name with no record that holds prefixes
+// (its first upload failed after claiming them) gives them up.
 func (r *Registry) Remove(ctx context.Context, name string) error {
-	if _, err := r.Get(ctx, name); err != nil {
+	_, err := r.Get(ctx, name)
+	if err != nil && !errors.Is(err, ErrUnknownClass) {
 		return err
+	}
+	held, uerr := r.unclaim(ctx, name)
+	switch {
+	case uerr != nil:
+		return uerr
+	case err != nil && !held:
+		return err
+	case err != nil:
+		return nil // only its prefixes were left
 	}
 	if err := r.bucket.Delete(ctx, nameKey(name), ""); err != nil && !errors.Is(err, store.ErrNotFound) {
 		return err

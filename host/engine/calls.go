@@ -196,7 +196,11 @@ func callReply(ctx context.Context, mod api.Module, stack []uint64) {
 // upgrade (upgrade says the request is one) to a room instead of
 // answering it, and FrontRequest then returns the room it chose, with no
 // response.
+//
+// An instance that served one is a front's for good: a front keeps no
+// state, so its checkpoint and state_delete answer StatusState.
 func (i *Instance) FrontRequest(payload []byte, upgrade bool) ([]byte, *abi.HandOver, error) {
+	i.front = true
 	i.mayHandOver, i.handOver = upgrade, nil
 	defer func() { i.mayHandOver = false }()
 	resp, err := i.Request(payload)

@@ -76,6 +76,17 @@ func eventInstance(ctx context.Context, stack []uint64) *Instance {
 	return inst
 }
 
+// statefulInstance is eventInstance for the functions of a room's stored
+// state: a front's instance has none, and is answered StatusState.
+func statefulInstance(ctx context.Context, stack []uint64) *Instance {
+	inst := eventInstance(ctx, stack)
+	if inst != nil && inst.front {
+		ret(stack, abi.StatusState)
+		return nil
+	}
+	return inst
+}
+
 func ret(stack []uint64, s abi.Status) { stack[0] = uint64(uint32(int32(s))) }
 
 // guestBytes returns a view of guest memory, or false for a range outside it.
@@ -345,7 +356,7 @@ func presenceUntrack(ctx context.Context, mod api.Module, stack []uint64) {
 // snapshot in the middle of a call could not be resumed: the guest's own
 // stack of the call would be in it.)
 func checkpoint(ctx context.Context, _ api.Module, stack []uint64) {
-	inst := eventInstance(ctx, stack)
+	inst := statefulInstance(ctx, stack)
 	if inst == nil {
 		return
 	}
@@ -356,7 +367,7 @@ func checkpoint(ctx context.Context, _ api.Module, stack []uint64) {
 // stateDelete marks the event: when it returns, the room deletes its
 // stored state and drops the instance (see abi.ImportStateDelete).
 func stateDelete(ctx context.Context, _ api.Module, stack []uint64) {
-	inst := eventInstance(ctx, stack)
+	inst := statefulInstance(ctx, stack)
 	if inst == nil {
 		return
 	}

@@ -131,9 +131,10 @@ type Instance struct {
 	nextCall                       int32
 
 	// State of a front's request (FrontRequest): an upgrade it may hand
-	// to a room.
-	mayHandOver bool
-	handOver    *abi.HandOver
+	// to a room. front: the instance is a front's, which has no state to
+	// make durable or delete.
+	mayHandOver, front bool
+	handOver           *abi.HandOver
 
 	// State of an upgrade's handoff (Upgrade).
 	inUpgrade, handedOver bool

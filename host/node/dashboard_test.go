@@ -56,7 +56,9 @@ func TestDashboard(t *testing.T) {
 	putClass(t, n, "counter", "./examples/counter")
 	putClass(t, n, "chat", "./examples/chat")
 	putClass(t, n, "hostile", "./testdata/guests/hostile")
+	putFront(t, n, "web", frontGuest, "/app", "/api")
 	base := n.URL()
+	expect(t, 200, "GET", base+"/app/", nil)
 
 	for _, name := range []string{"alpha", "beta", "gamma", "delta"} {
 		expect(t, 200, "POST", base+"/actor/counter/"+name, nil)
@@ -279,8 +281,15 @@ func checkDashboardAPI(t *testing.T, n *Node) {
 		t.Fatal(err)
 	}
 	if ov.Version == "" || ov.Uptime <= 0 || ov.Rooms.Resident != 4 || ov.Rooms.Hibernated != 3 || ov.Rooms.HibernatedWithSockets != 1 ||
-		ov.Sockets != 3 || len(ov.Classes) != 3 || ov.Totals.Events == 0 || ov.Totals.Hibernations < 4 || ov.IdleTimeout != time.Hour.Seconds() {
+		ov.Sockets != 3 || len(ov.Classes) != 4 || ov.Totals.Events == 0 || ov.Totals.Hibernations < 4 || ov.IdleTimeout != time.Hour.Seconds() {
 		t.Errorf("overview: %+v", ov)
+	}
+	if len(ov.Fronts) != 1 || ov.Fronts[0].Class != "web" || strings.Join(ov.Fronts[0].Prefixes, " ") != "/api /app" ||
+		ov.Fronts[0].Instances != 1 || ov.Fronts[0].Busy != 0 || ov.Fronts[0].MaxInstances != 4 || ov.Fronts[0].Version == "" {
+		t.Errorf("overview's fronts: %+v", ov.Fronts)
+	}
+	if web := ov.Classes[3]; web.Name != "web" || strings.Join(web.Front, " ") != "/api /app" {
+		t.Errorf("overview's class web: %+v", web)
 	}
 
 	var sr server.Series
@@ -446,7 +455,8 @@ func checkDashboardBrowser(t *testing.T, n *Node) {
 			{Key: "chat/support", State: "hibernated", Sockets: 2, Snapshot: true, Label: "2 held"},
 			{Key: "hostile/slow", State: "resident", Awake: "request", Label: "open request"},
 		},
-		"classes": []string{"chat", "counter", "hostile"},
+		"classes": []string{"chat", "counter", "hostile", "web"},
+		"fronts":  []map[string]any{{"class": "web", "prefixes": []string{"/api", "/app"}, "instances": 1}},
 	})
 	if err != nil {
 		t.Fatal(err)

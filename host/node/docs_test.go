@@ -23,6 +23,9 @@ func TestMetricsDocumented(t *testing.T) {
 	if got := expect(t, 200, "POST", n.URL()+"/actor/echo/e/checkpoint", nil); got != "ok" {
 		t.Fatalf("checkpoint: %q", got)
 	}
+	// And a front's request.
+	putFront(t, n, "web", frontGuest, "/app")
+	expect(t, 200, "GET", n.URL()+"/app", nil)
 	exported := exportedMetrics(n)
 	if len(exported) < 20 {
 		t.Fatalf("only %d wasmkeep_ metrics exported", len(exported))

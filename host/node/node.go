@@ -21,6 +21,7 @@ import (
 	"github.com/wasmkeep/wasmkeep/calls"
 	"github.com/wasmkeep/wasmkeep/host/classes"
 	"github.com/wasmkeep/wasmkeep/host/engine"
+	"github.com/wasmkeep/wasmkeep/host/fronts"
 	"github.com/wasmkeep/wasmkeep/host/rooms"
 	"github.com/wasmkeep/wasmkeep/host/server"
 	"github.com/wasmkeep/wasmkeep/host/socket"
@@ -68,6 +69,7 @@ type Config struct {
 
 	Engine  engine.Config
 	Rooms   rooms.Config
+	Fronts  fronts.Config
 	Sockets socket.Config
 	Server  server.Config
 	// MaxModuleBytes caps an uploaded module
@@ -172,6 +174,7 @@ type Node struct {
 	Engine  *engine.Engine
 	Classes *classes.Registry
 	Rooms   *rooms.Manager
+	Fronts  *fronts.Fronts
 	Hub     *socket.Hub
 	Bucket  store.Bucket
 
@@ -314,8 +317,13 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	n.startReclaimer() // it watches the rooms' kept instances too
 
+	fcfg := cfg.Fronts
+	fcfg.Logger, fcfg.Clock = cfg.Logger, cfg.Clock
+	n.Fronts = fronts.New(fcfg, n.Classes, n.Rooms, n.Metrics)
+	n.closers = append(n.closers, func() error { n.Fronts.Close(); return nil })
+
 	scfg := cfg.Server
-	scfg.Logger = cfg.Logger
+	scfg.Logger, scfg.Fronts = cfg.Logger, n.Fronts
 	if n.member != nil {
 		n.member.Join(n.Rooms)
 		n.closers = append(n.closers, func() error { n.member.Leave(context.Background()); return nil })

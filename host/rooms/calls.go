@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
+
+	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/wasmkeep/wasmkeep/abi"
 	"github.com/wasmkeep/wasmkeep/calls"
@@ -17,39 +20,67 @@ import (
 )
 
 // Calls between rooms (docs/abi.md, "Calls between rooms"). A guest's
-// call starts here (StartCall, on the worker of the calling room), goes
+// call starts here (StartCall, on the worker of the calling room, or on
+// the goroutine of a front's request: Manager.StartCall), goes
 // to the node's router (Config.Calls: the cluster member's routing, or
 // this node alone: LocalRouter), and is served by the callee's room as an
 // event of its own (ServeCall), whose reply goes back the same way.
 
 // StartCall starts a call the room's guest made during an event (see
-// engine.CallHost). The call waits, off the worker, for the answer to the
-// event's call to the same room before it (calls one event makes to one
-// room run there in the order made), and gives up at its deadline: the
-// call timeout, or the deadline of the call the room is handling, if
-// sooner.
+// engine.CallHost): it carries the chain of the call the room is
+// handling, if any, and gives up at the call timeout, or at that call's
+// deadline if sooner.
 func (r *Room) StartCall(to calls.Room, payload []byte) (*calls.Pending, *calls.Error) {
-	if err := CheckKey(to.Class, to.Name, store.MaxNameLen); err != nil {
-		return nil, calls.Errorf(abi.StatusInvalid, "%v", err)
-	}
-	if r.callsInFlight.Load() >= calls.MaxInFlight {
-		return nil, calls.Errorf(abi.StatusTooMany, "%s has %d calls unanswered, the limit", r.key, calls.MaxInFlight)
-	}
-	self := calls.Room{Class: r.key.Class, Name: r.key.Name}
-	c := &calls.Call{To: to, Payload: slices.Clone(payload), Deadline: r.m.clock.Now() + int64(r.m.cfg.CallTimeout)}
+	c := &calls.Call{To: to, Payload: payload, Deadline: r.m.clock.Now() + int64(r.m.cfg.CallTimeout)}
 	if in := r.callIn; in != nil {
 		c.Chain = slices.Clip(in.Chain)
 		c.Deadline = min(c.Deadline, in.Deadline)
 	}
-	c.Chain = append(c.Chain, self)
+	c.Chain = append(c.Chain, calls.Room{Class: r.key.Class, Name: r.key.Name})
+	return r.m.StartCall(&r.caller, c, r.m.met.calls)
+}
+
+// Caller is the calls one guest instance has under way: a room's, or
+// one of a front's instances' (host/fronts). It keeps two rules of calls
+// for whoever makes them: the calls one event makes to one room run there
+// in the order made (each waits, off the instance, for the answer to the
+// one before), and an instance has at most calls.MaxInFlight calls
+// unanswered, those of events that did not wait for them included. The
+// zero Caller is ready to use; its order belongs to the goroutine that
+// runs the instance's events.
+type Caller struct {
+	inFlight atomic.Int32
+	// order is the event's latest call to each room.
+	order map[calls.Room]*calls.Pending
+}
+
+// EndEvent forgets the order of the event that ended: calls of the next
+// event wait for none of its calls.
+func (c *Caller) EndEvent() { c.order = nil }
+
+// StartCall starts c, made by caller's instance during an event (c's
+// chain ends with the caller), and returns it under way: a goroutine
+// routes it through the node's router once the answer to the event's call
+// before it to the same room has come, gives up at c's deadline, and
+// counts the answer in outcomes (by calls.Outcome). The payload is copied:
+// it may be the guest's memory. StartCall fails at once if the caller has
+// calls.MaxInFlight calls unanswered, or names a room that cannot be.
+func (m *Manager) StartCall(caller *Caller, c *calls.Call, outcomes map[string]*metrics.Counter) (*calls.Pending, *calls.Error) {
+	if err := CheckKey(c.To.Class, c.To.Name, store.MaxNameLen); err != nil {
+		return nil, calls.Errorf(abi.StatusInvalid, "%v", err)
+	}
+	if caller.inFlight.Load() >= calls.MaxInFlight {
+		return nil, calls.Errorf(abi.StatusTooMany, "%s has %d calls unanswered, the limit", c.From(), calls.MaxInFlight)
+	}
+	c.Payload = slices.Clone(c.Payload)
 	p := calls.NewPending()
-	prev := r.callOrder[to]
-	put(&r.callOrder, to, p)
-	r.callsInFlight.Add(1)
+	prev := caller.order[c.To]
+	put(&caller.order, c.To, p)
+	caller.inFlight.Add(1)
 	go func() {
 		// A stop ends the node's calls at once: the rooms waiting on
 		// them are being stopped too.
-		ctx, cancel := r.m.deadlineCtx(r.m.callsCtx, c.Deadline)
+		ctx, cancel := m.deadlineCtx(m.callsCtx, c.Deadline)
 		defer cancel()
 		res := calls.Result{}
 		if prev != nil {
@@ -61,10 +92,10 @@ func (r *Room) StartCall(to calls.Room, payload []byte) (*calls.Pending, *calls.
 		if ctx.Err() != nil {
 			res = calls.Expired(c)
 		} else {
-			res = r.m.router().Route(ctx, c)
+			res = m.router().Route(ctx, c)
 		}
-		r.callsInFlight.Add(-1)
-		r.m.met.calls[callOutcome(res)].Inc()
+		caller.inFlight.Add(-1)
+		outcomes[calls.Outcome(res)].Inc()
 		p.Finish(res)
 	}()
 	return p, nil
@@ -135,6 +166,11 @@ func (m *Manager) deadlineCtx(parent context.Context, deadline int64) (context.C
 func (m *Manager) ServeCall(ctx context.Context, c *calls.Call) calls.Result {
 	if m.clock.Now() >= c.Deadline {
 		return calls.Expired(c)
+	}
+	// A front has no rooms. (Should its prefixes not be readable, the
+	// call goes on: its wake needs the bucket too.)
+	if front, _ := m.classes.IsFront(ctx, c.To.Class); front {
+		return calls.Fail(abi.StatusNotFound, "%s is a front: it serves HTTP under its path prefixes and takes no calls", c.To.Class)
 	}
 	ctx, cancel := m.deadlineCtx(ctx, c.Deadline)
 	defer cancel()
@@ -217,18 +253,4 @@ func callError(c *calls.Call, err error) calls.Result {
 		return calls.Fail(abi.StatusRefused, "%s refused the call: %v", c.To, err)
 	}
 	return calls.Fail(abi.StatusRefused, "%s: %v", c.To, err)
-}
-
-// callOutcome names a call's answer for metrics.
-func callOutcome(res calls.Result) string {
-	if res.Err == nil {
-		return "ok"
-	}
-	return callOutcomeNames[res.Err.Status]
-}
-
-var callOutcomeNames = map[abi.Status]string{
-	abi.StatusNotFound: "not_found", abi.StatusRefused: "refused", abi.StatusTimeout: "timeout",
-	abi.StatusCrashed: "crashed", abi.StatusCycle: "cycle", abi.StatusTooDeep: "too_deep",
-	abi.StatusTooLarge: "too_large", abi.StatusTooMany: "too_many",
 }

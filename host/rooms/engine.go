@@ -78,6 +78,7 @@ type EngineRegistry interface {
 	// ("lazy", "now", "never") and whether rooms without a handoff are
 	// reset.
 	UpgradeTarget(ctx context.Context, name string) (current, policy string, reset bool, err error)
+	IsFront(ctx context.Context, name string) (bool, error)
 }
 
 // EngineClasses makes a registry of engine classes the Classes of a room
@@ -104,6 +105,10 @@ func (c engineClasses) ByHash(ctx context.Context, hash string) (Class, error) {
 
 func (c engineClasses) Durable(ctx context.Context, name string) (bool, error) {
 	return c.reg.Durable(ctx, name)
+}
+
+func (c engineClasses) IsFront(ctx context.Context, name string) (bool, error) {
+	return c.reg.IsFront(ctx, name)
 }
 
 func (c engineClasses) Upgrade(ctx context.Context, name string) (UpgradePolicy, error) {

@@ -327,6 +327,9 @@ func (f *fakeClasses) Upgrade(_ context.Context, name string) (UpgradePolicy, er
 	return UpgradePolicy{Current: c.hash}, nil
 }
 
+// IsFront: the fake has no fronts.
+func (*fakeClasses) IsFront(context.Context, string) (bool, error) { return false, nil }
+
 func (f *fakeClasses) Durable(_ context.Context, name string) (bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

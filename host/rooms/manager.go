@@ -54,6 +54,9 @@ type Classes interface {
 	// Upgrade is what the class's current version asks of rooms on
 	// other versions.
 	Upgrade(ctx context.Context, name string) (UpgradePolicy, error)
+	// IsFront reports whether the class is a front (host/fronts): it
+	// has no rooms, and takes no calls.
+	IsFront(ctx context.Context, name string) (bool, error)
 }
 
 // Config holds the room layer's settings. A zero field means its Default*

@@ -1,11 +1,10 @@
 package rooms
 
 import (
-	"maps"
-	"slices"
-
 	"github.com/VictoriaMetrics/metrics"
 
+	"github.com/wasmkeep/wasmkeep/calls"
+	"github.com/wasmkeep/wasmkeep/host/engine"
 	"github.com/wasmkeep/wasmkeep/host/images"
 	"github.com/wasmkeep/wasmkeep/host/rooms/life"
 )
@@ -125,10 +124,10 @@ func newRoomMetrics(set *metrics.Set, m *Manager) *roomMetrics {
 		}
 	}
 	rm.calls = map[string]*metrics.Counter{}
-	for _, o := range append([]string{"ok"}, slices.Sorted(maps.Values(callOutcomeNames))...) {
+	for _, o := range calls.Outcomes() {
 		rm.calls[o] = set.NewCounter(`wasmkeep_room_calls_total{outcome="` + o + `"}`)
 	}
-	for _, c := range []string{crashTrap, crashTimeout, crashMemory, crashExit} {
+	for _, c := range engine.CrashCauses {
 		rm.crashes[c] = set.NewCounter(`wasmkeep_room_crashes_total{cause="` + c + `"}`)
 	}
 	set.NewGauge(`wasmkeep_rooms_resident`, func() float64 {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -226,13 +225,10 @@ type Room struct {
 	// step of the back-off (retryAt). Worker-owned.
 	writeFailures int
 	// callIn is the call being handled, whose chain and deadline the
-	// calls its guest makes carry; callOrder is the event's latest call
-	// to each room, which its next call there waits for. Worker-owned.
-	callIn    *calls.Call
-	callOrder map[calls.Room]*calls.Pending
-	// callsInFlight counts the room's calls not yet answered, those of
-	// events that did not wait for them included.
-	callsInFlight atomic.Int32
+	// calls its guest makes carry. Worker-owned.
+	callIn *calls.Call
+	// caller is the room's calls under way (order: worker-owned).
+	caller Caller
 
 	// evCtx is the context of the event being handled (eventCtx), for the
 	// store calls its guest calls need (checkpoints, deletes). Worker-owned.
@@ -568,7 +564,7 @@ func (r *Room) handle(ev *event, more bool) {
 	if met := r.m.met.events[ev.kind]; met != nil {
 		met.Add(max(len(ev.batch), 1))
 	}
-	r.callOrder = nil // calls are ordered within an event
+	r.caller.EndEvent() // calls are ordered within an event
 	switch ev.kind {
 	case evCall:
 		r.handleCall(ev)
@@ -905,24 +901,8 @@ func (r *Room) takeOutput(n int) bool {
 // Room.effects, rounded up), so that empty effects cannot pile up for free.
 const effectCost = 128
 
-// Crash causes, as metric labels.
-const (
-	crashTrap    = "trap"
-	crashTimeout = "timeout"
-	crashMemory  = "memory"
-	crashExit    = "exit"
-)
-
 func (r *Room) crashed(err error) {
-	cause := crashTrap
-	switch {
-	case errors.Is(err, engine.ErrTimeout):
-		cause = crashTimeout
-	case errors.Is(err, engine.ErrMemoryLimit):
-		cause = crashMemory
-	case errors.Is(err, engine.ErrExit):
-		cause = crashExit
-	}
+	cause := engine.CrashCause(err)
 	r.m.met.crashes[cause].Inc()
 	r.m.log.Warn("room crashed; it restarts from its last snapshot", "room", r.key.String(), "cause", cause, "err", err)
 	r.known, r.joins = nil, nil
@@ -1008,11 +988,7 @@ func (r *Room) runningVersion() string {
 }
 
 func (r *Room) crashedAtStart(err error) {
-	cause := crashTrap
-	if errors.Is(err, engine.ErrTimeout) {
-		cause = crashTimeout
-	}
-	r.m.met.crashes[cause].Inc()
+	r.m.met.crashes[engine.CrashCause(err)].Inc()
 	r.m.log.Warn("room crashed while initializing", "room", r.key.String(), "err", err)
 }
 
@@ -1231,16 +1207,7 @@ func (r *Room) RoomInfo() abi.RoomInfo { return abi.RoomInfo{Class: r.key.Class,
 
 // Log implements engine.Host.
 func (r *Room) Log(level int, msg string) {
-	lvl := slog.LevelInfo
-	switch {
-	case level <= abi.LogDebug:
-		lvl = slog.LevelDebug
-	case level == abi.LogWarn:
-		lvl = slog.LevelWarn
-	case level >= abi.LogError:
-		lvl = slog.LevelError
-	}
-	r.m.log.Log(context.Background(), lvl, msg, "room", r.key.String(), "source", "guest")
+	r.m.log.Log(context.Background(), engine.LogLevel(level), msg, "room", r.key.String(), "source", "guest")
 }
 
 var _ engine.Host = (*Room)(nil)

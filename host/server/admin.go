@@ -14,7 +14,7 @@ import (
 
 func (s *Server) listClasses(w http.ResponseWriter, r *http.Request) {
 	if recs, ok := s.classRecords(w, r); ok {
-		writeJSON(w, http.StatusOK, recs)
+		writeJSON(w, http.StatusOK, s.classListings(r.Context(), recs))
 	}
 }
 
@@ -38,7 +38,7 @@ func (s *Server) getClass(w http.ResponseWriter, r *http.Request) {
 		s.classError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, rec)
+	writeJSON(w, http.StatusOK, s.classListings(r.Context(), []classes.Record{rec})[0])
 }
 
 func (s *Server) putClass(w http.ResponseWriter, r *http.Request) {
@@ -65,8 +65,9 @@ func (s *Server) putClass(w http.ResponseWriter, r *http.Request) {
 		s.classError(w, err)
 		return
 	}
-	s.log.Info("class uploaded", "class", rec.Name, "hash", rec.Hash, "bytes", rec.Size, "upgrade", rec.Policy())
-	writeJSON(w, http.StatusCreated, s.afterUpload(rec))
+	out := s.afterUpload(r.Context(), rec)
+	s.log.Info("class uploaded", "class", rec.Name, "hash", rec.Hash, "bytes", rec.Size, "upgrade", rec.Policy(), "front", out.Front)
+	writeJSON(w, http.StatusCreated, out)
 }
 
 func (s *Server) deleteClass(w http.ResponseWriter, r *http.Request) {
@@ -85,6 +86,8 @@ func (s *Server) classError(w http.ResponseWriter, err error) {
 		jsonError(w, http.StatusBadRequest, err.Error())
 	case errors.Is(err, classes.ErrTooLarge):
 		jsonError(w, http.StatusRequestEntityTooLarge, err.Error())
+	case errors.Is(err, classes.ErrPrefixHeld):
+		jsonError(w, http.StatusConflict, err.Error())
 	default:
 		s.unavailable(w, "class operation", err)
 	}

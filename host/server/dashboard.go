@@ -13,7 +13,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/wasmkeep/wasmkeep/host/classes"
 	"github.com/wasmkeep/wasmkeep/host/rooms"
 )
 
@@ -85,18 +84,20 @@ func (s *Server) dashboard(w http.ResponseWriter, _ *http.Request) {
 
 // Overview is the answer of GET /admin/overview.
 type Overview struct {
-	Version     string           `json:"version"`
-	GoVersion   string           `json:"go_version"`
-	Started     time.Time        `json:"started"`
-	Now         time.Time        `json:"now"`
-	Uptime      float64          `json:"uptime_seconds"`
-	IdleTimeout float64          `json:"idle_timeout_seconds"`
-	MaxResident int              `json:"max_resident"`
-	MaxSockets  int              `json:"max_sockets"`
-	Rooms       RoomCounts       `json:"rooms"`
-	Sockets     int              `json:"sockets_open"`
-	Totals      rooms.Totals     `json:"totals"`
-	Classes     []classes.Record `json:"classes"`
+	Version     string         `json:"version"`
+	GoVersion   string         `json:"go_version"`
+	Started     time.Time      `json:"started"`
+	Now         time.Time      `json:"now"`
+	Uptime      float64        `json:"uptime_seconds"`
+	IdleTimeout float64        `json:"idle_timeout_seconds"`
+	MaxResident int            `json:"max_resident"`
+	MaxSockets  int            `json:"max_sockets"`
+	Rooms       RoomCounts     `json:"rooms"`
+	Sockets     int            `json:"sockets_open"`
+	Totals      rooms.Totals   `json:"totals"`
+	Classes     []ClassListing `json:"classes"`
+	// Fronts are every front, with its instances on this node.
+	Fronts []FrontListing `json:"fronts"`
 	// Upgrades is the latest upgrade job (upload --upgrade now) of each
 	// class that had one on this node.
 	Upgrades []rooms.UpgradeJob `json:"upgrades"`
@@ -138,7 +139,8 @@ func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
 			Known: c.Known, Stored: c.Stored},
 		Sockets:     s.hub.Count(),
 		Totals:      s.rooms.Totals(),
-		Classes:     recs,
+		Classes:     s.classListings(r.Context(), recs),
+		Fronts:      s.frontListings(r.Context()),
 		Upgrades:    s.rooms.UpgradeJobs(),
 		ClusterNode: node,
 	})

@@ -65,8 +65,8 @@ var landingPage = template.Must(template.New("landing").Parse(`<!doctype html>
 shows every room, socket and class; <a href="{{.Docs}}">the docs</a> start with getting started.</p>
 <h2>Classes</h2>
 {{if .Classes}}<table>
-<tr><th>class</th><th>version</th><th>size</th><th>uploaded</th></tr>
-{{range .Classes}}<tr><td>{{.Name}}</td><td class="hash">{{.Hash}}</td><td>{{.Size}} B</td><td>{{.Uploaded}}</td></tr>
+<tr><th>class</th><th>version</th><th>size</th><th>uploaded</th><th>front at</th></tr>
+{{range .Classes}}<tr><td>{{.Name}}</td><td class="hash">{{.Hash}}</td><td>{{.Size}} B</td><td>{{.Uploaded}}</td><td>{{range .Front}}<a href="{{.}}">{{.}}</a> {{end}}</td></tr>
 {{end}}</table>
 {{else}}<p class="muted">No classes yet: <code>wasmkeep class put NAME FILE.wasm</code>, or <code>wasmkeep dev DIR</code> for a room you are writing.</p>
 {{end}}<h2>Rooms</h2>
@@ -80,6 +80,8 @@ shows every room, socket and class; <a href="{{.Docs}}">the docs</a> start with 
 type landingClass struct {
 	Name, Hash, Uploaded string
 	Size                 int
+	// Front are a front's prefixes.
+	Front []string
 }
 
 type landingRoom struct {
@@ -104,8 +106,9 @@ func (s *Server) landing(w http.ResponseWriter, r *http.Request) {
 		Rooms     []landingRoom
 		More      int
 	}{Dashboard: s.adminMux == nil, Docs: docsURL}
-	for _, rec := range recs {
-		data.Classes = append(data.Classes, landingClass{Name: rec.Name, Hash: shortHash(rec.Hash), Size: rec.Size, Uploaded: rec.Uploaded.UTC().Format("2006-01-02 15:04:05 UTC")})
+	for _, c := range s.classListings(r.Context(), recs) {
+		data.Classes = append(data.Classes, landingClass{Name: c.Name, Hash: shortHash(c.Hash), Size: c.Size,
+			Uploaded: c.Uploaded.UTC().Format("2006-01-02 15:04:05 UTC"), Front: c.Front})
 	}
 	list, err := s.rooms.List(r.Context())
 	if err != nil {

@@ -25,6 +25,7 @@ import (
 	"github.com/wasmkeep/wasmkeep/abi"
 	"github.com/wasmkeep/wasmkeep/host/classes"
 	"github.com/wasmkeep/wasmkeep/host/engine"
+	"github.com/wasmkeep/wasmkeep/host/fronts"
 	"github.com/wasmkeep/wasmkeep/host/rooms"
 	"github.com/wasmkeep/wasmkeep/host/socket"
 	"github.com/wasmkeep/wasmkeep/host/store"
@@ -71,7 +72,10 @@ type Config struct {
 	// BuildErrors, if set, are the build errors of a dev loop (`wasmkeep
 	// dev`), shown on the pages of the rooms of their class (dev.go).
 	BuildErrors *BuildErrors
-	Logger      *slog.Logger
+	// Fronts, if set, serve the requests under the fronts' path prefixes
+	// (fronts.go); without them such a request is answered 404.
+	Fronts *fronts.Fronts
+	Logger *slog.Logger
 }
 
 func (c Config) withDefaults() Config {
@@ -154,10 +158,12 @@ func New(cfg Config, reg *classes.Registry, mgr *rooms.Manager, hub *socket.Hub,
 	s.mux.HandleFunc("/actor/{class}/{name}/{rest...}", s.actor)
 	s.mux.HandleFunc("GET /healthz", healthz)
 	s.mux.HandleFunc("GET /readyz", s.readyz)
-	// GET / exactly is the landing page, on loopback only (landing.go);
-	// every other path that is nothing is a bare 404.
+	// GET / exactly is the landing page, on loopback only (landing.go).
+	// Every other path none of the node's routes takes is a front's, if
+	// one holds it, or a bare 404 (fronts.go): a more specific pattern
+	// always wins, so no front's path shadows the node's.
 	s.mux.HandleFunc("GET /{$}", s.landing)
-	s.mux.HandleFunc("/", notFound)
+	s.mux.HandleFunc("/", s.front)
 	admin := s.mux
 	if cfg.SeparateAdmin {
 		s.adminMux = http.NewServeMux()
@@ -342,14 +348,15 @@ func (s *Server) actor(w http.ResponseWriter, r *http.Request) {
 		textError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	if isUpgrade(r) && !s.origins.allow(r) {
-		s.originRefused.Inc()
-		textError(w, http.StatusForbidden, "WebSockets to this node are not open to pages of the origin "+r.Header.Get("Origin")+" (--allowed-origins)")
+	if s.refusedOrigin(w, r) {
 		return
 	}
 	// Where the room runs comes first: another node's room costs this one
 	// no class lookup, no compile and no socket slot.
 	if !s.routeHere(w, r, key) {
+		return
+	}
+	if s.isFront(w, r, key.Class) {
 		return
 	}
 	class, err := s.classes.Current(r.Context(), key.Class)
@@ -373,22 +380,11 @@ func (s *Server) actor(w http.ResponseWriter, r *http.Request) {
 		textError(w, http.StatusNotFound, "this class does not handle HTTP requests")
 		return
 	}
-	body, status, err := readBody(w, r, s.cfg.MaxRequestBody)
-	switch status {
-	case 0:
-	case http.StatusRequestEntityTooLarge:
-		textError(w, status, fmt.Sprintf("request body over the limit of %d bytes", s.cfg.MaxRequestBody))
-		return
-	default:
-		textError(w, status, "reading the request body: "+err.Error())
+	req, ok := s.guestRequest(w, r, below, headersOf(r.Header, r.Host))
+	if !ok {
 		return
 	}
-	req := abi.Request{Method: r.Method, Path: below, Query: r.URL.RawQuery, Headers: headersOf(r.Header, r.Host), Body: body}
-	if len(req.Headers) > abi.MaxHeaderCount {
-		textError(w, http.StatusRequestHeaderFieldsTooLarge, fmt.Sprintf("more than %d header lines", abi.MaxHeaderCount))
-		return
-	}
-	resp, err := s.rooms.Request(r.Context(), key, abi.AppendRequest(nil, &req))
+	resp, err := s.rooms.Request(r.Context(), key, abi.AppendRequest(nil, req))
 	if err != nil {
 		s.roomError(w, err)
 		return
@@ -397,6 +393,39 @@ func (s *Server) actor(w http.ResponseWriter, r *http.Request) {
 		resp = withBuildError(resp, msg)
 	}
 	writeResponse(w, resp)
+}
+
+// refusedOrigin answers 403 to an upgrade from a page of an origin the
+// node does not open its WebSockets to (origins.go), and reports whether
+// it did.
+func (s *Server) refusedOrigin(w http.ResponseWriter, r *http.Request) bool {
+	if !isUpgrade(r) || s.origins.allow(r) {
+		return false
+	}
+	s.originRefused.Inc()
+	textError(w, http.StatusForbidden, "WebSockets to this node are not open to pages of the origin "+r.Header.Get("Origin")+" (--allowed-origins)")
+	return true
+}
+
+// guestRequest reads r's body (at most MaxRequestBody) and makes the
+// request a guest gets, with path and headers; it answers r itself, and
+// reports false, for a body it cannot read or too many header lines.
+func (s *Server) guestRequest(w http.ResponseWriter, r *http.Request, path string, headers []abi.Header) (*abi.Request, bool) {
+	body, status, err := readBody(w, r, s.cfg.MaxRequestBody)
+	switch status {
+	case 0:
+	case http.StatusRequestEntityTooLarge:
+		textError(w, status, fmt.Sprintf("request body over the limit of %d bytes", s.cfg.MaxRequestBody))
+		return nil, false
+	default:
+		textError(w, status, "reading the request body: "+err.Error())
+		return nil, false
+	}
+	if len(headers) > abi.MaxHeaderCount {
+		textError(w, http.StatusRequestHeaderFieldsTooLarge, fmt.Sprintf("more than %d header lines", abi.MaxHeaderCount))
+		return nil, false
+	}
+	return &abi.Request{Method: r.Method, Path: path, Query: r.URL.RawQuery, Headers: headers, Body: body}, true
 }
 
 // routeHere asks the placement where the room runs and answers the
@@ -532,7 +561,7 @@ func forClient(msg string) string {
 }
 
 // clientPrefixes are the packages whose errors a response carries.
-var clientPrefixes = map[string]bool{"rooms": true, "classes": true, "engine": true, "cluster": true}
+var clientPrefixes = map[string]bool{"rooms": true, "classes": true, "engine": true, "cluster": true, "fronts": true}
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")

@@ -93,10 +93,11 @@ func (s *Server) collectClass(w http.ResponseWriter, r *http.Request) {
 }
 
 // uploadOptions reads the choices of an upload or rollback from its query:
-// durability, upgrade (lazy, now, never) and reset_without_handoff.
+// durability, upgrade (lazy, now, never), reset_without_handoff and front
+// (a path prefix, repeated for each).
 func uploadOptions(r *http.Request) (classes.Options, error) {
 	q := r.URL.Query()
-	opts := classes.Options{Durability: q.Get("durability"), Upgrade: q.Get("upgrade")}
+	opts := classes.Options{Durability: q.Get("durability"), Upgrade: q.Get("upgrade"), Front: q["front"]}
 	if v := q.Get("reset_without_handoff"); v != "" {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
@@ -107,16 +108,17 @@ func uploadOptions(r *http.Request) (classes.Options, error) {
 	return opts, nil
 }
 
-// uploaded is the answer to an upload or a rollback: the class's record,
-// and the upgrade job it started (policy now).
+// uploaded is the answer to an upload or a rollback: the class's record
+// (with its prefixes, for a front), and the upgrade job it started
+// (policy now).
 type uploaded struct {
-	classes.Record
+	ClassListing
 	Job *rooms.UpgradeJob `json:"upgrade_job,omitempty"`
 }
 
 // afterUpload starts moving every room now when rec's policy says so.
-func (s *Server) afterUpload(rec classes.Record) uploaded {
-	out := uploaded{Record: rec}
+func (s *Server) afterUpload(ctx context.Context, rec classes.Record) uploaded {
+	out := uploaded{ClassListing: s.classListings(ctx, []classes.Record{rec})[0]}
 	if rec.Policy() != classes.UpgradeNow {
 		return out
 	}
@@ -155,7 +157,7 @@ func (s *Server) rollbackClass(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.log.Info("class rolled back", "class", rec.Name, "hash", rec.Hash, "upgrade", rec.Policy())
-	writeJSON(w, http.StatusOK, s.afterUpload(rec))
+	writeJSON(w, http.StatusOK, s.afterUpload(r.Context(), rec))
 }
 
 func (s *Server) upgradeProgress(w http.ResponseWriter, r *http.Request) {

@@ -66,6 +66,7 @@ var (
 	}
 	wantImports = map[string]string{
 		abi.ImportHTTPRespond:   "(i32,i32)->(i32)",
+		abi.ImportHTTPHandOver:  "(i32,i32)->(i32)",
 		abi.ImportSocketSend:    "(i32,i32,i32,i32)->(i32)",
 		abi.ImportSocketClose:   "(i32,i32,i32,i32)->(i32)",
 		abi.ImportSocketList:    "(i32,i32)->(i32)",
@@ -91,6 +92,11 @@ var (
 		abi.ImportChannelClose:     "(i32,i32,i32)->(i32)",
 		abi.ImportPresenceTrack:    "(i32,i32,i32)->(i32)",
 		abi.ImportPresenceUntrack:  "(i32,i32,i32)->(i32)",
+
+		abi.ImportCallStart:  "(i32,i32)->(i32)",
+		abi.ImportCallWait:   "(i32)->(i32)",
+		abi.ImportCallResult: "(i32,i32,i32)->(i32)",
+		abi.ImportCallReply:  "(i32,i32)->(i32)",
 	}
 )
 

@@ -7,7 +7,10 @@
 // "awake": ..., "sockets": N}], "classes": [...]}; for a node of a
 // cluster also "cluster": true, each room's "where" ("held a", "parked
 // c", "free") and "elsewhere" (another node runs it), and "cards"
-// ({"resident": N, "hibernated": N}). The script checks the rooms table
+// ({"resident": N, "hibernated": N}), and optionally "fronts"
+// ([{"class": ..., "prefixes": [...], "instances": N}]: each front in the
+// Fronts panel with its prefixes and at least N instances, and tagged as a
+// front in the classes list). The script checks the rooms table
 // (states, why awake, sockets, where they run), that the room cards count
 // what the table lists, the classes (their names whole), sorting and
 // filtering, that the charts get new points without a reload, that the
@@ -168,6 +171,26 @@ async function checkView(view) {
       check(Number(versions) === kept, `class ${c} shows ${versions} versions, the node keeps ${kept}`);
       const line = await page.textContent(`#classes [data-class="${c}"] .class-versions`);
       check(/rooms per version: \w{8} ×\d+ \(current\)/.test(line), `class ${c} shows its rooms per version: ${JSON.stringify(line)}`);
+    }
+
+    // Fronts: in their panel with their prefixes and instances, and
+    // tagged in the classes list; no panel without them.
+    const fronts = want.fronts || [];
+    if (fronts.length) await page.waitForSelector("#fronts tbody tr[data-front]", { timeout: 10000 });
+    const panel = await page.evaluate(() => ({
+      hidden: document.getElementById("fronts-panel").hidden,
+      rows: Object.fromEntries([...document.querySelectorAll("#fronts tbody tr[data-front]")].map((tr) => [tr.dataset.front, {
+        instances: Number(tr.dataset.instances), prefixes: tr.cells[1].textContent, shown: tr.cells[2].textContent.trim(),
+      }])),
+    }));
+    check(panel.hidden === (fronts.length === 0), `the Fronts panel is ${fronts.length ? "shown" : "hidden without fronts"}`);
+    for (const f of fronts) {
+      const row = panel.rows[f.class];
+      check(row, "the Fronts panel lists " + f.class);
+      check(f.prefixes.every((p) => row.prefixes.includes(p)), `front ${f.class} shows its prefixes ${f.prefixes}: ${JSON.stringify(row.prefixes)}`);
+      check(row.instances >= f.instances && /^\d+ \/ \d+$/.test(row.shown), `front ${f.class} shows its instances (${JSON.stringify(row.shown)}), at least ${f.instances}`);
+      const tag = await page.textContent(`#classes [data-class="${f.class}"] .front-tag`);
+      check(f.prefixes.every((p) => tag.includes(p)), `class ${f.class} is tagged a front with its prefixes: ${JSON.stringify(tag)}`);
     }
 
     if (view.full) {

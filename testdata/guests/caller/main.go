@@ -44,7 +44,9 @@
 //	sleep:<ms>                    sleeps that long, then "slept"
 //	big:<n>                       replies n bytes ("x" each)
 //
-// Socket messages are broadcast to every socket of the room.
+// Socket messages are broadcast to every socket of the room. A socket
+// opened with the header X-Front-User (a front's hand-over) is sent
+// "hello <X-Front-User>" first.
 package main
 
 import (
@@ -63,6 +65,11 @@ func init() {
 	wk.HandleRequest(serve)
 	wk.HandleCall(answer)
 	wk.HandleSocketMessage(func(_ wk.Socket, m wk.Message) { _, _ = wk.Broadcast(m.Text(), 0) })
+	wk.HandleSocketOpen(func(s wk.Socket, o *wk.SocketOpen) {
+		if user := o.Header("X-Front-User"); user != "" {
+			_ = s.Send("hello " + user)
+		}
+	})
 }
 
 func serve(r *wk.Request) *wk.Response {
