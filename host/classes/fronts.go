@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/wasmkeep/wasmkeep/host/store"
 )
@@ -195,10 +196,27 @@ func (t *FrontTable) Fronts() []string { return slices.Sorted(maps.Keys(t.byClas
 // while the bucket cannot be read; while one request reads them again,
 // others use what was read before rather than wait.
 func (r *Registry) Fronts(ctx context.Context) (*FrontTable, error) {
+	return r.frontsWithin(ctx, RecordTTL)
+}
+
+// FrontsMissed is Fronts for a path no front's prefix held: what was read
+// more than FrontMissTTL ago is read again, so that a front uploaded
+// through another node serves here within a moment rather than after
+// RecordTTL. Reads stay one at a time, so paths that are nobody's cost
+// the bucket at most one GET per FrontMissTTL.
+func (r *Registry) FrontsMissed(ctx context.Context) (*FrontTable, error) {
+	return r.frontsWithin(ctx, FrontMissTTL)
+}
+
+// FrontMissTTL is how old the fronts' prefixes may be for a path none of
+// them holds (FrontsMissed).
+const FrontMissTTL = 250 * time.Millisecond
+
+func (r *Registry) frontsWithin(ctx context.Context, ttl time.Duration) (*FrontTable, error) {
 	r.mu.Lock()
 	t := r.fronts
 	r.mu.Unlock()
-	if t != nil && r.now()-t.read < int64(RecordTTL) {
+	if t != nil && r.now()-t.read < int64(ttl) {
 		return t, nil
 	}
 	if t != nil && !r.frontsRead.TryLock() {
@@ -212,7 +230,7 @@ func (r *Registry) Fronts(ctx context.Context) (*FrontTable, error) {
 	t = r.fronts
 	r.mu.Unlock()
 	now := r.now()
-	if t != nil && now-t.read < int64(RecordTTL) {
+	if t != nil && now-t.read < int64(ttl) {
 		return t, nil // read by the request this one waited for
 	}
 	body, _, err := r.bucket.Get(ctx, frontsKey)
@@ -227,7 +245,7 @@ func (r *Registry) Fronts(ctx context.Context) (*FrontTable, error) {
 	}
 	if err != nil {
 		if t != nil && ctx.Err() == nil {
-			// Read again after another RecordTTL, not at every request.
+			// Read again after another ttl, not at every request.
 			t = &FrontTable{byPrefix: t.byPrefix, byClass: t.byClass, read: now}
 			r.setFronts(t)
 			return t, nil

@@ -3,6 +3,7 @@ package classes
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -245,5 +246,34 @@ func TestFrontsReadAgain(t *testing.T) {
 	cbucket.SetFaults(func(store.Op) store.Fault { return store.FailBefore(errors.New("bucket down")) })
 	if _, err := c.Fronts(ctx); err == nil {
 		t.Fatal("a first read of the prefixes with the bucket down succeeded")
+	}
+}
+
+// TestFrontsMissedReadSooner: a path no front holds has the prefixes read
+// again once they are FrontMissTTL old, not RecordTTL: a front uploaded
+// through another node serves within a moment; within FrontMissTTL the
+// bucket is not asked again.
+func TestFrontsMissedReadSooner(t *testing.T) {
+	ctx := context.Background()
+	a, b, clk, bucket := twoNodes(t)
+	if _, err := b.Fronts(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.claim(ctx, "shop", []string{"/app"}); err != nil {
+		t.Fatal(err)
+	}
+	gets := 0
+	bucket.SetFaults(func(op store.Op) store.Fault {
+		if op.Kind == store.OpGet {
+			gets++
+		}
+		return store.Fault{}
+	})
+	if table, _ := b.FrontsMissed(ctx); len(table.Fronts()) != 0 || gets != 0 {
+		t.Fatalf("within FrontMissTTL: fronts %v after %d GETs, want none read", table.Fronts(), gets)
+	}
+	clk.Advance(FrontMissTTL)
+	if table, _ := b.FrontsMissed(ctx); !slices.Equal(table.Fronts(), []string{"shop"}) || gets != 1 {
+		t.Fatalf("after FrontMissTTL: fronts %v after %d GETs, want shop after one", table.Fronts(), gets)
 	}
 }

@@ -46,6 +46,12 @@ func (s *Server) front(w http.ResponseWriter, r *http.Request) {
 	}
 	front, ok := table.Match(r.URL.Path)
 	if !ok {
+		// Perhaps a front uploaded through another node a moment ago.
+		if table, err = s.classes.FrontsMissed(r.Context()); err == nil {
+			front, ok = table.Match(r.URL.Path)
+		}
+	}
+	if !ok {
 		notFound(w, r)
 		return
 	}
