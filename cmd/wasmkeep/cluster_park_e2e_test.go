@@ -402,9 +402,16 @@ func (c *testCluster) localView(n *clusterProc) server.ClusterNode {
 // generation gen.
 func (c *testCluster) waitParked(n *clusterProc, name string, gen uint64) {
 	c.t.Helper()
-	waitUntil(c.t, 10*time.Second, fmt.Sprintf("echo/%s parked on %s at generation %d", name, n.name, gen), func() bool {
+	c.waitParkedRoom(n, cluster.Room{Class: "echo", Name: name}, gen)
+}
+
+// waitParkedRoom waits until n's status lists room parked at generation
+// gen.
+func (c *testCluster) waitParkedRoom(n *clusterProc, room cluster.Room, gen uint64) {
+	c.t.Helper()
+	waitUntil(c.t, 10*time.Second, fmt.Sprintf("%s parked on %s at generation %d", room, n.name, gen), func() bool {
 		return slices.ContainsFunc(c.localView(n).Parked, func(r server.ClusterRoom) bool {
-			return r.Class == "echo" && r.Name == name && r.Generation == gen
+			return r.Class == room.Class && r.Name == room.Name && r.Generation == gen
 		})
 	})
 }
