@@ -89,9 +89,12 @@ func (m *Manager) StartCall(caller *Caller, c *calls.Call, outcomes map[string]*
 			case <-ctx.Done():
 			}
 		}
-		if ctx.Err() != nil {
+		var front bool
+		switch res, front = m.toFront(ctx, c); {
+		case front:
+		case ctx.Err() != nil:
 			res = calls.Expired(c)
-		} else {
+		default:
 			res = m.router().Route(ctx, c)
 		}
 		caller.inFlight.Add(-1)
@@ -160,6 +163,18 @@ func (m *Manager) deadlineCtx(parent context.Context, deadline int64) (context.C
 	return ctx, func() { stop(); cancel() }
 }
 
+// toFront answers a call to a front's class, which has no rooms: where
+// the call is made (StartCall), so that no node routes it, and where it is
+// served, for a node whose view of the fronts was older. Should the
+// fronts' prefixes not be readable, the call goes on: its wake needs the
+// bucket too.
+func (m *Manager) toFront(ctx context.Context, c *calls.Call) (calls.Result, bool) {
+	if front, _ := m.classes.IsFront(ctx, c.To.Class); front {
+		return calls.Fail(abi.StatusNotFound, "%s is a front: it serves HTTP under its path prefixes and takes no calls", c.To.Class), true
+	}
+	return calls.Result{}, false
+}
+
 // ServeCall runs a call in its room here, as the room's next event, and
 // returns the room's answer. A call whose deadline passes before it
 // runs is dropped unrun.
@@ -167,10 +182,8 @@ func (m *Manager) ServeCall(ctx context.Context, c *calls.Call) calls.Result {
 	if m.clock.Now() >= c.Deadline {
 		return calls.Expired(c)
 	}
-	// A front has no rooms. (Should its prefixes not be readable, the
-	// call goes on: its wake needs the bucket too.)
-	if front, _ := m.classes.IsFront(ctx, c.To.Class); front {
-		return calls.Fail(abi.StatusNotFound, "%s is a front: it serves HTTP under its path prefixes and takes no calls", c.To.Class)
+	if res, front := m.toFront(ctx, c); front {
+		return res
 	}
 	ctx, cancel := m.deadlineCtx(ctx, c.Deadline)
 	defer cancel()
