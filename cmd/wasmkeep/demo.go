@@ -27,8 +27,13 @@ import (
 	"github.com/wasmkeep/wasmkeep/internal/wasmbuild"
 )
 
-// demoClasses are the examples the demo serves, by class name.
-var demoClasses = []string{"counter", "chat"}
+// demoClasses are the examples the demo serves, by class name: the
+// counter, the chat, and the app of a front (site, under demoFronts'
+// prefixes), a lobby and its tables.
+var demoClasses = []string{"counter", "chat", "lobby", "table", "site"}
+
+// demoFronts are the demo's fronts and their path prefixes.
+var demoFronts = map[string][]string{"site": {"/app"}}
 
 // parentPoll is how often the demo checks that the process that started
 // it is still there.
@@ -88,6 +93,7 @@ func demoCommand() *cli.Command {
 				}
 				fmt.Fprintf(c.App.Writer, "\nwasmkeep demo is up:\n"+
 					"  chat:     open %[1]s/actor/chat/lobby in two browser tabs\n"+
+					"  app:      open %[1]s/app (a front, a lobby and tables that call each other)\n"+
 					"  counter:  curl -X POST %[1]s/actor/counter/mine\n"+
 					"  rooms:    go run ./cmd/wasmkeep rooms --server %[1]s\n"+
 					"Rooms hibernate after %[2]s idle; Ctrl-C stops the node cleanly.\n\n",
@@ -101,7 +107,7 @@ func demoCommand() *cli.Command {
 // loadDemoClasses uploads the demo's classes through n.
 func loadDemoClasses(log *slog.Logger, n *node.Node, modules map[string][]byte) error {
 	for _, name := range demoClasses {
-		rec, err := n.Classes.Put(context.Background(), name, modules[name], classes.Options{})
+		rec, err := n.Classes.Put(context.Background(), name, modules[name], classes.Options{Front: demoFronts[name]})
 		if err != nil {
 			return fmt.Errorf("loading %s: %w", name, err)
 		}
@@ -252,6 +258,7 @@ func runDemoCluster(ctx context.Context, c *cli.Context, cfg node.Config, dc dem
 	}
 	first := nodes[0].URL()
 	fmt.Fprintf(&w, "  chat:     open %[1]s/actor/chat/lobby, and the same room through another node\n"+
+		"  app:      open %[1]s/app on any node (a front, a lobby and tables that call each other)\n"+
 		"  counter:  curl -X POST %[1]s/actor/counter/mine (any node's URL: one node runs the room)\n"+
 		"  cluster:  go run ./cmd/wasmkeep cluster status --server %[1]s\n"+
 		"Rooms hibernate after %[2]s idle; Ctrl-C stops every node cleanly.\n\n", first, c.Duration("idle-timeout"))

@@ -9,6 +9,8 @@
 //	                                 them): a JSON array
 //	POST /app/api/tables             creates a table; the body is its
 //	                                 title; answers {"name": …}
+//	GET  /app/api/lobby              the player counts the tables told the
+//	                                 lobby: a JSON array
 //	POST /app/api/tables/<t>/announce  sends the body to every player of
 //	                                 table <t>; answers {"sent": n}
 //	WebSocket /app/ws/<t>?player=<p> checks the player's name and hands
@@ -46,6 +48,8 @@ func serve(r *wk.Request) *wk.Response {
 		return wk.HTML(200, page)
 	case path == "/api/tables" && r.Method == "GET":
 		return callJSON("lobby", "main", "list")
+	case path == "/api/lobby" && r.Method == "GET":
+		return callJSON("lobby", "main", "counts")
 	case path == "/api/tables" && r.Method == "POST":
 		name, err := wk.Call("lobby", "main", []byte("create:"+string(r.Body)))
 		if err != nil {
