@@ -68,7 +68,7 @@ func serve(r *wk.Request) *wk.Response {
 		if err != nil {
 			return failed(err)
 		}
-		return wk.Data(200, "application/json", []byte(`{"sent":`+string(sent)+`}`))
+		return jsonBytes(200, []byte(`{"sent":`+string(sent)+`}`))
 	case strings.HasPrefix(path, "/ws/"):
 		table := strings.TrimPrefix(path, "/ws/")
 		player := strings.TrimSpace(r.QueryValue("player"))
@@ -91,7 +91,7 @@ func callJSON(class, name, cmd string) *wk.Response {
 	if err != nil {
 		return failed(err)
 	}
-	return wk.Data(200, "application/json", b)
+	return jsonBytes(200, b)
 }
 
 func failed(err error) *wk.Response {
@@ -103,7 +103,12 @@ func failed(err error) *wk.Response {
 
 func jsonOf(status int, v any) *wk.Response {
 	b, _ := json.Marshal(v)
-	return wk.Data(status, "application/json", b)
+	return jsonBytes(status, b)
+}
+
+// jsonBytes answers JSON, ended by a newline as a terminal likes it.
+func jsonBytes(status int, b []byte) *wk.Response {
+	return wk.Data(status, "application/json", append(b, '\n'))
 }
 
 // validTable: the lobby names tables t1, t2, …

@@ -26,7 +26,7 @@ func TestExampleApp(t *testing.T) {
 		t.Fatalf("the page: %.200q", page)
 	}
 	for i, title := range []string{"Friday night", "Chess club"} {
-		want := `{"name":"t` + string(rune('1'+i)) + `"}`
+		want := `{"name":"t` + string(rune('1'+i)) + `"}` + "\n"
 		if got := expect(t, http.StatusCreated, "POST", app+"/api/tables", []byte(title)); got != want {
 			t.Fatalf("creating %q: %s, want %s", title, got, want)
 		}
@@ -46,7 +46,7 @@ func TestExampleApp(t *testing.T) {
 	for _, c := range []*wstest.Client{ada, bob} {
 		expectEvent(t, c, map[string]string{"type": "say", "player": "ada", "text": "hello"})
 	}
-	if got := expect(t, 200, "POST", app+"/api/tables/t1/announce", []byte("welcome")); got != `{"sent":2}` {
+	if got := expect(t, 200, "POST", app+"/api/tables/t1/announce", []byte("welcome")); got != `{"sent":2}`+"\n" {
 		t.Fatalf("the announcement: %s", got)
 	}
 	for _, c := range []*wstest.Client{ada, bob} {
