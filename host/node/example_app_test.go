@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/wasmkeep/wasmkeep/abi"
 	"github.com/wasmkeep/wasmkeep/internal/wstest"
@@ -99,4 +100,17 @@ func expectEvent(t *testing.T, c *wstest.Client, want map[string]string) {
 			t.Fatalf("event %v, want %v", got, want)
 		}
 	}
+}
+
+// TestExampleAppInBrowser: two players use the example app's page in
+// headless Chromium (test/dashboard/app.mjs): one creates a table and
+// sits down, the other sees it, sits down and speaks, and both pages show
+// it.
+func TestExampleAppInBrowser(t *testing.T) {
+	driver := findChromiumDriver(t)
+	n := startNode(t, Config{})
+	putClass(t, n, "lobby", "./examples/lobby")
+	putClass(t, n, "table", "./examples/table")
+	expect(t, http.StatusCreated, "PUT", n.AdminURL()+"/admin/classes/site?front=/app", buildGuest(t, "./examples/site"))
+	logScreenshots(t, driver.run(t, 3*time.Minute, "app", "app.mjs", n.URL()+"/app", driver.artifacts(t, "example-app")))
 }
