@@ -248,7 +248,9 @@ func (r *Room) serveCall(ev *event) calls.Result {
 	return calls.Result{Reply: reply}
 }
 
-// callError is the answer to a call that failed with err.
+// callError is the answer to a call that failed with err. Every error
+// that reaches it but a crash's and ErrNotDurable's (an event undone)
+// came before the call ran: those are refused, safe to send again.
 func callError(c *calls.Call, err error) calls.Result {
 	var crash *CrashError
 	switch {
