@@ -84,7 +84,6 @@ var (
 		abi.ImportCallWait:      "(i32)->(i32)",
 		abi.ImportCallResult:    "(i32,i32,i32)->(i32)",
 		abi.ImportCallReply:     "(i32,i32)->(i32)",
-		abi.ImportHTTPHandOver:  "(i32,i32)->(i32)",
 
 		abi.ImportChannelReply:     "(i32,i32,i32)->(i32)",
 		abi.ImportChannelPush:      "(i32,i32,i32)->(i32)",
@@ -92,11 +91,6 @@ var (
 		abi.ImportChannelClose:     "(i32,i32,i32)->(i32)",
 		abi.ImportPresenceTrack:    "(i32,i32,i32)->(i32)",
 		abi.ImportPresenceUntrack:  "(i32,i32,i32)->(i32)",
-
-		abi.ImportCallStart:  "(i32,i32)->(i32)",
-		abi.ImportCallWait:   "(i32)->(i32)",
-		abi.ImportCallResult: "(i32,i32,i32)->(i32)",
-		abi.ImportCallReply:  "(i32,i32)->(i32)",
 	}
 )
 
