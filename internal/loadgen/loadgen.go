@@ -392,13 +392,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		writers.Add(1)
 		go r.sendLoop(st, &writers)
 	}
-	var cpu cpuSample
-	if sleepCtx(ctx, cfg.Warmup) {
-		cpu = r.sampleCPU()
-		if sleepCtx(ctx, cfg.Duration) {
-			cpu = r.sampleCPU().since(cpu)
-		}
-	}
+	cpu := measureCPU(ctx, cfg.Warmup, cfg.Duration, cfg.TargetPID)
 	close(r.stop)
 
 	// Wait for what is in flight, then close.
@@ -414,15 +408,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, err
 	}
 	res := r.result(connect)
-	if cpu.ok && res.Delivered > 0 {
-		per := func(d time.Duration) float64 {
-			return math.Round(float64(d)/float64(res.Delivered)) / 1e3
-		}
-		res.LoadCPU = per(cpu.self)
-		if cpu.targetOK {
-			res.ServerCPU = per(cpu.target)
-		}
-	}
+	res.LoadCPU, res.ServerCPU = cpu.per(res.Delivered)
 	return res, nil
 }
 
@@ -444,16 +430,46 @@ type cpuSample struct {
 	ok, targetOK bool
 }
 
-func (r *runner) sampleCPU() cpuSample {
+// sampleCPU reads the CPU time of this process and of process pid (none
+// if 0).
+func sampleCPU(pid int) cpuSample {
 	var s cpuSample
 	var err error
 	s.self, err = processCPU(0)
 	s.ok = err == nil
-	if r.cfg.TargetPID != 0 {
-		s.target, err = processCPU(r.cfg.TargetPID)
+	if pid != 0 {
+		s.target, err = processCPU(pid)
 		s.targetOK = err == nil
 	}
 	return s
+}
+
+// measureCPU waits for warmup, then for duration, and returns the CPU
+// time this process and process pid used during duration; nothing (ok
+// false) if ctx ended first.
+func measureCPU(ctx context.Context, warmup, duration time.Duration, pid int) cpuSample {
+	if !sleepCtx(ctx, warmup) {
+		return cpuSample{}
+	}
+	start := sampleCPU(pid)
+	if !sleepCtx(ctx, duration) {
+		return cpuSample{}
+	}
+	return sampleCPU(pid).since(start)
+}
+
+// per returns the CPU times of s, this process's and the target's, per
+// one of n things done, in microseconds; 0 for what was not measured.
+func (s cpuSample) per(n int64) (self, target float64) {
+	if !s.ok || n <= 0 {
+		return 0, 0
+	}
+	per := func(d time.Duration) float64 { return math.Round(float64(d)/float64(n)) / 1e3 }
+	self = per(s.self)
+	if s.targetOK {
+		target = per(s.target)
+	}
+	return self, target
 }
 
 // since returns the CPU used from start to s.
