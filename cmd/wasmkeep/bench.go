@@ -40,24 +40,56 @@ func benchFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "json", Usage: "print the result as JSON", EnvVars: env("json")},
 		&cli.BoolFlag{Name: "compare", Usage: "then run the same load against a plain gobwas/ws server (a child process on a loopback port) and print the ratio of delivered msgs/s", EnvVars: env("compare")},
 		&cli.StringFlag{Name: "serve-plain", Usage: "run the plain gobwas/ws server (echo or broadcast, by --mode) on this address until interrupted, instead of a load", EnvVars: env("serve-plain")},
+		&cli.StringFlag{Name: "http", Usage: "send HTTP requests to this http:// URL instead of WebSocket messages; " + loadgen.RoomMark + " in it is each client's room, <prefix><i % rooms>", EnvVars: env("http")},
+		&cli.IntFlag{Name: "clients", Value: loadgen.DefaultClients, Usage: "with --http: clients sending requests one after the other, each on one keep-alive connection", EnvVars: env("clients")},
+		&cli.StringFlag{Name: "method", Value: loadgen.DefaultMethod, Usage: "with --http: the requests' method", EnvVars: env("method")},
+		&cli.StringFlag{Name: "body", Usage: "with --http: the requests' body", EnvVars: env("body")},
 	}
+}
+
+// wsOnly and httpOnly are the flags of one kind of load only, which the
+// other refuses.
+var (
+	wsOnly   = []string{"target", "mode", "sockets", "inflight", "size", "compare", "serve-plain"}
+	httpOnly = []string{"clients", "method", "body"}
+)
+
+// refuseFlags returns an error naming the first of names that is set (on
+// the command line or in the environment).
+func refuseFlags(c *cli.Context, names []string, why string) error {
+	for _, name := range names {
+		if c.IsSet(name) {
+			return fmt.Errorf("--%s %s", name, why)
+		}
+	}
+	return nil
 }
 
 func benchCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "bench",
-		Usage: "load rooms with WebSocket messages and report delivered msgs/s and latency",
+		Usage: "load rooms with WebSocket messages (or HTTP requests) and report delivered msgs/s and latency",
 		Description: "Opens --sockets sockets to --rooms rooms under --target, sends for --warmup and then --duration,\n" +
 			"and reports the messages delivered a second and their latency (send to receive), with\n" +
 			"errors, lost and reordered messages. --compare runs the same load against a plain\n" +
-			"gobwas/ws server too; --serve-plain runs that server alone.",
+			"gobwas/ws server too; --serve-plain runs that server alone.\n\n" +
+			"With --http URL, --clients clients send HTTP requests to URL instead, one after the other\n" +
+			"on one keep-alive connection each, and it reports the requests answered a second, their\n" +
+			"latency and the errors by status.",
 		Flags: benchFlags(),
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 0 {
-				return usage(c, "bench [--target URL] [--sockets N] [--rooms M] [--mode echo|broadcast] [--compare] [--json] ...")
+				return usage(c, "bench [--target URL] [--sockets N] [--rooms M] [--mode echo|broadcast] [--compare] [--json] ...\n"+
+					"       wasmkeep bench --http URL [--clients N] [--method M] [--body TEXT] [--json] ...")
 			}
 			ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			if c.IsSet("http") {
+				return benchHTTPAction(ctx, c)
+			}
+			if err := refuseFlags(c, httpOnly, "needs --http"); err != nil {
+				return cli.Exit("wasmkeep: "+err.Error(), 2)
+			}
 			mode := loadgen.Mode(c.String("mode"))
 			if mode != loadgen.Echo && mode != loadgen.Broadcast {
 				return cli.Exit(fmt.Sprintf("wasmkeep: --mode must be echo or broadcast, not %q", mode), 2)
@@ -89,6 +121,55 @@ func benchCommand() *cli.Command {
 			return bench(ctx, c.App.Writer, cfg, c.Bool("compare"), c.Bool("json"))
 		},
 	}
+}
+
+// benchHTTPAction is `wasmkeep bench --http`.
+func benchHTTPAction(ctx context.Context, c *cli.Context) error {
+	u := c.String("http")
+	if err := refuseFlags(c, wsOnly, "is for WebSocket loads, not --http"); err != nil {
+		return cli.Exit("wasmkeep: "+err.Error(), 2)
+	}
+	if !strings.Contains(u, loadgen.RoomMark) {
+		if err := refuseFlags(c, []string{"rooms", "prefix"}, "names rooms in the --http URL, which has no "+loadgen.RoomMark); err != nil {
+			return cli.Exit("wasmkeep: "+err.Error(), 2)
+		}
+	}
+	if err := checkBenchFlags(c); err != nil {
+		return cli.Exit("wasmkeep: "+err.Error(), 2)
+	}
+	if v := c.Int("clients"); v < 1 {
+		return cli.Exit(fmt.Sprintf("wasmkeep: --clients must be at least 1, not %d", v), 2)
+	}
+	rooms := c.Int("rooms")
+	if !c.IsSet("rooms") {
+		rooms = min(rooms, c.Int("clients"))
+	}
+	cfg := loadgen.HTTPConfig{
+		URL:             u,
+		Prefix:          c.String("prefix"),
+		Rooms:           rooms,
+		Clients:         c.Int("clients"),
+		Method:          c.String("method"),
+		Body:            c.String("body"),
+		Rate:            limitOf(c.Int("rate")),
+		Warmup:          limitOf(c.Duration("warmup")),
+		Duration:        c.Duration("duration"),
+		Drain:           limitOf(c.Duration("drain")),
+		DialConcurrency: c.Int("dial-concurrency"),
+		TargetPID:       c.Int("target-pid"),
+	}
+	if err := cfg.Validate(); err != nil {
+		return cli.Exit("wasmkeep: "+err.Error(), 2)
+	}
+	res, err := loadgen.RunHTTP(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("bench %s: %w", u, err)
+	}
+	if c.Bool("json") {
+		return writeJSON(c.App.Writer, res)
+	}
+	printHTTPResult(c.App.Writer, res)
+	return nil
 }
 
 // benchPrefix is the command line's prefix of room names (the load
@@ -314,6 +395,50 @@ func printResult(w io.Writer, title string, r *loadgen.Result) {
 	if r.Other > 0 {
 		fmt.Fprintf(w, "  %-10s %d messages not from this run (greetings, history), ignored\n", "other", r.Other)
 	}
+}
+
+func printHTTPResult(w io.Writer, r *loadgen.HTTPResult) {
+	target := r.URL
+	if r.Rooms > 0 {
+		target = strings.ReplaceAll(target, loadgen.RoomMark, fmt.Sprintf("%s{0..%d}", r.Prefix, r.Rooms-1))
+	}
+	body := "no body"
+	if r.Body > 0 {
+		body = fmt.Sprintf("a %d-byte body", r.Body)
+	}
+	fmt.Fprintf(w, "  %-10s %s %s, %s\n", "requests", r.Method, target, body)
+	rooms := ""
+	if r.Rooms > 0 {
+		rooms = fmt.Sprintf(" over %d rooms", r.Rooms)
+	}
+	fmt.Fprintf(w, "  %-10s %d%s, %d connections opened, the first requests in %s\n", "clients", r.Clients, rooms, r.Connections, seconds(r.Connect))
+	rate := "back to back"
+	if r.Rate > 0 {
+		rate = "rate " + count(float64(r.Rate)) + " requests/s"
+	}
+	fmt.Fprintf(w, "  %-10s %s; %s warmup, %s measured\n", "load", rate, seconds(r.Warmup), seconds(r.Duration))
+	fmt.Fprintf(w, "  %-10s %s (%s/s) without error\n", "answered", count(float64(r.Requests)), count(r.RequestsPerSec))
+	l := r.Latency
+	fmt.Fprintf(w, "  %-10s p50 %s  p90 %s  p99 %s  p99.9 %s  max %s  (mean %s)\n",
+		"latency", ms(l.P50), ms(l.P90), ms(l.P99), ms(l.P999), ms(l.Max), ms(l.Mean))
+	switch {
+	case r.ServerCPU > 0:
+		fmt.Fprintf(w, "  %-10s server %.2f µs, load generator %.2f µs a request\n", "cpu", r.ServerCPU, r.LoadCPU)
+	case r.LoadCPU > 0:
+		fmt.Fprintf(w, "  %-10s load generator %.2f µs a request (--target-pid for the server's)\n", "cpu", r.LoadCPU)
+	}
+	fmt.Fprintf(w, "  %-10s %d\n", "errors", r.Errors)
+	for _, k := range r.StatusKeys() {
+		what := "HTTP " + k
+		if k == loadgen.FailedKey {
+			what = "no answer"
+		}
+		fmt.Fprintf(w, "  %-10s   %s: %d\n", "", what, r.ErrorsByStatus[k])
+	}
+	for _, e := range r.ErrorSamples {
+		fmt.Fprintf(w, "  %-10s   %s\n", "", e)
+	}
+	fmt.Fprintf(w, "  %-10s %d\n", "unanswered", r.Unanswered)
 }
 
 func seconds(s float64) string {

@@ -31,6 +31,20 @@ func benchJSON(t *testing.T, out any, args ...string) {
 	t.Logf("wasmkeep bench %s:\n%s", strings.Join(args, " "), r.stdout)
 }
 
+// httpJSON runs `wasmkeep bench --http` for a short while with args and
+// decodes its JSON into out.
+func httpJSON(t *testing.T, out any, args ...string) {
+	t.Helper()
+	r := wk(t, nil, append([]string{"bench", "--warmup", "200ms", "--duration", "1s", "--json"}, args...)...)
+	if r.code != 0 || r.stderr != "" {
+		t.Fatalf("wasmkeep bench %s: %v", strings.Join(args, " "), r)
+	}
+	if err := json.Unmarshal([]byte(r.stdout), out); err != nil {
+		t.Fatalf("wasmkeep bench printed no JSON (%v):\n%s", err, r.stdout)
+	}
+	t.Logf("wasmkeep bench %s:\n%s", strings.Join(args, " "), r.stdout)
+}
+
 func checkBench(t *testing.T, what string, res *loadgen.Result, other int64) {
 	t.Helper()
 	if res == nil {
@@ -64,6 +78,31 @@ func TestBench(t *testing.T) {
 		t.Fatalf("echo with --target-pid: no server CPU figure")
 	}
 
+	// HTTP requests to two echo rooms: every request echoed, one
+	// connection a client, the node's CPU time per request.
+	var hr loadgen.HTTPResult
+	httpJSON(t, &hr, "--http", n.url+"/actor/echo/{room}/x", "--clients", "4", "--rooms", "2", "--method", "POST", "--body", "hi",
+		"--target-pid", strconv.Itoa(n.cmd.Process.Pid))
+	if hr.Requests <= 0 || hr.Errors != 0 || hr.Connections != 4 || hr.Rooms != 2 || hr.Unanswered != 0 {
+		t.Fatalf("HTTP: %d requests, %d errors %v, %d connections, %d rooms, %d unanswered; want requests, no errors, 4 connections, 2 rooms",
+			hr.Requests, hr.Errors, hr.ErrorsByStatus, hr.Connections, hr.Rooms, hr.Unanswered)
+	}
+	if runtime.GOOS == "linux" && hr.ServerCPU <= 0 {
+		t.Fatalf("HTTP with --target-pid: no server CPU figure")
+	}
+	// Answered 500 (the echo guest answers ?status=N with N): every
+	// request an error of that status, none counted, and the run ends well.
+	var h500 loadgen.HTTPResult
+	httpJSON(t, &h500, "--http", n.url+"/actor/echo/x/y?status=500", "--clients", "2")
+	if h500.Requests != 0 || h500.Errors <= 0 || h500.ErrorsByStatus["500"] != h500.Errors {
+		t.Fatalf("HTTP answered 500: %d requests, %d errors %v; want every request an error of status 500", h500.Requests, h500.Errors, h500.ErrorsByStatus)
+	}
+	// Answered 404 at once: the run stops, exit code 1.
+	r := wk(t, nil, "bench", "--http", n.url+"/actor/nope/x", "--clients", "2", "--duration", "1s")
+	if r.code != 1 || r.stdout != "" || !strings.Contains(r.stderr, "HTTP 404") || !strings.Contains(r.stderr, "opened 0 of 2 connections") {
+		t.Fatalf("bench --http against a missing class: want exit code 1 and the HTTP 404 on stderr; got %v", r)
+	}
+
 	// Broadcast with --compare: 15 sockets a room, each message to all.
 	var cmp comparison
 	benchJSON(t, &cmp, "--target", base+"chat", "--mode", "broadcast", "--sockets", "30", "--rooms", "2", "--compare")
@@ -78,7 +117,7 @@ func TestBench(t *testing.T) {
 	}
 
 	// A class that is not there: the node's 404, exit code 1.
-	r := wk(t, nil, "bench", "--target", base+"nope", "--sockets", "2", "--rooms", "1", "--duration", "1s")
+	r = wk(t, nil, "bench", "--target", base+"nope", "--sockets", "2", "--rooms", "1", "--duration", "1s")
 	if r.code != 1 || r.stdout != "" || !strings.Contains(r.stderr, "HTTP 404") || !strings.Contains(r.stderr, "opened 0 of 2 sockets") {
 		t.Fatalf("bench against a missing class: want exit code 1 and the HTTP 404 on stderr; got %v", r)
 	}
@@ -92,6 +131,15 @@ func TestBench(t *testing.T) {
 		{"--target", "http://127.0.0.1:1/actor/echo"},
 		{"extra-argument"},
 		{"--target-pid", "-1"},
+		{"--clients", "3"},
+		{"--body", "x"},
+		{"--http", "ws://127.0.0.1:1/actor/echo/x"},
+		{"--http", "http://127.0.0.1:1/actor/echo/x", "--sockets", "3"},
+		{"--http", "http://127.0.0.1:1/actor/echo/x", "--compare"},
+		{"--http", "http://127.0.0.1:1/actor/echo/x", "--rooms", "3"},
+		{"--http", "http://127.0.0.1:1/actor/echo/{room}", "--clients", "2", "--rooms", "3"},
+		{"--http", "http://127.0.0.1:1/actor/echo/x", "--clients", "0"},
+		{"--http", "http://127.0.0.1:1/actor/echo/x", "--method", "get"},
 	} {
 		r := wk(t, nil, append([]string{"bench"}, args...)...)
 		if r.code != 2 || r.stdout != "" || r.stderr == "" {
