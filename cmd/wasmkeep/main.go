@@ -4,7 +4,7 @@
 // nodes of a cluster through any one's, `wasmkeep demo` starts a node with the
 // example classes built from source, `wasmkeep dev` starts one that builds
 // and uploads the room of a directory on every save, and `wasmkeep bench`
-// loads rooms with WebSocket messages.
+// loads rooms with WebSocket messages or HTTP requests.
 package main
 
 import (

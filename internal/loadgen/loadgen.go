@@ -1,5 +1,6 @@
 // Package loadgen is the WebSocket load generator behind `wasmkeep bench`,
-// and the plain gobwas/ws servers it compares the node against.
+// and the plain gobwas/ws servers it compares the node against; RunHTTP
+// (http.go) is its load of HTTP requests, `wasmkeep bench --http`.
 //
 // A run opens Config.Sockets sockets spread round-robin over Config.Rooms
 // rooms (<Target>/<Prefix><i>), then sends messages for Config.Warmup and
