@@ -17,6 +17,7 @@ import (
 	"github.com/wasmkeep/wasmkeep/host/classes"
 	"github.com/wasmkeep/wasmkeep/host/engine"
 	"github.com/wasmkeep/wasmkeep/host/store"
+	"github.com/wasmkeep/wasmkeep/internal/clock"
 )
 
 // Calls between rooms (docs/abi.md, "Calls between rooms"). A guest's
@@ -150,17 +151,7 @@ func (l LocalRouter) Route(ctx context.Context, c *calls.Call) calls.Result {
 
 // deadlineCtx is parent ending at deadline on the manager's clock.
 func (m *Manager) deadlineCtx(parent context.Context, deadline int64) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancel(parent)
-	t := m.clock.NewTimer(time.Duration(max(0, deadline-m.clock.Now())))
-	stop := context.AfterFunc(ctx, func() { t.Stop() })
-	go func() {
-		select {
-		case <-t.C():
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	return ctx, func() { stop(); cancel() }
+	return clock.WithTimeout(m.clock, parent, time.Duration(deadline-m.clock.Now()))
 }
 
 // toFront answers a call to a front's class, which has no rooms: where

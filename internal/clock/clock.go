@@ -10,7 +10,10 @@
 // the time also wait on it.
 package clock
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // Clock is a monotonic clock, a wall clock and timers on the monotonic one.
 type Clock interface {
@@ -72,3 +75,24 @@ type realTicker struct{ t *time.Ticker }
 func (t realTicker) C() <-chan time.Time   { return t.t.C }
 func (t realTicker) Stop()                 { t.t.Stop() }
 func (t realTicker) Reset(d time.Duration) { t.t.Reset(d) }
+
+// WithTimeout is context.WithTimeout on c: the context ends d after now
+// on c's clock. On the real clock it is context.WithTimeout itself (one
+// runtime timer, no goroutine: it is on the path of every call between
+// rooms); on another clock a goroutine waits on c's timer.
+func WithTimeout(c Clock, parent context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if _, real := c.(realClock); real {
+		return context.WithTimeout(parent, d)
+	}
+	ctx, cancel := context.WithCancel(parent)
+	t := c.NewTimer(max(0, d))
+	go func() {
+		select {
+		case <-t.C():
+			cancel()
+		case <-ctx.Done():
+			t.Stop()
+		}
+	}()
+	return ctx, cancel
+}

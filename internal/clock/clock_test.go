@@ -119,3 +119,21 @@ func TestReal(t *testing.T) {
 		t.Fatal("the real wall clock is off")
 	}
 }
+
+func TestWithTimeout(t *testing.T) {
+	m := NewManual(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	ctx, cancel := WithTimeout(m, context.Background(), time.Second)
+	defer cancel()
+	m.Advance(999 * time.Millisecond)
+	if ctx.Err() != nil {
+		t.Fatal("done before its time on the manual clock")
+	}
+	m.Advance(time.Millisecond)
+	<-ctx.Done() // the test's deadline ends a hang
+	real, cancelReal := WithTimeout(Real(), context.Background(), time.Millisecond)
+	defer cancelReal()
+	if _, ok := real.Deadline(); !ok {
+		t.Fatal("on the real clock the context has no deadline")
+	}
+	<-real.Done()
+}
