@@ -26,6 +26,12 @@
 //
 // The table keeps its players and the number of messages in memory: they
 // survive hibernation with the rest of the room.
+//
+// The table takes the player's name from X-Player as the front set it. A
+// client that opens /actor/table/<name> itself could set that header
+// too: an example may trust it, an app that must not would have the front
+// sign what it hands over (a secret the front and the table share) and
+// the table check the signature.
 package main
 
 import (
