@@ -54,6 +54,10 @@ func TestClassCommands(t *testing.T) {
 	if got := n.ok("class", "put", "--durability", "event", "counter2", counter); got != want {
 		t.Fatalf("class put --durability event printed %q, want %q", got, want)
 	}
+	// A new version without --durability keeps its class's.
+	if got := n.ok("class", "put", "counter2", counter); got != want {
+		t.Fatalf("class put of a new version without --durability printed %q, want %q", got, want)
+	}
 	n.fails("invalid class option", "class", "put", "--durability", "sometimes", "counter3", counter)
 	n.ok("class", "rm", "counter2")
 

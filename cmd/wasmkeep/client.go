@@ -19,7 +19,6 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/wasmkeep/wasmkeep/host/classes"
 	"github.com/wasmkeep/wasmkeep/host/node"
 	"github.com/wasmkeep/wasmkeep/host/server"
 )
@@ -213,8 +212,8 @@ func classCommand() *cli.Command {
 				Usage:     "upload FILE.wasm as a new version of class NAME: new rooms start on it, others move to it by --upgrade; with --front, a front serving HTTP under path prefixes",
 				ArgsUsage: "NAME FILE.wasm",
 				Flags: append(append(clientFlags(), &cli.StringFlag{
-					Name: "durability", Value: classes.DurabilityHibernate, EnvVars: env("durability"),
-					Usage: "when rooms' state becomes durable: hibernate (and on checkpoint()) or event (after every event, before its output)",
+					Name: "durability", EnvVars: env("durability"),
+					Usage: "when rooms' state becomes durable: hibernate (and on checkpoint()) or event (after every event, before its output); without it a new version keeps its class's (hibernate for a new class)",
 				}, &cli.StringSliceFlag{
 					Name: "front", EnvVars: env("front"),
 					Usage: "make the class a front serving HTTP under this path prefix on every node (repeat for more); without it an upload keeps the prefixes the class holds",
@@ -229,7 +228,11 @@ func classCommand() *cli.Command {
 					}
 					var rec uploadAnswer
 					client := newAdminClient(c)
-					q := url.Values{"durability": {c.String("durability")}}
+					q := url.Values{}
+					if c.IsSet("durability") {
+						// Only when given: a new version keeps its class's.
+						q.Set("durability", c.String("durability"))
+					}
 					for _, p := range c.StringSlice("front") {
 						q.Add("front", p)
 					}

@@ -65,8 +65,9 @@ type Record struct {
 	Versions []Version `json:"versions,omitempty"`
 	// Durability is DurabilityEvent when every event that changes a room's
 	// memory makes its state durable before the event's output goes out;
-	// otherwise (the default) state is made durable at hibernation, clean
-	// stop and when the guest calls checkpoint().
+	// otherwise (DurabilityHibernate, or "" in a record no upload named
+	// it for) state is made durable at hibernation, clean stop and when
+	// the guest calls checkpoint().
 	Durability string `json:"durability,omitempty"`
 }
 
@@ -125,7 +126,9 @@ const (
 
 // Options are the choices made at upload.
 type Options struct {
-	// Durability is DurabilityHibernate ("" too) or DurabilityEvent.
+	// Durability is DurabilityHibernate or DurabilityEvent; "" keeps the
+	// class's (hibernate for a new class). An upload of a new version
+	// changes what its class's rooms risk only when it says so.
 	Durability string
 	// Upgrade is UpgradeLazy ("" too), UpgradeNow or UpgradeNever.
 	Upgrade string
@@ -144,9 +147,7 @@ var ErrBadOption = errors.New("classes: invalid class option")
 // check validates o and returns it in its stored form.
 func (o Options) check() (Options, error) {
 	switch o.Durability {
-	case "", DurabilityHibernate:
-		o.Durability = ""
-	case DurabilityEvent:
+	case "", DurabilityHibernate, DurabilityEvent:
 	default:
 		return o, fmt.Errorf("%w: durability %q (use %q or %q)", ErrBadOption, o.Durability, DurabilityHibernate, DurabilityEvent)
 	}
@@ -287,7 +288,10 @@ func (r *Registry) wall() time.Time {
 func (rec *Record) makeCurrent(v Version, opts Options, now time.Time) {
 	prev := rec.Hash
 	rec.Hash, rec.ABI, rec.Size, rec.Uploaded = v.Hash, v.ABI, v.Size, v.Uploaded
-	rec.Durability, rec.Upgrade, rec.ResetWithoutHandoff = opts.Durability, opts.Upgrade, opts.ResetWithoutHandoff
+	rec.Upgrade, rec.ResetWithoutHandoff = opts.Upgrade, opts.ResetWithoutHandoff
+	if opts.Durability != "" {
+		rec.Durability = opts.Durability
+	}
 	v.Retired = nil
 	vs := []Version{v}
 	for _, o := range rec.Versions {
@@ -489,8 +493,7 @@ func (r *Registry) Rollback(ctx context.Context, name, hash string, opts Options
 			}
 			return fmt.Errorf("%w: %s has no kept version %s", ErrUnknownVersion, name, hash)
 		}
-		opts.Durability = rec.Durability
-		rec.makeCurrent(target, opts, r.wall())
+		rec.makeCurrent(target, opts, r.wall()) // its durability kept
 		return nil
 	})
 }

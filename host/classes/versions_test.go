@@ -149,3 +149,46 @@ func TestCollectUnusedVersions(t *testing.T) {
 		t.Fatalf("v1's module after its collection: %v", err)
 	}
 }
+
+// TestDurabilityKeptUnlessNamed: an upload that names no durability
+// keeps its class's; one that names it changes it; a new class without
+// one is durable at hibernation, as a record written before uploads
+// could leave it unnamed ("").
+func TestDurabilityKeptUnlessNamed(t *testing.T) {
+	ctx := context.Background()
+	r, _ := testRegistry(t)
+	chat, echo := testwasm.Build(t, "./examples/chat"), testwasm.Build(t, "./testdata/guests/echo")
+	durable := func(want bool, what string) {
+		t.Helper()
+		if got, err := r.Durable(ctx, "c"); err != nil || got != want {
+			t.Fatalf("%s: durable per event %v (%v), want %v", what, got, err, want)
+		}
+	}
+	if _, err := r.Put(ctx, "c", echo, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	durable(false, "a new class, none named")
+	if _, err := r.Put(ctx, "c", chat, Options{Durability: DurabilityEvent}); err != nil {
+		t.Fatal(err)
+	}
+	durable(true, "named event")
+	rec, err := r.Put(ctx, "c", echo, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	durable(true, "a new version naming none")
+	if rec.Durability != DurabilityEvent {
+		t.Fatalf("the record says %q", rec.Durability)
+	}
+	if _, err := r.Rollback(ctx, "c", "", Options{}); err != nil {
+		t.Fatal(err)
+	}
+	durable(true, "a rollback")
+	if _, err := r.Put(ctx, "c", chat, Options{Durability: DurabilityHibernate}); err != nil {
+		t.Fatal(err)
+	}
+	durable(false, "named hibernate")
+	if _, err := r.Put(ctx, "c", chat, Options{Durability: "always"}); !errors.Is(err, ErrBadOption) {
+		t.Fatalf("durability always: %v", err)
+	}
+}
