@@ -11,10 +11,8 @@
 //
 // Chromium is Debian's (/usr/bin/chromium, or $CHROMIUM), driven with
 // playwright-core over the DevTools protocol; nothing is downloaded.
-import { chromium } from "playwright-core";
-import { mkdtemp, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { launch } from "./chromium.mjs";
 
 const [app, shots] = process.argv.slice(2);
 if (!app || !shots) {
@@ -22,15 +20,9 @@ if (!app || !shots) {
   process.exit(2);
 }
 
-const profile = await mkdtemp(join(tmpdir(), "wasmkeep-chromium-"));
-let context;
+let context, close;
 try {
-  context = await chromium.launchPersistentContext(profile, {
-    executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-    headless: true,
-    args: ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"],
-    timeout: 60000,
-  });
+  ({ context, close } = await launch());
   const open = async (player) => {
     const page = await context.newPage();
     const errors = [];
@@ -73,6 +65,5 @@ try {
   console.error(err.stack || String(err));
   process.exitCode = 1;
 } finally {
-  if (context) await context.close();
-  await rm(profile, { recursive: true, force: true });
+  if (close) await close();
 }

@@ -16,10 +16,7 @@
 //
 // Chromium is Debian's (/usr/bin/chromium, or $CHROMIUM), driven with
 // playwright-core over the DevTools protocol; nothing is downloaded.
-import { chromium } from "playwright-core";
-import { mkdtemp, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { launch } from "./chromium.mjs";
 
 const [proxy, ...pages] = process.argv.slice(2);
 if (!proxy || pages.length === 0) {
@@ -27,21 +24,11 @@ if (!proxy || pages.length === 0) {
   process.exit(2);
 }
 
-const args = [
-  "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-  "--disable-background-networking", "--disable-component-update", "--disable-sync",
-];
-if (proxy !== "-") args.push("--proxy-server=http://" + proxy);
+const args = proxy !== "-" ? ["--proxy-server=http://" + proxy] : [];
 
-const profile = await mkdtemp(join(tmpdir(), "wasmkeep-chromium-"));
-let context;
+let context, close;
 try {
-  context = await chromium.launchPersistentContext(profile, {
-    executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-    headless: true,
-    args,
-    timeout: 60000,
-  });
+  ({ context, close } = await launch(args));
   for (const url of pages) {
     const page = await context.newPage();
     const errors = [];
@@ -59,6 +46,5 @@ try {
   console.error(err.stack || String(err));
   process.exitCode = 1;
 } finally {
-  if (context) await context.close().catch(() => {});
-  await rm(profile, { recursive: true, force: true }).catch(() => {});
+  if (close) await close();
 }

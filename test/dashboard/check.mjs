@@ -22,10 +22,8 @@
 //
 // Chromium is Debian's (/usr/bin/chromium, or $CHROMIUM), driven with
 // playwright-core over the DevTools protocol; nothing is downloaded.
-import { chromium } from "playwright-core";
-import { mkdtemp, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { launch } from "./chromium.mjs";
 
 const [url, outDir, expectJSON] = process.argv.slice(2);
 if (!url || !outDir || !expectJSON) {
@@ -45,19 +43,9 @@ const views = [
   { name: "1440x900-dark", width: 1440, height: 900, scheme: "dark" },
 ];
 
-const profile = await mkdtemp(join(tmpdir(), "wasmkeep-chromium-"));
-let context;
+let context, close;
 try {
-  context = await chromium.launchPersistentContext(profile, {
-    executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-    headless: true,
-    args: [
-      "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-      "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    ],
-    viewport: { width: 1440, height: 900 },
-    timeout: 60000,
-  });
+  ({ context, close } = await launch([], { viewport: { width: 1440, height: 900 } }));
   for (const view of views) {
     await checkView(view);
   }
@@ -67,8 +55,7 @@ try {
   console.error(err.stack || String(err));
   process.exitCode = 1;
 } finally {
-  if (context) await context.close().catch(() => {});
-  await rm(profile, { recursive: true, force: true }).catch(() => {});
+  if (close) await close();
 }
 
 async function checkView(view) {
