@@ -15,7 +15,7 @@
 //	                                 table <t>; answers {"sent": n}
 //	WebSocket /app/ws/<t>?player=<p> checks the player's name and hands
 //	                                 the socket to table <t>, which learns
-//	                                 the name from X-Player
+//	                                 the name from Wasmkeep-Front-Player
 //
 // A call that fails is answered 502 with what the host said; a refused
 // one (the room's node draining, say) 503 with Retry-After, since trying
@@ -80,7 +80,7 @@ func serve(r *wk.Request) *wk.Response {
 		case !validPlayer(player):
 			return wk.Text(403, "a player's name is 1 to 24 letters, digits, spaces, - or _")
 		}
-		return wk.HandOver("table", table, wk.Header{Name: "X-Player", Value: player})
+		return wk.HandOver("table", table, wk.Header{Name: "Wasmkeep-Front-Player", Value: player})
 	}
 	return wk.Text(404, "not found")
 }

@@ -4,7 +4,7 @@
 //
 //	WebSocket /actor/table/<name>  the front hands each player's socket
 //	                               here with the player's name in
-//	                               X-Player; every event at the table
+//	                               Wasmkeep-Front-Player; every event at the table
 //	                               goes to every socket as a JSON object:
 //	                               {"type":"joined"|"left","player":…},
 //	                               {"type":"say","player":…,"text":…}
@@ -27,11 +27,10 @@
 // The table keeps its players and the number of messages in memory: they
 // survive hibernation with the rest of the room.
 //
-// The table takes the player's name from X-Player as the front set it. A
-// client that opens /actor/table/<name> itself could set that header
-// too: an example may trust it, an app that must not would have the front
-// sign what it hands over (a secret the front and the table share) and
-// the table check the signature.
+// The table takes the player's name from Wasmkeep-Front-Player, which the
+// front set: the node removes every Wasmkeep-Front header from a client's
+// own request, so only a front's hand-over can set one, and a client that
+// opens /actor/table/<name> itself is turned away.
 package main
 
 import (
@@ -59,7 +58,7 @@ func init() {
 }
 
 func sitDown(s wk.Socket, o *wk.SocketOpen) {
-	player := o.Header("X-Player")
+	player := o.Header("Wasmkeep-Front-Player")
 	if player == "" {
 		_ = s.Close(4001, "come in through the front: /app")
 		return

@@ -290,8 +290,8 @@ func TestFrontHandsOverSockets(t *testing.T) {
 	putClass(t, n, "caller", callerGuest)
 	putFront(t, n, "web", frontGuest, "/app")
 	c := wstest.Dial(t, n.URL()+"/app/ws?room=lobby&token=letmein")
-	if got := c.ReadText(); got != "hello letmein" {
-		t.Fatalf("the room's greeting: %q, want it to have seen X-Front-User", got)
+	if got := c.ReadText(); got != "hello letmein from web" {
+		t.Fatalf("the room's greeting: %q, want it to have seen the front's headers", got)
 	}
 	if got := expect(t, 200, "POST", n.URL()+"/actor/caller/x/call?to=caller/lobby", []byte("broadcast:news")); got != "sent 1" {
 		t.Fatalf("the room's broadcast: %q", got)
@@ -312,6 +312,7 @@ func TestFrontHandsOverSockets(t *testing.T) {
 		"room=lobby&token=letmein&header=Origin":                 http.StatusInternalServerError,
 		"room=lobby&token=letmein&header=Sec-WebSocket-Protocol": http.StatusInternalServerError,
 		"room=lobby&token=letmein&header=Wasmkeep-Peer-Node":     http.StatusInternalServerError,
+		"room=lobby&token=letmein&header=Wasmkeep-Front":         http.StatusInternalServerError,
 	} {
 		if _, err := wstest.DialErr(n.URL()+"/app/ws?"+query, nil); !errors.Is(err, ws.StatusError(want)) {
 			t.Errorf("upgrade with %s: %v, want HTTP %d", query, err, want)
@@ -323,10 +324,10 @@ func TestFrontHandsOverSockets(t *testing.T) {
 	if r := doRequest(t, req); !strings.Contains(r.Body, "front web handed the socket over with the header Origin, which the node checks as the client sent it") {
 		t.Errorf("a hand-over setting Origin: %d %q", r.Status, r.Body)
 	}
-	// Handed over: the first socket, and the four the node refused for
+	// Handed over: the first socket, and the five the node refused for
 	// their headers.
-	if v := metric(t, n, `wasmkeep_front_requests_total{outcome="handed_over"}`); v != 5 {
-		t.Fatalf("front requests handed over: %v, want 5", v)
+	if v := metric(t, n, `wasmkeep_front_requests_total{outcome="handed_over"}`); v != 6 {
+		t.Fatalf("front requests handed over: %v, want 6", v)
 	}
 	served := func() float64 {
 		return metric(t, n, `wasmkeep_front_requests_total{outcome="answered"}`) + metric(t, n, `wasmkeep_front_requests_total{outcome="handed_over"}`)
@@ -369,7 +370,7 @@ func TestFrontHandOverRelayed(t *testing.T) {
 	putClass(t, p.b, "caller", callerGuest)
 	p.onB("away")
 	c := wstest.Dial(t, p.a.URL()+"/app/ws?room=away&token=letmein")
-	if got := c.ReadText(); got != "hello letmein" {
+	if got := c.ReadText(); got != "hello letmein from web" {
 		t.Fatalf("the room's greeting through A: %q", got)
 	}
 	if got := expect(t, 200, "POST", p.b.URL()+"/actor/caller/x/call?to=caller/away", []byte("broadcast:from b")); got != "sent 1" {
@@ -383,5 +384,20 @@ func TestFrontHandOverRelayed(t *testing.T) {
 	}
 	if _, ok := roomRowOf(t, p.a, "caller", "away"); ok {
 		t.Fatal("A runs the room it relayed the socket to")
+	}
+}
+
+// TestClientsCannotPoseAsAFront: the headers only a front's hand-over may
+// set (Wasmkeep-Front, Wasmkeep-Front-*) are removed from a client's own
+// request: a room reached at /actor/ directly never sees them, and so
+// can trust them when it does.
+func TestClientsCannotPoseAsAFront(t *testing.T) {
+	n := startNode(t, Config{})
+	putClass(t, n, "caller", callerGuest)
+	c := wstest.DialHeader(t, n.URL()+"/actor/caller/lobby", http.Header{
+		"Wasmkeep-Front-User": {"mallory"}, "Wasmkeep-Front": {"web"}})
+	c.Send("first")
+	if got := c.ReadText(); got != "first" {
+		t.Fatalf("a client's own socket was first sent %q: the room saw the front's headers", got)
 	}
 }

@@ -126,6 +126,33 @@ func (s *Server) isFront(w http.ResponseWriter, r *http.Request, class string) b
 	return true
 }
 
+// Headers a room may trust to come from a front (docs/abi.md, "Fronts").
+// A client's request has them removed as it arrives (stripFrontHeaders),
+// so that only a front's hand-over can set them: FrontHeader names the
+// front, and the front's own headers under FrontHeaderPrefix say what it
+// learnt of the client (its user, say). A request a peer forwarded keeps
+// them: its first node removed the client's and made the hand-over.
+const (
+	FrontHeader       = "Wasmkeep-Front"
+	FrontHeaderPrefix = "Wasmkeep-Front-"
+)
+
+// isFrontHeader reports whether a canonical header name is one only a
+// front's hand-over may set.
+func isFrontHeader(name string) bool {
+	return name == FrontHeader || strings.HasPrefix(name, FrontHeaderPrefix)
+}
+
+// stripFrontHeaders removes from a client's request the headers only a
+// front's hand-over may set.
+func stripFrontHeaders(h http.Header) {
+	for name := range h {
+		if isFrontHeader(name) {
+			delete(h, name)
+		}
+	}
+}
+
 // handOver serves an upgrade a front handed to a room: as the upgrade the
 // room would have got at /actor/<class>/<name>, with the hand-over's
 // headers in place of the request's of the same names. A header the
@@ -153,6 +180,7 @@ func (s *Server) handOver(w http.ResponseWriter, r *http.Request, front string, 
 	for _, hd := range h.Headers {
 		hr.Header.Add(hd.Name, hd.Value)
 	}
+	hr.Header.Set(FrontHeader, front)
 	hr.URL.Path = "/actor/" + key.Class + "/" + key.Name
 	hr.URL.RawPath = "/actor/" + key.Class + "/" + url.PathEscape(key.Name)
 	hr.RequestURI = hr.URL.RequestURI()
@@ -179,6 +207,8 @@ func handOverRefused(name string) string {
 		return "may say which address the socket counts under"
 	case isPeerHeader(name):
 		return "is for the nodes of a cluster alone"
+	case name == FrontHeader:
+		return "the node sets to the front's name"
 	}
 	return ""
 }

@@ -278,6 +278,10 @@ func (s *Server) serve(mux *http.ServeMux, w http.ResponseWriter, r *http.Reques
 	if r = s.checkPeer(sw, r); r == nil {
 		return
 	}
+	if forwardedBy(r) == "" {
+		// Only a front's hand-over makes these (fronts.go).
+		stripFrontHeaders(r.Header)
+	}
 	// An upgrade's connection is the socket layer's, deadlines included.
 	if r.ContentLength != 0 && !isUpgrade(r) {
 		body := s.receive(sw, r)

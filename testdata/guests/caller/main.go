@@ -45,8 +45,9 @@
 //	big:<n>                       replies n bytes ("x" each)
 //
 // Socket messages are broadcast to every socket of the room. A socket
-// opened with the header X-Front-User (a front's hand-over) is sent
-// "hello <X-Front-User>" first.
+// opened with the header Wasmkeep-Front-User (which only a front's
+// hand-over can set) is sent "hello <Wasmkeep-Front-User> from
+// <Wasmkeep-Front>" first.
 package main
 
 import (
@@ -66,8 +67,8 @@ func init() {
 	wk.HandleCall(answer)
 	wk.HandleSocketMessage(func(_ wk.Socket, m wk.Message) { _, _ = wk.Broadcast(m.Text(), 0) })
 	wk.HandleSocketOpen(func(s wk.Socket, o *wk.SocketOpen) {
-		if user := o.Header("X-Front-User"); user != "" {
-			_ = s.Send("hello " + user)
+		if user := o.Header("Wasmkeep-Front-User"); user != "" {
+			_ = s.Send("hello " + user + " from " + o.Header("Wasmkeep-Front"))
 		}
 	})
 }

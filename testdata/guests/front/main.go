@@ -24,7 +24,7 @@
 //	                                   token: 401; a token other than
 //	                                   "letmein": 403; else hands the
 //	                                   socket to caller/<name> with the
-//	                                   header X-Front-User: <t> (and
+//	                                   header Wasmkeep-Front-User: <t> (and
 //	                                   <Name>: set-by-front if given)
 //	anything else                      200 text/html "front page <path>"
 package main
@@ -92,7 +92,7 @@ func upgrade(r *wk.Request) *wk.Response {
 	default:
 		return wk.Text(403, "not that token")
 	}
-	headers := []wk.Header{{Name: "X-Front-User", Value: token}}
+	headers := []wk.Header{{Name: "Wasmkeep-Front-User", Value: token}}
 	if h := r.QueryValue("header"); h != "" {
 		headers = append(headers, wk.Header{Name: h, Value: "set-by-front"})
 	}
