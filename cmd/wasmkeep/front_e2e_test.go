@@ -38,6 +38,12 @@ func TestFrontCallsWakeTheRoomAtHome(t *testing.T) {
 
 	room := cluster.Room{Class: "caller", Name: "chat"}
 	ws := wstest.Dial(t, "ws"+strings.TrimPrefix(a.url, "http")+"/actor/caller/chat")
+	// The room's open event runs after the handshake: its echo of a first
+	// message says the room ran, and so took its record.
+	ws.Send("here")
+	if got := ws.ReadText(); got != "here" {
+		t.Fatalf("the room's echo of the first message: %q", got)
+	}
 	rec, _ := c.recordVersion("caller", "chat")
 	if rec.Free || rec.Node != "a" {
 		t.Fatalf("after the socket's open the record is %+v, want a's", rec)
