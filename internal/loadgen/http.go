@@ -73,12 +73,7 @@ func (c HTTPConfig) withDefaults() HTTPConfig {
 	if c.Method == "" {
 		c.Method = DefaultMethod
 	}
-	limits.DefaultOrOff(&c.Rate, DefaultRate)
-	limits.DefaultOrOff(&c.Warmup, DefaultWarmup)
-	limits.Default(&c.Duration, DefaultDuration)
-	limits.DefaultOrOff(&c.Drain, DefaultDrain)
-	limits.Default(&c.DialConcurrency, DefaultDialConcurrency)
-	limits.Default(&c.DialTimeout, DefaultDialTimeout)
+	defaultRun(&c.Rate, &c.Warmup, &c.Duration, &c.Drain, &c.DialConcurrency, &c.DialTimeout)
 	return c
 }
 
@@ -102,18 +97,8 @@ func (c HTTPConfig) validate() error {
 		return fmt.Errorf("--rooms must be 1–%d (at most --clients), not %d", c.Clients, c.Rooms)
 	case !validMethod(c.Method):
 		return fmt.Errorf("--method must be an HTTP method (GET, POST, ...), not %q", c.Method)
-	case c.Warmup > MaxDuration:
-		return fmt.Errorf("--warmup must be 0–%v, not %v", MaxDuration, c.Warmup)
-	case c.Duration <= 0 || c.Duration > MaxDuration:
-		return fmt.Errorf("--duration must be more than 0 and at most %v, not %v", MaxDuration, c.Duration)
-	case c.Drain > MaxDuration:
-		return fmt.Errorf("--drain must be 0–%v, not %v", MaxDuration, c.Drain)
-	case c.DialConcurrency < 1:
-		return fmt.Errorf("--dial-concurrency must be at least 1, not %d", c.DialConcurrency)
-	case c.TargetPID < 0:
-		return fmt.Errorf("--target-pid must be a process id, or 0 for none, not %d", c.TargetPID)
 	}
-	return nil
+	return validateRun(c.Warmup, c.Duration, c.Drain, c.DialConcurrency, c.TargetPID)
 }
 
 // validMethod: upper-case letters, as the methods that servers take.

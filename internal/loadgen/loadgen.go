@@ -116,15 +116,38 @@ func (c Config) withDefaults() Config {
 	if c.Rooms <= 0 {
 		c.Rooms = min(DefaultRooms, c.Sockets)
 	}
-	limits.DefaultOrOff(&c.Rate, DefaultRate)
 	limits.Default(&c.Inflight, DefaultInflight)
 	limits.Default(&c.Size, DefaultSize)
-	limits.DefaultOrOff(&c.Warmup, DefaultWarmup)
-	limits.Default(&c.Duration, DefaultDuration)
-	limits.DefaultOrOff(&c.Drain, DefaultDrain)
-	limits.Default(&c.DialConcurrency, DefaultDialConcurrency)
-	limits.Default(&c.DialTimeout, DefaultDialTimeout)
+	defaultRun(&c.Rate, &c.Warmup, &c.Duration, &c.Drain, &c.DialConcurrency, &c.DialTimeout)
 	return c
+}
+
+// defaultRun fills in the defaults of the fields every load shares: its
+// pace, its periods and the opening of its connections.
+func defaultRun(rate *int, warmup, duration, drain *time.Duration, dialConcurrency *int, dialTimeout *time.Duration) {
+	limits.DefaultOrOff(rate, DefaultRate)
+	limits.DefaultOrOff(warmup, DefaultWarmup)
+	limits.Default(duration, DefaultDuration)
+	limits.DefaultOrOff(drain, DefaultDrain)
+	limits.Default(dialConcurrency, DefaultDialConcurrency)
+	limits.Default(dialTimeout, DefaultDialTimeout)
+}
+
+// validateRun checks the fields every load shares, once defaulted.
+func validateRun(warmup, duration, drain time.Duration, dialConcurrency, targetPID int) error {
+	switch {
+	case warmup > MaxDuration:
+		return fmt.Errorf("--warmup must be 0–%v, not %v", MaxDuration, warmup)
+	case duration <= 0 || duration > MaxDuration:
+		return fmt.Errorf("--duration must be more than 0 and at most %v, not %v", MaxDuration, duration)
+	case drain > MaxDuration:
+		return fmt.Errorf("--drain must be 0–%v, not %v", MaxDuration, drain)
+	case dialConcurrency < 1:
+		return fmt.Errorf("--dial-concurrency must be at least 1, not %d", dialConcurrency)
+	case targetPID < 0:
+		return fmt.Errorf("--target-pid must be a process id, or 0 for none, not %d", targetPID)
+	}
+	return nil
 }
 
 // Bounds of a run, checked by Validate.
@@ -155,18 +178,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("--inflight must be 1–%d, not %d", MaxInflight, c.Inflight)
 	case c.Size < MinSize || c.Size > MaxSize:
 		return fmt.Errorf("--size must be %d–%d bytes (a message carries a %d-byte header), not %d", MinSize, MaxSize, MinSize, c.Size)
-	case c.Warmup > MaxDuration:
-		return fmt.Errorf("--warmup must be 0–%v, not %v", MaxDuration, c.Warmup)
-	case c.Duration <= 0 || c.Duration > MaxDuration:
-		return fmt.Errorf("--duration must be more than 0 and at most %v, not %v", MaxDuration, c.Duration)
-	case c.Drain > MaxDuration:
-		return fmt.Errorf("--drain must be 0–%v, not %v", MaxDuration, c.Drain)
-	case c.DialConcurrency < 1:
-		return fmt.Errorf("--dial-concurrency must be at least 1, not %d", c.DialConcurrency)
-	case c.TargetPID < 0:
-		return fmt.Errorf("--target-pid must be a process id, or 0 for none, not %d", c.TargetPID)
 	}
-	return nil
+	return validateRun(c.Warmup, c.Duration, c.Drain, c.DialConcurrency, c.TargetPID)
 }
 
 // RoomURL returns the URL of room i.
