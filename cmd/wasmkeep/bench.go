@@ -380,12 +380,7 @@ func printResult(w io.Writer, title string, r *loadgen.Result) {
 	l := r.Latency
 	fmt.Fprintf(w, "  %-10s p50 %s  p90 %s  p99 %s  p99.9 %s  max %s  (mean %s)\n",
 		"latency", ms(l.P50), ms(l.P90), ms(l.P99), ms(l.P999), ms(l.Max), ms(l.Mean))
-	switch {
-	case r.ServerCPU > 0:
-		fmt.Fprintf(w, "  %-10s server %.2f µs, load generator %.2f µs a delivered message\n", "cpu", r.ServerCPU, r.LoadCPU)
-	case r.LoadCPU > 0:
-		fmt.Fprintf(w, "  %-10s load generator %.2f µs a delivered message (--target-pid for the server's)\n", "cpu", r.LoadCPU)
-	}
+	printCPU(w, r.ServerCPU, r.LoadCPU, "a delivered message")
 	fmt.Fprintf(w, "  %-10s %d\n", "errors", r.Errors)
 	for _, e := range r.ErrorSamples {
 		fmt.Fprintf(w, "  %-10s   %s\n", "", e)
@@ -394,6 +389,17 @@ func printResult(w io.Writer, title string, r *loadgen.Result) {
 	fmt.Fprintf(w, "  %-10s %d\n", "reordered", r.Reordered)
 	if r.Other > 0 {
 		fmt.Fprintf(w, "  %-10s %d messages not from this run (greetings, history), ignored\n", "other", r.Other)
+	}
+}
+
+// printCPU prints the CPU time the server and the load generator spent
+// per unit of work, where the run measured it.
+func printCPU(w io.Writer, server, load float64, per string) {
+	switch {
+	case server > 0:
+		fmt.Fprintf(w, "  %-10s server %.2f µs, load generator %.2f µs %s\n", "cpu", server, load, per)
+	case load > 0:
+		fmt.Fprintf(w, "  %-10s load generator %.2f µs %s (--target-pid for the server's)\n", "cpu", load, per)
 	}
 }
 
@@ -421,12 +427,7 @@ func printHTTPResult(w io.Writer, r *loadgen.HTTPResult) {
 	l := r.Latency
 	fmt.Fprintf(w, "  %-10s p50 %s  p90 %s  p99 %s  p99.9 %s  max %s  (mean %s)\n",
 		"latency", ms(l.P50), ms(l.P90), ms(l.P99), ms(l.P999), ms(l.Max), ms(l.Mean))
-	switch {
-	case r.ServerCPU > 0:
-		fmt.Fprintf(w, "  %-10s server %.2f µs, load generator %.2f µs a request\n", "cpu", r.ServerCPU, r.LoadCPU)
-	case r.LoadCPU > 0:
-		fmt.Fprintf(w, "  %-10s load generator %.2f µs a request (--target-pid for the server's)\n", "cpu", r.LoadCPU)
-	}
+	printCPU(w, r.ServerCPU, r.LoadCPU, "a request")
 	fmt.Fprintf(w, "  %-10s %d\n", "errors", r.Errors)
 	for _, k := range r.StatusKeys() {
 		what := "HTTP " + k
