@@ -50,7 +50,7 @@ func TestAMoveRightAfterAnUndrain(t *testing.T) {
 // the drain's hand-over is forwarded to that node and answered. (Issue 28
 // §4: after `cluster drain --wait n2`, n2 sent such a request to the peer
 // it would send a free room to, and that peer, holding nothing, answered
-// 503 "the room moved; retry", for as long as n2 drained.)
+// 503 "the room moved to …; retry", for as long as n2 drained.)
 func TestADrainedNodeForwardsToTheRoomsHolder(t *testing.T) {
 	t.Parallel()
 	_, ms := startCluster(t, 2*time.Second, "a", "b", "c")

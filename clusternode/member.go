@@ -248,18 +248,7 @@ func (m *Member) Dispatch(ctx context.Context, key rooms.Key, forwarded bool, fo
 	case cm.Forwarded:
 		return server.ClusterRoute{Answered: true}
 	}
-	r := server.ClusterRoute{Err: d.Err}
-	switch d.Refusal {
-	case cm.RefusedMoved:
-		r.Moved, r.Refused = true, "the room moved; retry"
-	case cm.RefusedUnreachable:
-		r.Refused = "the room's node " + d.Node + " cannot be reached; retry"
-	case cm.RefusedInactive:
-		r.Refused = "this node's cluster lease is not valid (joining, or lapsed); retry"
-	default:
-		r.Refused = "the room's node stopped answering and the room is not free to run elsewhere yet; retry"
-	}
-	return r
+	return server.ClusterRoute{Err: d.Err, Moved: d.Refusal == cm.RefusedMoved, Refused: d.Reason() + "; retry"}
 }
 
 // Status implements server.ClusterMember.

@@ -39,17 +39,18 @@ const noDeadline = time.Hour
 // and returns its answer: serve runs it here, send takes it to another
 // node.
 func (m *Member) Call(ctx context.Context, c *calls.Call, forwarded bool, serve func(context.Context, *calls.Call) calls.Result, send CallSend) calls.Result {
+	past := func() bool { return m.cfg.Clock.Now() >= c.Deadline }
 	if !forwarded && !m.cfg.Broken.CycleCheckOff {
 		if err := calls.Check(c.Chain, c.To); err != nil {
 			return calls.Result{Err: err}
 		}
 	}
-	if m.cfg.Clock.Now() >= c.Deadline {
+	if past() {
 		return calls.Expired(c)
 	}
 	var res calls.Result
 	d := m.dispatch(ctx, cluster.Room{Class: c.To.Class, Name: c.To.Name}, forwarded, c.Deadline, func(ctx context.Context, node, address string) bool {
-		if m.cfg.Clock.Now() >= c.Deadline {
+		if past() {
 			res = calls.Expired(c)
 			return false
 		}
@@ -68,32 +69,31 @@ func (m *Member) Call(ctx context.Context, c *calls.Call, forwarded bool, serve 
 	})
 	switch d.Outcome {
 	case Serve:
-		if m.cfg.Clock.Now() >= c.Deadline {
+		if past() {
 			return calls.Expired(c)
 		}
 		return serve(ctx, c)
 	case Forwarded:
 		return res
 	}
-	if m.cfg.Clock.Now() >= c.Deadline {
+	if past() {
 		return calls.Expired(c)
 	}
 	return calls.Fail(abi.StatusRefused, "%s: %s", c.To, d.Reason())
 }
 
-// Reason says why an event was refused, for a caller to read.
+// Reason says why an event was refused, for its client or caller to
+// read.
 func (d Decision) Reason() string {
 	switch d.Refusal {
-	case RefusedWait:
-		return "no node could run the room within the failover wait"
 	case RefusedInactive:
-		return "this node's lease is not valid"
+		return "this node's cluster lease is not valid (joining, or lapsed)"
 	case RefusedMoved:
 		return "the room moved to " + d.Node
 	case RefusedUnreachable:
-		return "its node " + d.Node + " cannot be reached"
+		return "the room's node " + d.Node + " cannot be reached"
 	case RefusedBucket:
 		return "cannot tell where the room runs: " + d.Err.Error()
 	}
-	return "refused"
+	return "the room's node stopped answering and the room is not free to run elsewhere yet"
 }
