@@ -6,7 +6,6 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -93,12 +92,12 @@ func (c *Cluster) SendCall(ctx context.Context, node, address string, call *call
 	resp, err := callHTTP.Do(req)
 	if err != nil {
 		if !wrote {
-			return calls.Fail(abi.StatusRefused, "cannot reach node %s: %v", node, unwrapURL(err)), false
+			return calls.Fail(abi.StatusRefused, "cannot reach node %s: %v", node, withoutURL(err)), false
 		}
 		if ctx.Err() != nil {
 			return calls.Expired(call), true
 		}
-		return calls.Fail(abi.StatusTimeout, "the connection to node %s failed after the call was sent (it may have run): %v", node, unwrapURL(err)), true
+		return calls.Fail(abi.StatusTimeout, "the connection to node %s failed after the call was sent (it may have run): %v", node, withoutURL(err)), true
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, maxCallAnswer+1))
@@ -118,16 +117,6 @@ func (c *Cluster) SendCall(ctx context.Context, node, address string, call *call
 		return calls.Fail(abi.StatusTimeout, "node %s's answer is malformed (the call may have run)", node), true
 	}
 	return res, true
-}
-
-func unwrapURL(err error) error {
-	var ue interface{ Unwrap() error }
-	if errors.As(err, &ue) {
-		if inner := ue.Unwrap(); inner != nil {
-			return inner
-		}
-	}
-	return err
 }
 
 // peerCall serves a call another node sent: the member routes it here

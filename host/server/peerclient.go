@@ -133,12 +133,7 @@ func (c *Cluster) call(ctx context.Context, node, address, method, path string, 
 	signPeer(req, c.Secret, c.Node, time.Now())
 	resp, err := peerHTTP.Do(req)
 	if err != nil {
-		// Without the method and URL of *url.Error: the node and address
-		// say where, and the cause is what a reader needs.
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
+		err = withoutURL(err)
 		if ctx.Err() == context.DeadlineExceeded {
 			err = fmt.Errorf("no answer within %v", timeout)
 		}
@@ -162,6 +157,17 @@ func (c *Cluster) call(ctx context.Context, node, address, method, path string, 
 		return &peerError{node: node, status: resp.StatusCode, msg: "an answer that is not the JSON expected: " + err.Error()}
 	}
 	return nil
+}
+
+// withoutURL is err without the method and URL of a *url.Error: the node
+// and address a message names say where, and the cause is what a reader
+// needs.
+func withoutURL(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
 }
 
 // AskTake asks node, at address (its lease's), to acquire and wake a
