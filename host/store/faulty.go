@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -51,6 +52,11 @@ type Fault struct {
 	// Applied makes the call run on the underlying bucket before Err
 	// replaces its answer; otherwise Err is returned without running it.
 	Applied bool
+	// Late (a put only, with Err): the call is answered Err at once and
+	// runs later, when the test calls [Faulty.Land]: a request that was
+	// lost in the network and reached the store after its caller gave
+	// up on it.
+	Late bool
 }
 
 // FailBefore returns the Fault that fails a call with err without running
@@ -62,6 +68,10 @@ func FailBefore(err error) Fault { return Fault{Err: err} }
 // LoseAnswer returns the Fault that runs a call and then returns
 // ErrUnknownOutcome instead of its answer.
 func LoseAnswer() Fault { return Fault{Err: ErrUnknownOutcome, Applied: true} }
+
+// LandLate returns the Fault that answers a put ErrUnknownOutcome at once
+// and runs it at the next [Faulty.Land].
+func LandLate() Fault { return Fault{Err: ErrUnknownOutcome, Late: true} }
 
 // FaultFunc decides the fault for each call. [Faulty] never runs two
 // FaultFuncs at once, so one may keep unsynchronized state such as a
@@ -90,9 +100,16 @@ func RandomFaults(r *rand.Rand, lostRequest, lostAnswer float64) FaultFunc {
 // faults its [FaultFunc] chooses. Tests and the cluster simulation use it
 // to lose requests and answers.
 type Faulty struct {
-	b  Bucket
-	mu sync.Mutex
-	f  FaultFunc
+	b    Bucket
+	mu   sync.Mutex
+	f    FaultFunc
+	late []latePut // puts answered and not yet run, oldest first
+}
+
+type latePut struct {
+	key  string
+	body []byte
+	cond Cond
 }
 
 var _ Bucket = (*Faulty)(nil)
@@ -147,6 +164,12 @@ func (x *Faulty) Get(ctx context.Context, key string) ([]byte, string, error) {
 func (x *Faulty) Put(ctx context.Context, key string, body []byte, cond Cond) (string, error) {
 	op := Op{Kind: OpPut, Key: key, Cond: cond}
 	f := x.decide(op)
+	if f.Late {
+		x.mu.Lock()
+		x.late = append(x.late, latePut{key, bytes.Clone(body), cond})
+		x.mu.Unlock()
+		return "", injected(op, f)
+	}
 	if f.Err != nil && !f.Applied {
 		return "", injected(op, f)
 	}
@@ -155,6 +178,20 @@ func (x *Faulty) Put(ctx context.Context, key string, body []byte, cond Cond) (s
 		return "", injected(op, f)
 	}
 	return etag, err
+}
+
+// Land runs the puts that [LandLate] held back, in the order they were
+// made, with their conditions as they were sent (so a put whose condition
+// no longer holds lands as nothing), and returns how many it ran.
+func (x *Faulty) Land(ctx context.Context) int {
+	x.mu.Lock()
+	late := x.late
+	x.late = nil
+	x.mu.Unlock()
+	for _, p := range late {
+		_, _ = x.b.Put(ctx, p.key, p.body, p.cond)
+	}
+	return len(late)
 }
 
 // Delete implements [Bucket].
