@@ -193,8 +193,13 @@ func (m *Manager) ServeCall(ctx context.Context, c *calls.Call) calls.Result {
 
 func (r *Room) handleCall(ev *event) {
 	res := r.serveCall(ev)
-	r.lastActive.Store(r.m.clock.Now())
-	ev.answer <- res
+	r.emitReply(func(err error) {
+		if err != nil {
+			res = callError(ev.call, err) // undone: as if it had not run
+		}
+		r.lastActive.Store(r.m.clock.Now())
+		ev.answer <- res
+	})
 }
 
 // serveCall runs a call event and returns its answer.

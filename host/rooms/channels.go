@@ -101,24 +101,34 @@ func (s *Socket) channelClosed() {
 	}
 }
 
-// sendFrame queues a Phoenix frame on the socket.
+// sendFrame queues a Phoenix frame on the socket now: the protocol's own
+// answers, which depend on no state of the room.
 func (s *Socket) sendFrame(f phoenix.Frame) {
-	kind := abi.MessageText
-	if f.Binary {
-		kind = abi.MessageBinary
-	}
-	if fr, err := s.room.m.cfg.Framer(kind, f.Data); err == nil {
+	if fr, ok := s.frame(f); ok {
 		_ = s.conn.SendFrame(fr)
 	}
 }
 
+// frame encodes a Phoenix frame for the socket layer.
+func (s *Socket) frame(f phoenix.Frame) (Frame, bool) {
+	kind := abi.MessageText
+	if f.Binary {
+		kind = abi.MessageBinary
+	}
+	fr, err := s.room.m.cfg.Framer(kind, f.Data)
+	return fr, err == nil
+}
+
 // session runs fn on the socket's Session under its lock, and sends the
-// frame fn returns, if any.
+// frame fn returns, if any, as the room's output (held while it must
+// wait: commit.go). Worker only.
 func (s *Socket) session(fn func(*phoenix.Session) (phoenix.Frame, bool)) {
 	s.ch.mu.Lock()
 	defer s.ch.mu.Unlock()
 	if f, ok := fn(s.ch.session); ok {
-		s.sendFrame(f)
+		if fr, ok := s.frame(f); ok {
+			s.room.emitFrame(s, fr)
+		}
 	}
 }
 
@@ -162,6 +172,9 @@ func (r *Room) handleChannel(ev *event) {
 	if r.sockets[s.id] != s {
 		return // waking found the socket gone
 	}
+	// If the write its state waits for fails, the topic ends with
+	// phx_error and the client joins again (commit.go).
+	defer r.holdOrigin(s, msg.Topic, msg.JoinRef)
 	switch d.Kind {
 	case phoenix.DeliverJoin:
 		r.handleJoin(s, msg)
@@ -397,7 +410,7 @@ func (r *Room) channelBroadcast(except uint32, topic, event string, binary bool,
 			continue
 		}
 		if _, joined := s.joined(topic); joined {
-			r.send(s, fr)
+			r.emitFrame(s, fr)
 			n++
 		}
 	}

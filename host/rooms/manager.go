@@ -121,6 +121,12 @@ type Config struct {
 	// their payloads plus 128 bytes each (DefaultMaxEventOutput). A call
 	// past it answers the guest abi.StatusTooLarge and queues nothing.
 	MaxEventOutput int
+	// CommitWindow is the least time between the starts of two writes of
+	// one room's state under per-event durability (commit.go): events in
+	// between wait for the next write together, which bounds a busy
+	// room's writes (and a store's request bill) at the price of their
+	// latency. 0: a write starts as soon as the one before it landed.
+	CommitWindow time.Duration
 	// CallTimeout is how long a room's call waits for its answer
 	// (DefaultCallTimeout); a call made while handling a call gives up by
 	// that call's deadline too.

@@ -38,7 +38,11 @@ type roomMetrics struct {
 	orphansDeleted     *metrics.Counter
 	deletions          *metrics.Counter
 	gcErrors           *metrics.Counter
-	checkpointSeconds  *metrics.Histogram
+	commits            *metrics.Counter
+	commitErrors       *metrics.Counter
+	commitSeconds      *metrics.Histogram
+	commitEvents       *metrics.Counter
+	outputsFailed      *metrics.Counter
 	joins              map[string]*metrics.Counter
 	channelMessages    *metrics.Counter
 	channelDrops       map[string]*metrics.Counter
@@ -76,7 +80,11 @@ func newRoomMetrics(set *metrics.Set, m *Manager) *roomMetrics {
 		orphansDeleted:     set.NewCounter(`wasmkeep_snapshot_orphans_deleted_total`),
 		deletions:          set.NewCounter(`wasmkeep_rooms_deleted_total`),
 		gcErrors:           set.NewCounter(`wasmkeep_snapshot_gc_errors_total`),
-		checkpointSeconds:  set.NewHistogram(`wasmkeep_room_checkpoint_seconds`),
+		commits:            set.NewCounter(`wasmkeep_room_commits_total`),
+		commitErrors:       set.NewCounter(`wasmkeep_room_commit_errors_total`),
+		commitSeconds:      set.NewHistogram(`wasmkeep_room_commit_seconds`),
+		commitEvents:       set.NewCounter(`wasmkeep_room_commit_events_total`),
+		outputsFailed:      set.NewCounter(`wasmkeep_room_outputs_failed_total`),
 		hibernations:       map[string]*metrics.Counter{},
 		events:             map[eventKind]*metrics.Counter{},
 		crashes:            map[string]*metrics.Counter{},

@@ -63,6 +63,10 @@ var errHoldLost = errors.New("rooms: the room's hold is no longer valid")
 // that needed it is undone (the room rolls back) and fails.
 var ErrNotDurable = errors.New("rooms: the room's state could not be made durable")
 
+// errDropped fails what a room's events held when its instance is dropped
+// unwritten (an operator's delete or drop, a hold no longer valid).
+var errDropped = fmt.Errorf("%w: the room's instance was dropped", ErrNotDurable)
+
 // load creates the instance: resumed from the instance kept since its
 // idle hibernation if the store still holds the state it was kept with
 // (warm.go), else restored from the bucket, or started fresh when the room
@@ -373,75 +377,20 @@ func (m *Manager) unreadable(key Key, err error) {
 	}
 }
 
-// writeSnapshot writes the room's next snapshot: a segment with the chunks
-// that changed (or all of them, when compacting), then the manifest, each
-// with a conditional write. The segments the new manifest no longer
-// references go to the collector.
+// writeSnapshot writes the room's next snapshot now, on the worker: a
+// segment with the chunks that changed (or all of them, when compacting),
+// then the manifest, each with a conditional write (writeCommit). No
+// group commit may be in flight (settle).
 func (r *Room) writeSnapshot(ctx context.Context) error {
-	m := r.m
-	if r.held && !m.place.Valid(r.hold) {
-		return errHoldLost
-	}
-	st := savedState{NextSocket: r.nextSocket}
-	for _, id := range sortedIDs(r.known) {
-		if !r.skipClose[id] {
-			st.Sockets = append(st.Sockets, id)
-		}
-	}
-	for k := range r.joins {
-		st.Joins = append(st.Joins, k)
-	}
-	sortJoins(st.Joins)
-	r.segSeq++
-	segID := snapshot.SegmentID(r.hold.Generation, r.segSeq)
-	d, err := r.inst.Snapshot(m.enc, r.man, r.pages, st.encode(), r.hold.Generation, segID, false)
-	if err != nil {
+	job, err := r.capture()
+	if err != nil || job == nil {
 		return err
 	}
-	if r.etag != "" && sameState(r.man, d) {
-		// Nothing the room would wake with differs from what the store
-		// holds (an event that only read its state): no write, which a
-		// read under per-event durability must not need. The stored
-		// clock readings stay older; a restore advances the guest clock
-		// by the wall time since them, as after any hibernation.
-		r.changed = false
-		m.met.snapshotsUnchanged.Inc()
-		return nil
+	if err := r.m.writeCommit(ctx, r.key, job); err != nil {
+		r.changed = true // still to be written
+		return err
 	}
-	written := 0
-	if d.Segment != nil {
-		if _, err := m.bucket.Put(ctx, r.key.segmentKey(d.SegmentID), d.Segment, store.Cond{IfNoneMatch: true}); err != nil {
-			return fmt.Errorf("writing segment: %w", err)
-		}
-		written += len(d.Segment)
-	}
-	body := d.Manifest.Encode()
-	cond := store.Cond{IfMatch: r.etag}
-	if r.etag == "" {
-		cond = store.Cond{IfNoneMatch: true}
-	}
-	etag, err := m.bucket.Put(ctx, r.key.manifestKey(), body, cond)
-	if err != nil {
-		// A write that certainly did not land leaves the segment
-		// unreferenced; one whose outcome is unknown may have.
-		if d.Segment != nil && !errors.Is(err, store.ErrUnknownOutcome) {
-			m.gc.add(r.key.segmentKey(d.SegmentID))
-		}
-		return fmt.Errorf("writing manifest: %w", err)
-	}
-	written += len(body)
-	r.man, r.manBody, r.etag, r.changed, r.pages = d.Manifest, body, etag, false, d.PageHashes
-	if !r.everStored.Swap(true) {
-		m.snapshotCreated()
-	}
-	m.met.snapshotBytes.Add(written)
-	m.met.snapshotWrites.Inc()
-	if d.Compacted && len(d.Garbage) > 0 {
-		m.met.compactions.Inc()
-	}
-	for _, id := range d.Garbage {
-		m.gc.add(r.key.segmentKey(id))
-	}
+	r.landed(job)
 	return nil
 }
 
@@ -451,14 +400,6 @@ func sameState(prev *snapshot.Manifest, d *snapshot.Delta) bool {
 	next := d.Manifest
 	return prev != nil && d.Changed == 0 && prev.MemorySize() == next.MemorySize() && prev.ModuleHash == next.ModuleHash &&
 		slices.Equal(prev.Globals, next.Globals) && bytes.Equal(prev.RoomState, next.RoomState)
-}
-
-// checkpoint makes the room's state durable now, between events.
-func (r *Room) checkpoint(ctx context.Context) error {
-	start := r.m.clock.Now()
-	err := r.writeSnapshot(ctx)
-	r.m.met.checkpointSeconds.Update(r.m.since(start))
-	return err
 }
 
 // collector deletes segments no manifest references, in the background
@@ -677,6 +618,15 @@ func (r *Room) deleteStored(ctx context.Context) error {
 // fails the event is undone like a crash.
 func (r *Room) deleteForGuest(first func()) error {
 	r.inst.CheckpointRequested() // nothing to make durable: the state goes
+	// A write in flight lands (or fails, undoing this event too) before
+	// the delete, which must not be overtaken by it.
+	if r.commit != nil {
+		r.waitCommit()
+		if r.inst == nil {
+			r.clearEffects()
+			return ErrNotDurable
+		}
+	}
 	if err := r.deleteStored(r.callCtx()); err != nil {
 		r.clearEffects()
 		err = fmt.Errorf("%w: %w", ErrNotDurable, err)
@@ -687,6 +637,12 @@ func (r *Room) deleteForGuest(first func()) error {
 		first()
 	}
 	r.applyEffects()
+	// What earlier events held goes now: their state is superseded by
+	// the delete, which is durable.
+	r.wantCommit, r.pendingEvents = false, 0
+	if o := r.takeOutbox(); !o.empty() {
+		r.release(&o)
+	}
 	r.known, r.joins, r.gone, r.skipClose = nil, nil, nil, nil
 	clear(r.goneJoins)
 	r.dropInstance(life.EndDeleted)

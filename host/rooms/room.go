@@ -97,12 +97,13 @@ const (
 	evDrop         // drop the instance unwritten, ending the hold for why (Manager.Drop)
 	evCloseSockets // close every socket of the room with code and reason (Manager.CloseSockets)
 	evCall         // a call from another room (Manager.ServeCall)
+	evCommitted    // a group commit's write ended, or its window passed (commit.go)
 )
 
 // unrefused reports whether a full mailbox still takes the event: closes
 // and the node's own requests, bounded by the sockets and rooms that exist.
 func (k eventKind) unrefused() bool {
-	return k == evSocketClose || k == evHibernate || k == evDelete || k == evDrop || k == evCloseSockets
+	return k == evSocketClose || k == evHibernate || k == evDelete || k == evDrop || k == evCloseSockets || k == evCommitted
 }
 
 var eventNames = [...]string{"request", "socket_open", "socket_message", "socket_close", "channel", "", "", "", "", "", "", "call"}
@@ -224,6 +225,19 @@ type Room struct {
 	// writeFailures counts the snapshot writes that failed in a row: the
 	// step of the back-off (retryAt). Worker-owned.
 	writeFailures int
+
+	// The output gate (commit.go), worker-owned: out holds what events
+	// sent that waits for a write; commit is the write in flight;
+	// wantCommit: an event since the last commit point asked for its
+	// state to be durable (pendingEvents of them); no write starts before
+	// windowEnds (the commit window), and commitDue is when a window's
+	// timer fires.
+	out           outbox
+	commit        *commitJob
+	wantCommit    bool
+	pendingEvents int
+	windowEnds    int64
+	commitDue     int64
 	// callIn is the call being handled, whose chain and deadline the
 	// calls its guest makes carry. Worker-owned.
 	callIn *calls.Call
@@ -352,6 +366,22 @@ func (r *Room) run() {
 			handled = nil
 		}
 		if r.head == len(r.queue) {
+			if r.commit != nil {
+				// Nothing else to do: wait for the write (its outputs
+				// go, and the next write starts if events ran
+				// meanwhile), or for the next event, which runs
+				// while the write is under way.
+				r.mu.Unlock()
+				r.uncorkAll()
+				select {
+				case <-r.commit.done:
+					r.pollCommit()
+				case <-r.kick:
+				case <-r.m.stop:
+					r.waitCommit() // bounded by the stop's context
+				}
+				continue
+			}
 			r.queue, r.head = r.queue[:0], 0
 			r.lingering = true
 			r.mu.Unlock()
@@ -400,6 +430,14 @@ func (r *Room) run() {
 		}
 		more := r.head < len(r.queue)
 		r.mu.Unlock()
+		if r.commit != nil {
+			// Outputs waiting on a write that ended go before the next
+			// event; past a bound, the next event waits for the write.
+			if r.out.size > r.m.cfg.MaxEventOutput {
+				r.waitCommit()
+			}
+			r.pollCommit()
+		}
 		r.handle(ev, more)
 		if ev.kind == evSocketMessage {
 			handled = ev.sock
@@ -509,10 +547,15 @@ func (r *Room) requestHibernate(why life.EndReason, done chan error) {
 func (r *Room) handle(ev *event, more bool) {
 	r.evCtx = r.eventCtx(ev)
 	defer func() { r.evCtx = nil }()
+	if ev.kind == evCommitted {
+		r.pollCommit()
+		r.commitPoint()
+		return
+	}
 	if ev.kind == evCheckpoint {
 		var err error
-		if r.inst != nil && life.NeedsWrite(r.changed, r.etag != "") {
-			err = r.checkpoint(r.eventCtx(ev))
+		if r.inst != nil && r.settle() && life.NeedsWrite(r.changed, r.etag != "") {
+			err = r.writeSnapshot(r.eventCtx(ev))
 		}
 		ev.done <- err
 		return
@@ -531,6 +574,7 @@ func (r *Room) handle(ev *event, more bool) {
 		return
 	}
 	if ev.kind == evCloseSockets {
+		r.settle() // what the sockets were sent goes before their close
 		for _, s := range r.sockets {
 			if !s.closing {
 				s.closing = true
@@ -582,14 +626,21 @@ func (r *Room) handle(ev *event, more bool) {
 	if ev.kind != evRequest { // a request's is recorded before its answer goes
 		r.lastActive.Store(r.m.clock.Now())
 	}
+	r.commitPoint()
 }
 
 func (r *Room) handleRequest(ev *event) {
 	res := r.request(ev)
-	// Active until the answer goes: whoever got it and then looks at the
-	// room's idle time (a sweep, a test on a manual clock) counts from here.
-	r.lastActive.Store(r.m.clock.Now())
-	ev.reply <- res
+	r.emitReply(func(err error) {
+		if err != nil {
+			res = result{err: &CrashError{Cause: err}}
+		}
+		// Active until the answer goes: whoever got it and then looks at
+		// the room's idle time (a sweep, a test on a manual clock) counts
+		// from here.
+		r.lastActive.Store(r.m.clock.Now())
+		ev.reply <- res
+	})
 }
 
 // request runs a request event and returns its answer.
@@ -662,6 +713,9 @@ func (r *Room) handleMessage(ev *event) {
 	if r.sockets[s.id] != s {
 		return // waking found the room could not take it
 	}
+	// If the write its state waits for fails, the sender hears that its
+	// messages were lost (commit.go).
+	defer r.holdOrigin(s, "", phoenix.Ref{})
 	if ev.batch == nil {
 		if err := r.deliver(func(inst Instance) error { return inst.SocketMessage(s.id, ev.msgKind, ev.data) }); err != nil {
 			r.dropSocket(s, abi.CloseInternalError, "room crashed")
@@ -780,16 +834,17 @@ func (r *Room) noteIfLast() {
 // from its last snapshot on its next event.
 //
 // When the class asks for it, or the guest called checkpoint(), the
-// room's state is made durable before the effects go out (and before the
-// caller answers a request): no client ever sees output whose state could
-// be lost. If that write fails, the event is undone like a crash.
+// effects' output (and the caller's answer to a request) waits in the
+// room's outbox until the state is durable (commit.go): no client ever
+// sees output whose state could be lost. If that write fails, the event
+// is undone like a crash.
 func (r *Room) deliver(call func(Instance) error) error {
 	return r.deliverThen(call, nil)
 }
 
-// deliverThen is deliver with a step that runs, on success, after the
-// state is durable and before the event's effects: the answer to a join,
-// which must precede what the join handler sent.
+// deliverThen is deliver with a step that runs, on success, before the
+// event's effects: the answer to a join, which must precede what the join
+// handler sent.
 func (r *Room) deliverThen(call func(Instance) error, first func()) error {
 	r.clearEffects()
 	err := call(r.inst)
@@ -805,12 +860,9 @@ func (r *Room) deliverThen(call func(Instance) error, first func()) error {
 		return r.deleteForGuest(first)
 	}
 	if plan.Write {
-		if err := r.checkpoint(r.callCtx()); err != nil {
-			r.clearEffects()
-			err = fmt.Errorf("%w: %w", ErrNotDurable, err)
-			r.crashed(err)
-			return err
-		}
+		// Its output is held from here until the state is durable.
+		r.wantCommit = true
+		r.pendingEvents++
 	}
 	if first != nil {
 		first()
@@ -819,8 +871,9 @@ func (r *Room) deliverThen(call func(Instance) error, first func()) error {
 	return nil
 }
 
-// send queues a frame on a socket, corking it for the rest of the burst
-// of events the worker is in.
+// send queues a frame on a socket now, corking it for the rest of the
+// burst of events the worker is in. An event's output goes through
+// emitFrame, which holds it while it must wait (commit.go).
 func (r *Room) send(s *Socket, f Frame) {
 	r.cork(s)
 	_ = s.conn.SendFrame(f)
@@ -850,15 +903,14 @@ func (r *Room) applyEffects() {
 		e := &r.effects[i]
 		switch e.op {
 		case opSend:
-			r.cork(e.sock)
-			_ = e.sock.conn.Send(int(e.kind), r.sent[e.at:e.end])
+			r.emitSend(e.sock, e.kind, r.sent[e.at:e.end])
 		case opClose:
 			e.sock.closing = true
-			e.sock.conn.Close(e.code, e.reason)
+			r.emitClose(e.sock, e.code, e.reason)
 		case opBroadcast:
 			for id, s := range r.sockets {
 				if id != e.except && s.ch == nil {
-					r.send(s, e.frame)
+					r.emitFrame(s, e.frame)
 				}
 			}
 		default:
@@ -905,6 +957,9 @@ func (r *Room) crashed(err error) {
 	cause := engine.CrashCause(err)
 	r.m.met.crashes[cause].Inc()
 	r.m.log.Warn("room crashed; it restarts from its last snapshot", "room", r.key.String(), "cause", cause, "err", err)
+	// The events whose output waits for a write ran on the memory the
+	// crash leaves behind: their state is lost with it.
+	r.abandon(fmt.Errorf("%w: the room crashed before it was: %v", ErrNotDurable, err))
 	r.known, r.joins = nil, nil
 	r.dropInstance(life.EndCrash)
 }
@@ -1023,8 +1078,8 @@ func (r *Room) reconcile() {
 // hibernate writes the room's snapshot (if it changed since the last one)
 // and drops its instance.
 func (r *Room) hibernate(why life.EndReason) error {
-	if r.inst == nil {
-		return nil
+	if r.inst == nil || !r.settle() {
+		return nil // a failed write rolled it back: nothing left to write
 	}
 	m := r.m
 	start := m.clock.Now()
@@ -1084,6 +1139,7 @@ func (r *Room) stopHibernate() error {
 // dropInstance discards the resident instance without writing its state,
 // and ends the hold for why.
 func (r *Room) dropInstance(why life.EndReason) {
+	r.abandon(errDropped)
 	if r.inst != nil {
 		r.inst.Close()
 	}

@@ -14,10 +14,11 @@
 // at each step rather than one Step with a queue of inputs.
 package life
 
-// Plan is what the worker does after a guest call returned, in order:
-// roll back, or first make the state durable (Write) or delete it
-// (Delete), and then let the event's output go (Apply). Output is never
-// applied before the state behind it is as durable as the class asks.
+// Plan is what the worker does after a guest call returned: roll back, or
+// delete the state (Delete) before letting the event's output go, or let
+// it go once the state is durable (Write), or at once (Apply alone).
+// Output never leaves before the state behind it is as durable as the
+// class asks.
 type Plan struct {
 	// Rollback: the call crashed (trap, time limit, memory limit, exit):
 	// drop its output and the instance; the room restarts from its last
@@ -27,8 +28,9 @@ type Plan struct {
 	// stored state, then apply the output, then drop the instance without
 	// writing it.
 	Delete bool
-	// Write: make the state durable (a checkpoint) before applying the
-	// output; if the write fails, roll back instead.
+	// Write: the output waits until the state is durable (the room's
+	// next commit, host/rooms/commit.go); if that write fails, the output
+	// fails and the room rolls back.
 	Write bool
 	// Apply: let the event's output (replies, sends, closes) go.
 	Apply bool
