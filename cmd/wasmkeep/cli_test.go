@@ -45,14 +45,14 @@ func TestClassCommands(t *testing.T) {
 	n := serveNode(t, t.TempDir())
 
 	// put prints what the node stored.
-	want := fmt.Sprintf("class counter: %s (%d bytes, ABI v1, durable at hibernate)\n", hash, len(wasm))
+	want := fmt.Sprintf("class counter: %s (%d bytes, ABI v1, durable per event)\n", hash, len(wasm))
 	if got := n.ok("class", "put", "counter", counter); got != want {
 		t.Fatalf("class put printed %q, want %q", got, want)
 	}
-	// --durability event is recorded; a bad value is refused by the node.
-	want = fmt.Sprintf("class counter2: %s (%d bytes, ABI v1, durable at event)\n", hash, len(wasm))
-	if got := n.ok("class", "put", "--durability", "event", "counter2", counter); got != want {
-		t.Fatalf("class put --durability event printed %q, want %q", got, want)
+	// --durability hibernate is recorded; a bad value is refused by the node.
+	want = fmt.Sprintf("class counter2: %s (%d bytes, ABI v1, durable at hibernation)\n", hash, len(wasm))
+	if got := n.ok("class", "put", "--durability", "hibernate", "counter2", counter); got != want {
+		t.Fatalf("class put --durability hibernate printed %q, want %q", got, want)
 	}
 	// A new version without --durability keeps its class's.
 	if got := n.ok("class", "put", "counter2", counter); got != want {
@@ -173,8 +173,9 @@ func TestRoomsCommands(t *testing.T) {
 		t.Fatalf("rooms does not list %s", room)
 		return ""
 	}
-	if got := facts("counter/x"); !regexp.MustCompile(`^recent [0-9.]+MiB [0-9]+s -$`).MatchString(got) {
-		t.Fatalf("counter/x, resident without a snapshot: %q", got)
+	// Durable per event: its first event wrote its snapshot.
+	if got := facts("counter/x"); !regexp.MustCompile(`^recent [0-9.]+MiB [0-9]+s [0-9.]+KiB$`).MatchString(got) {
+		t.Fatalf("counter/x, resident with the snapshot of its last event: %q", got)
 	}
 
 	if got := n.ok("rooms", "hibernate", "counter", "x"); got != "room counter/x hibernated\n" {

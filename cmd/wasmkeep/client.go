@@ -213,7 +213,7 @@ func classCommand() *cli.Command {
 				ArgsUsage: "NAME FILE.wasm",
 				Flags: append(append(clientFlags(), &cli.StringFlag{
 					Name: "durability", EnvVars: env("durability"),
-					Usage: "when rooms' state becomes durable: hibernate (and on checkpoint()) or event (after every event, before its output); without it a new version keeps its class's (hibernate for a new class)",
+					Usage: "when rooms' state becomes durable: event (before any output of an event leaves the node; the default of a new class) or hibernate (at hibernation, a clean stop and checkpoint(): a crash loses what changed since); without it a new version keeps its class's",
 				}, &cli.StringSliceFlag{
 					Name: "front", EnvVars: env("front"),
 					Usage: "make the class a front serving HTTP under this path prefix on every node (repeat for more); without it an upload keeps the prefixes the class holds",
@@ -240,14 +240,14 @@ func classCommand() *cli.Command {
 					if err := client.do(http.MethodPut, path, wasm, &rec); err != nil {
 						return err
 					}
-					durability := rec.Durability
-					if durability == "" {
-						durability = "hibernate"
+					durability := "durable at hibernation"
+					if rec.Durability == "event" {
+						durability = "durable per event"
 					}
 					if len(rec.Front) > 0 {
 						fmt.Fprintf(c.App.Writer, "class %s: %s (%d bytes, ABI v%d, a front serving %s)\n", rec.Name, rec.Hash, rec.Size, rec.ABI, strings.Join(rec.Front, " "))
 					} else {
-						fmt.Fprintf(c.App.Writer, "class %s: %s (%d bytes, ABI v%d, durable at %s)\n", rec.Name, rec.Hash, rec.Size, rec.ABI, durability)
+						fmt.Fprintf(c.App.Writer, "class %s: %s (%d bytes, ABI v%d, %s)\n", rec.Name, rec.Hash, rec.Size, rec.ABI, durability)
 					}
 					return reportUpgrade(c, client, rec)
 				},

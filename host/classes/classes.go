@@ -64,10 +64,11 @@ type Record struct {
 	// most recently made current first.
 	Versions []Version `json:"versions,omitempty"`
 	// Durability is DurabilityEvent when every event that changes a room's
-	// memory makes its state durable before the event's output goes out;
-	// otherwise (DurabilityHibernate, or "" in a record no upload named
-	// it for) state is made durable at hibernation, clean stop and when
-	// the guest calls checkpoint().
+	// memory makes its state durable before the event's output goes out
+	// (what an upload that names none gets for a new class); otherwise
+	// (DurabilityHibernate, or "" in a record written before per-event
+	// durability was the default) state is made durable at hibernation,
+	// clean stop and when the guest calls checkpoint().
 	Durability string `json:"durability,omitempty"`
 }
 
@@ -117,18 +118,20 @@ func (r Record) Version(hash string) (Version, bool) {
 
 // Durability options of a class.
 const (
-	// DurabilityHibernate (the default): durable at hibernation, at a
-	// clean stop, and on checkpoint().
+	// DurabilityHibernate: durable at hibernation, at a clean stop, and
+	// on checkpoint(); a crash loses what changed since. For rooms whose
+	// state is worth nothing after a crash (cursors, presence).
 	DurabilityHibernate = "hibernate"
-	// DurabilityEvent: durable after every event, before its output.
+	// DurabilityEvent (the default of a new class): an event's output
+	// leaves only once its state is durable (host/rooms/commit.go).
 	DurabilityEvent = "event"
 )
 
 // Options are the choices made at upload.
 type Options struct {
 	// Durability is DurabilityHibernate or DurabilityEvent; "" keeps the
-	// class's (hibernate for a new class). An upload of a new version
-	// changes what its class's rooms risk only when it says so.
+	// class's (DurabilityEvent for a new class). An upload of a new
+	// version changes what its class's rooms risk only when it says so.
 	Durability string
 	// Upgrade is UpgradeLazy ("" too), UpgradeNow or UpgradeNever.
 	Upgrade string
@@ -289,8 +292,13 @@ func (rec *Record) makeCurrent(v Version, opts Options, now time.Time) {
 	prev := rec.Hash
 	rec.Hash, rec.ABI, rec.Size, rec.Uploaded = v.Hash, v.ABI, v.Size, v.Uploaded
 	rec.Upgrade, rec.ResetWithoutHandoff = opts.Upgrade, opts.ResetWithoutHandoff
-	if opts.Durability != "" {
+	switch {
+	case opts.Durability != "":
 		rec.Durability = opts.Durability
+	case prev == "":
+		// A new class. A record that has a version and no choice keeps
+		// "", which reads as hibernate: what it was uploaded under.
+		rec.Durability = DurabilityEvent
 	}
 	v.Retired = nil
 	vs := []Version{v}

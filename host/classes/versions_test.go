@@ -152,8 +152,8 @@ func TestCollectUnusedVersions(t *testing.T) {
 
 // TestDurabilityKeptUnlessNamed: an upload that names no durability
 // keeps its class's; one that names it changes it; a new class without
-// one is durable at hibernation, as a record written before uploads
-// could leave it unnamed ("").
+// one is durable per event, while a record written before that default
+// with no choice ("") keeps meaning hibernate, through new versions too.
 func TestDurabilityKeptUnlessNamed(t *testing.T) {
 	ctx := context.Background()
 	r, _ := testRegistry(t)
@@ -167,7 +167,16 @@ func TestDurabilityKeptUnlessNamed(t *testing.T) {
 	if _, err := r.Put(ctx, "c", echo, Options{}); err != nil {
 		t.Fatal(err)
 	}
-	durable(false, "a new class, none named")
+	durable(true, "a new class, none named")
+	// A record from before per-event durability was the default.
+	if _, err := r.update(ctx, "c", false, func(rec *Record) error { rec.Durability = ""; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	durable(false, "a record with no choice")
+	if rec, err := r.Put(ctx, "c", chat, Options{}); err != nil || rec.Durability != "" {
+		t.Fatalf("a new version of a record with no choice: %q, %v; want it kept", rec.Durability, err)
+	}
+	durable(false, "a new version of a record with no choice")
 	if _, err := r.Put(ctx, "c", chat, Options{Durability: DurabilityEvent}); err != nil {
 		t.Fatal(err)
 	}

@@ -182,15 +182,15 @@ func TestAssemblyScriptSDK(t *testing.T) {
 		for i := 1; i <= 2; i++ {
 			expect(t, 200, "POST", room, nil)
 		}
-		hibernate(t, n, "asguest", "r")   // snapshot at 2
-		expect(t, 200, "POST", room, nil) // 3, not in a snapshot
+		hibernate(t, n, "asguest", "r")
+		expect(t, 200, "POST", room, nil) // 3, durable before its answer (the default)
 		for _, path := range []string{"/abort", "/throw"} {
 			r := do(t, "POST", room+path, nil)
 			if r.Status != 500 || !strings.Contains(r.Body, "guest trapped") {
 				t.Fatalf("%s: %d %s", path, r.Status, r.Body)
 			}
-			if got := expect(t, 200, "GET", room, nil); got != "2" {
-				t.Fatalf("after %s: %q, want the snapshot's 2", path, got)
+			if got := expect(t, 200, "GET", room, nil); got != "3" {
+				t.Fatalf("after %s: %q, want the last acknowledged 3", path, got)
 			}
 		}
 		if got := metric(t, n, `wasmkeep_room_crashes_total{cause="trap"}`); got != 2 {

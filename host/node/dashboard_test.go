@@ -53,7 +53,7 @@ func TestDashboard(t *testing.T) {
 	t.Parallel()
 	clk := &skippingClock{Clock: clock.Real()}
 	n := startNode(t, Config{Clock: clk, Engine: engine.Config{EventTimeout: slowEvent}})
-	putClass(t, n, "counter", "./examples/counter")
+	putHibernateClass(t, n, "counter", "./examples/counter") // a resident room without a snapshot
 	putClass(t, n, "chat", "./examples/chat")
 	putClass(t, n, "hostile", "./testdata/guests/hostile")
 	putFront(t, n, "web", frontGuest, "/app", "/api")

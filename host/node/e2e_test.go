@@ -332,10 +332,11 @@ func TestBadInput(t *testing.T) {
 
 // TestCrashesAreContained: a trap, a timeout, a memory-limit hit and bad
 // pointers each affect only the request or socket that caused them; the
-// room restarts from its last snapshot; other rooms are unaffected.
+// room restarts from its last snapshot (a hibernation, in this class's
+// durability mode); other rooms are unaffected.
 func TestCrashesAreContained(t *testing.T) {
 	n := startNode(t, Config{Engine: engine.Config{EventTimeout: time.Minute, MaxMemoryPages: 256}})
-	putClass(t, n, "hostile", "./testdata/guests/hostile")
+	putHibernateClass(t, n, "hostile", "./testdata/guests/hostile")
 	room := n.URL() + "/actor/hostile/h"
 	other := n.URL() + "/actor/hostile/other"
 	expect(t, 200, "POST", other, nil)

@@ -32,7 +32,7 @@ func TestFullDiskAnswers(t *testing.T) {
 	n := startNode(t, Config{Bucket: faulty})
 	expect(t, http.StatusCreated, "PUT", n.URL()+"/admin/classes/durable?durability=event", buildGuest(t, "./examples/counter"))
 	expect(t, http.StatusCreated, "PUT", n.URL()+"/admin/classes/raw?durability=event", buildGuest(t, "./testdata/guests/rawecho"))
-	putClass(t, n, "counter", "./examples/counter")
+	putHibernateClass(t, n, "counter", "./examples/counter") // written at the stop
 	durable := n.URL() + "/actor/durable/a"
 	if got := expect(t, 200, "POST", durable, nil); got != "1" {
 		t.Fatalf("first increment: %q", got)

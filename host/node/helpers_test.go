@@ -223,6 +223,14 @@ func putClass(t *testing.T, n *Node, name, pkg string) {
 	expect(t, http.StatusCreated, http.MethodPut, n.AdminURL()+"/admin/classes/"+name, testwasm.Build(t, pkg))
 }
 
+// putHibernateClass is putClass for a class durable at hibernation only,
+// for tests of what that mode keeps and loses: a crash rolls such a room
+// back to its last hibernation.
+func putHibernateClass(t *testing.T, n *Node, name, pkg string) {
+	t.Helper()
+	expect(t, http.StatusCreated, http.MethodPut, n.AdminURL()+"/admin/classes/"+name+"?durability=hibernate", testwasm.Build(t, pkg))
+}
+
 type roomRow struct {
 	Class, Name, State, Awake string
 	Sockets                   int

@@ -18,7 +18,7 @@ import (
 // each with its own room; crash counts are taken as differences.
 func TestSocketHandlerTraps(t *testing.T) {
 	n := startNode(t, Config{DataDir: t.TempDir()})
-	putClass(t, n, "hostile", "./testdata/guests/hostile")
+	putHibernateClass(t, n, "hostile", "./testdata/guests/hostile") // a crash goes back to the last hibernation
 	crashes := func(t *testing.T) float64 { return metric(t, n, `wasmkeep_room_crashes_total{cause="trap"}`) }
 	echo := func(t *testing.T, c *wstest.Client, msg string) {
 		t.Helper()
@@ -183,7 +183,7 @@ func TestSocketHandlerTraps(t *testing.T) {
 // promptly, and the room rolls back to its snapshot.
 func TestSleepForeverHitsTimeLimit(t *testing.T) {
 	n := startNode(t, Config{Engine: engine.Config{EventTimeout: 300 * time.Millisecond}})
-	putClass(t, n, "hostile", "./testdata/guests/hostile")
+	putHibernateClass(t, n, "hostile", "./testdata/guests/hostile")
 	room := n.URL() + "/actor/hostile/h"
 	expect(t, 200, "POST", room, nil)
 	hibernate(t, n, "hostile", "h")

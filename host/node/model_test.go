@@ -69,7 +69,14 @@ func modelSeed(t *testing.T) uint64 {
 // so its snapshot is its current state. A room's state only changes
 // through the test's own requests to it, one at a time, so checking before
 // every operation catches every snapshot that matters.
-func TestKVModel(t *testing.T) {
+func TestKVModel(t *testing.T) { runKVModel(t, "hibernate") }
+
+// TestKVModelDurable is TestKVModel on a class durable per event (the
+// default): every answered write is in the store before its answer, so a
+// crash goes back to the last answered state.
+func TestKVModelDurable(t *testing.T) { runKVModel(t, "event") }
+
+func runKVModel(t *testing.T, durability string) {
 	t.Parallel()
 	seed := modelSeed(t)
 	// 3000 operations take about 20 s on 2 idle cores. On a busy machine
@@ -95,7 +102,8 @@ func TestKVModel(t *testing.T) {
 	)
 	cfg := Config{DataDir: t.TempDir(), Rooms: rooms.Config{MaxResident: maxResident}}
 	n := startNode(t, cfg)
-	putClass(t, n, "kv", "./testdata/guests/kv")
+	expect(t, 201, "PUT", n.AdminURL()+"/admin/classes/kv?durability="+durability, buildGuest(t, "./testdata/guests/kv"))
+	durable := durability == "event"
 
 	model := make([]kvRoomModel, nRooms)
 	for i := range model {
@@ -201,6 +209,9 @@ func TestKVModel(t *testing.T) {
 			if got := expect(t, 200, "PUT", url+"/k/"+key, []byte(v)); got != strconv.FormatUint(m.cur.Version, 10) {
 				t.Fatalf("PUT %s/k/%s answered version %q, want %d", roomName(i), key, got, m.cur.Version)
 			}
+			if durable {
+				m.snap = m.cur
+			}
 			counts["put"]++
 		case p < 0.53:
 			wakes(i)
@@ -208,6 +219,9 @@ func TestKVModel(t *testing.T) {
 			m.cur = m.cur.With(key, nil)
 			if got := expect(t, 200, "DELETE", url+"/k/"+key, nil); got != strconv.FormatUint(m.cur.Version, 10) {
 				t.Fatalf("DELETE %s/k/%s answered version %q, want %d", roomName(i), key, got, m.cur.Version)
+			}
+			if durable {
+				m.snap = m.cur
 			}
 			counts["delete"]++
 		case p < 0.78:

@@ -83,7 +83,7 @@ func TestReadyzDuringStop(t *testing.T) {
 	gate := newPutGate(bucket, false, func(string) bool { return true })
 	t.Cleanup(gate.open)
 	n := startNode(t, Config{DataDir: dir, Bucket: gate})
-	putClass(t, n, "counter", "./examples/counter")
+	putHibernateClass(t, n, "counter", "./examples/counter") // the stop writes its state
 	expect(t, http.StatusOK, http.MethodPost, n.URL()+"/actor/counter/a", nil)
 	if r := readiness(t, n); r.Status != http.StatusOK || r.Body != "ok\n" {
 		t.Fatalf("serving: /readyz answered %d %q", r.Status, r.Body)

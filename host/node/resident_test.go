@@ -158,7 +158,7 @@ func TestFailedHibernationsBackOff(t *testing.T) {
 	logs := &testenv.Buffer{}
 	n := startNode(t, Config{Bucket: faulty, Logger: slog.New(slog.NewTextHandler(logs, nil)),
 		Rooms: rooms.Config{IdleTimeout: 20 * time.Millisecond}})
-	putClass(t, n, "counter", "./examples/counter")
+	putHibernateClass(t, n, "counter", "./examples/counter") // written at hibernation only
 	full := fmt.Errorf("no space left on device")
 	faulty.SetFaults(func(op store.Op) store.Fault {
 		if op.Kind == store.OpPut && strings.HasPrefix(op.Key, "rooms/") {

@@ -46,7 +46,7 @@ func TestDeltaSnapshotsAndCollection(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	n := startNode(t, Config{DataDir: dir, Rooms: rooms.Config{MaxChain: 4}})
-	putClass(t, n, "chat", "./examples/chat")
+	putHibernateClass(t, n, "chat", "./examples/chat") // one write per hibernation
 	url := n.URL() + "/actor/chat/lobby"
 	c := wstest.Dial(t, url)
 
@@ -143,21 +143,22 @@ func TestUnreadableSnapshot(t *testing.T) {
 	}
 }
 
-// TestDurabilityEachEvent: with --durability event every reply's state is
-// durable before the reply leaves, so a crash rolls back to the last reply,
-// not to the last hibernation.
+// TestDurabilityEachEvent: by default (and with --durability event) every
+// reply's state is durable before the reply leaves, so a crash rolls back
+// to the last reply; with --durability hibernate, to the last hibernation.
 func TestDurabilityEachEvent(t *testing.T) {
 	n := startNode(t, Config{})
 	wasm := buildGuest(t, "./testdata/guests/hostile")
 	expect(t, 201, "PUT", n.URL()+"/admin/classes/durable?durability=event", wasm)
-	expect(t, 201, "PUT", n.URL()+"/admin/classes/plain", wasm)
-	for _, class := range []string{"durable", "plain"} {
+	expect(t, 201, "PUT", n.URL()+"/admin/classes/default", wasm)
+	expect(t, 201, "PUT", n.URL()+"/admin/classes/plain?durability=hibernate", wasm)
+	for _, class := range []string{"durable", "default", "plain"} {
 		url := n.URL() + "/actor/" + class + "/r"
 		for i := 1; i <= 3; i++ {
 			expect(t, 200, "POST", url, nil)
 		}
 		expect(t, 500, "POST", url+"/trap", nil)
-		want := map[string]string{"durable": "3", "plain": "0"}[class]
+		want := map[string]string{"durable": "3", "default": "3", "plain": "0"}[class]
 		if got := expect(t, 200, "GET", url, nil); got != want {
 			t.Fatalf("%s after a crash: %q, want %q", class, got, want)
 		}
