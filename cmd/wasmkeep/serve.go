@@ -47,6 +47,7 @@ func serveFlags() []cli.Flag {
 		&cli.IntFlag{Name: "max-resident", Value: rooms.DefaultMaxResident, Usage: "rooms kept in memory; a wake past it hibernates the least recently used idle room and waits for it", EnvVars: env("max-resident")},
 		&cli.DurationFlag{Name: "wake-wait", Value: rooms.DefaultWakeWait, Usage: "time a wake may wait for a place under --max-resident before its event is refused (HTTP 503, WebSocket close 1013)", EnvVars: env("wake-wait")},
 		&cli.DurationFlag{Name: "event-timeout", Value: flagLimit(engine.DefaultEventTimeout), Usage: "time one event may run in a room before the room is stopped and rolled back (0: no limit, for trusted guests; the check costs a few ns per loop iteration, docs/PERFORMANCE.md)", EnvVars: env("event-timeout")},
+		&cli.DurationFlag{Name: "commit-window", Usage: "least time between the starts of two writes of one room's state under per-event durability: the events in between share the next write, which bounds a busy room's store requests at the price of their answers' latency (default: 0 on the data directory, 100ms on S3; at most 10s)", EnvVars: env("commit-window")},
 		&cli.DurationFlag{Name: "call-timeout", Value: rooms.DefaultCallTimeout, Usage: "time a room's call to another room waits for its answer (not counted toward --event-timeout)", EnvVars: env("call-timeout")},
 		&cli.IntFlag{Name: "max-room-memory", Value: engine.DefaultMaxMemoryPages / engine.PagesPerMiB, Usage: "linear memory per room, in MiB", EnvVars: env("max-room-memory")},
 		&cli.IntFlag{Name: "max-module-size", Value: classes.DefaultMaxModuleBytes, Usage: "largest module accepted at upload, in bytes", EnvVars: env("max-module-size")},
@@ -148,6 +149,7 @@ func nodeConfig(c *cli.Context) (node.Config, error) {
 			ImageFiles:     c.Int("image-files"),
 			MaxEventOutput: c.Int("max-event-output"),
 			CallTimeout:    c.Duration("call-timeout"),
+			CommitWindow:   commitWindow(c, bucket != nil),
 		},
 		Fronts: fronts.Config{
 			Instances: c.Int("front-instances"),
@@ -187,8 +189,21 @@ func nodeConfig(c *cli.Context) (node.Config, error) {
 	return cfg, nil
 }
 
+// commitWindow is --commit-window, or the store's default: none on the
+// data directory, where a write costs nothing but its fsyncs, and
+// rooms.DefaultS3CommitWindow on S3, where each write is billed.
+func commitWindow(c *cli.Context, s3 bool) time.Duration {
+	if c.IsSet("commit-window") || !s3 {
+		return c.Duration("commit-window")
+	}
+	return rooms.DefaultS3CommitWindow
+}
+
 // The command line's own defaults, which no package has.
 const (
+	// maxCommitWindow bounds --commit-window: past it the answers of a
+	// durable room would wait longer than clients wait for them.
+	maxCommitWindow = 10 * time.Second
 	// mib is the unit of the flags given in MiB.
 	mib = 1 << 20
 	// maxCacheMiB keeps --image-cache's and --compile-cache's bytes well
@@ -258,6 +273,9 @@ func checkLimits(c *cli.Context) error {
 	}
 	if v := c.Duration("event-timeout"); v < 0 {
 		return fmt.Errorf("--event-timeout must be 0 (no limit) or more, not %s", v)
+	}
+	if v := c.Duration("commit-window"); v < 0 || v > maxCommitWindow {
+		return fmt.Errorf("--commit-window must be 0 (none) to %s, not %s", maxCommitWindow, v)
 	}
 	if v := c.Duration("call-timeout"); v <= 0 || v > time.Hour {
 		return fmt.Errorf("--call-timeout must be more than 0 and at most 1h, not %s", v)

@@ -219,6 +219,11 @@ const (
 	// a few KiB sent to each of 10,000 sockets one by one, not enough for
 	// a guest to make the host hold gigabytes.
 	DefaultMaxEventOutput = 64 << 20
+	// DefaultS3CommitWindow is the commit window (Config.CommitWindow) a
+	// node on S3 uses unless told otherwise: at most 10 writes a second of
+	// one room, 20 PUTs (docs/operations.md has what that costs), for at
+	// most 100 ms more on an answer, about what a PUT takes.
+	DefaultS3CommitWindow = 100 * time.Millisecond
 	// DefaultWakeWait rides out a burst of wakes (a place frees up in the
 	// time one idle room takes to hibernate, a few milliseconds) while
 	// still answering a client well before its own timeouts.
