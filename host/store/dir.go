@@ -86,6 +86,11 @@ type Dir struct {
 	noSync  bool
 	closed  atomic.Bool
 	stripes [numStripes]stripe
+	// group, if not nil, makes writes durable with its filesystem's
+	// group sync instead of an fsync each (flush.go); rootFile is the
+	// root held open for it.
+	group    *groupSync
+	rootFile *os.File
 }
 
 // stripe is one lock file and the token that serializes this process's use
@@ -119,6 +124,11 @@ func OpenDirWith(path string, o DirOptions) (*Dir, error) {
 	d := &Dir{root: root, noSync: o.NoSync}
 	if err := d.init(); err != nil {
 		return nil, fmt.Errorf("store: open dir %q: %w", root, err)
+	}
+	if !d.noSync {
+		if d.group, d.rootFile, err = openGroupSync(root); err != nil {
+			return nil, fmt.Errorf("store: open dir %q: %w", root, err)
+		}
 	}
 	for i := range d.stripes {
 		d.stripes[i].sem = make(chan struct{}, 1)
@@ -225,6 +235,13 @@ func (d *Dir) Close() error {
 			s.f = nil
 		}
 		<-s.sem
+	}
+	// Every stripe is held and released: no write is waiting on the
+	// group sync any more.
+	if d.rootFile != nil {
+		if err := d.rootFile.Close(); err != nil && first == nil {
+			first = err
+		}
 	}
 	return first
 }
@@ -478,7 +495,7 @@ func (d *Dir) writeAtomic(dir, name string, parts ...[]byte) error {
 	target := filepath.Join(dir, name)
 	base := strings.TrimSuffix(name, objSuffix)
 	for attempt := 0; ; attempt++ {
-		tmp, err := d.writeTemp(dir, base, parts)
+		tmp, err := d.writeTemp(dir, base, parts, true)
 		if errors.Is(err, fs.ErrNotExist) && attempt < 100 {
 			// A Delete of another key removed dir while it was empty
 			// (between mkdirs and the create). Make it again.
@@ -499,9 +516,9 @@ func (d *Dir) writeAtomic(dir, name string, parts ...[]byte) error {
 }
 
 // writeTemp creates dir if needed, writes parts to a new temporary file in
-// it, fsyncs and closes it, and returns its path. On error it leaves no
-// file behind.
-func (d *Dir) writeTemp(dir, base string, parts [][]byte) (path string, err error) {
+// it, flushes it (unless the caller will: flush false) and closes it, and
+// returns its path. On error it leaves no file behind.
+func (d *Dir) writeTemp(dir, base string, parts [][]byte, flush bool) (path string, err error) {
 	if err := d.mkdirs(dir); err != nil {
 		return "", err
 	}
@@ -521,8 +538,8 @@ func (d *Dir) writeTemp(dir, base string, parts [][]byte) (path string, err erro
 			return "", err
 		}
 	}
-	if !d.noSync {
-		if err := f.Sync(); err != nil {
+	if flush {
+		if err := d.flush(f); err != nil {
 			return "", err
 		}
 	}
@@ -584,7 +601,7 @@ func (d *Dir) syncDir(dir string) error {
 	if err != nil {
 		return err
 	}
-	err = f.Sync()
+	err = d.flush(f)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -752,4 +769,142 @@ func readObject(path string) ([]byte, header, error) {
 		return nil, header{}, errCorrupt("checksum mismatch")
 	}
 	return body, h, nil
+}
+
+var _ Committer = (*Dir)(nil)
+
+// PutCommit implements [Committer]. The new objects are written under
+// their own names at once (O_EXCL: no temporary file, no rename, since
+// nothing references them yet) and key's under a temporary name; one
+// flush makes all of it durable, the rename makes key's object current,
+// and a second flush makes the rename durable: two flushes a commit,
+// shared with the commits of other rooms under way, where a Put each
+// would take two fsyncs each.
+func (d *Dir) PutCommit(ctx context.Context, created []Object, key string, body []byte, cond Cond) (string, error) {
+	if err := cond.Validate(); err != nil {
+		return "", opError("put", key, err)
+	}
+	for _, o := range created {
+		if err := d.check(ctx, o.Key); err != nil {
+			return "", opError("put", o.Key, err)
+		}
+	}
+	if err := d.check(ctx, key); err != nil {
+		return "", opError("put", key, err)
+	}
+	var written []string // created object files, removed again on an error
+	fail := func(k string, err error) (string, error) {
+		for _, p := range written {
+			_ = os.Remove(p)
+		}
+		return "", opError("put", k, err)
+	}
+	var files []*os.File // to flush, without a group sync
+	defer func() {
+		for _, f := range files {
+			_ = f.Close()
+		}
+	}()
+	for _, o := range created {
+		f, err := d.createObject(o.Key)
+		if err != nil {
+			return fail(o.Key, err)
+		}
+		written = append(written, f.Name())
+		files = append(files, f)
+		h := header{version: 1, nonce: rand.Uint64(), length: uint64(len(o.Body))}
+		var hdr [hdrLen]byte
+		h.put(&hdr, o.Body)
+		if _, err := f.Write(hdr[:]); err != nil {
+			return fail(o.Key, err)
+		}
+		if _, err := f.Write(o.Body); err != nil {
+			return fail(o.Key, err)
+		}
+	}
+	unlock, err := d.lock(ctx, key)
+	if err != nil {
+		return fail(key, err)
+	}
+	defer unlock()
+	dir, base := d.objectPath(key)
+	obj := filepath.Join(dir, base+objSuffix)
+	cur, exists, err := readHeader(obj)
+	if err != nil && cond != (Cond{}) {
+		return fail(key, err)
+	}
+	if err := checkCond(cond, exists, cur.etag()); err != nil {
+		return fail(key, err)
+	}
+	h := header{version: 1, nonce: rand.Uint64(), length: uint64(len(body))}
+	if exists {
+		h.version = cur.version + 1
+	}
+	var hdr [hdrLen]byte
+	h.put(&hdr, body)
+	tmp, err := d.writeTemp(dir, base, [][]byte{hdr[:], body}, false)
+	if err != nil {
+		return fail(key, err)
+	}
+	// One flush for the new objects, their names and key's data.
+	if err := d.flushAll(files, tmp); err != nil {
+		_ = os.Remove(tmp)
+		return fail(key, err)
+	}
+	if err := os.Rename(tmp, obj); err != nil {
+		_ = os.Remove(tmp)
+		return fail(key, err)
+	}
+	if err := d.syncDir(dir); err != nil {
+		return "", opError("put", key, fmt.Errorf("%w: renamed but not synced: %w", ErrUnknownOutcome, err))
+	}
+	return h.etag(), nil
+}
+
+// createObject creates key's object file, which must not exist, and
+// returns it open for writing: ErrPrecondition if it exists.
+func (d *Dir) createObject(key string) (*os.File, error) {
+	dir, base := d.objectPath(key)
+	for attempt := 0; ; attempt++ {
+		if err := d.mkdirs(dir); err != nil {
+			return nil, err
+		}
+		f, err := os.OpenFile(filepath.Join(dir, base+objSuffix), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+		switch {
+		case errors.Is(err, fs.ErrExist):
+			return nil, ErrPrecondition
+		case errors.Is(err, fs.ErrNotExist) && attempt < 100:
+			continue // a Delete removed dir while it was empty: make it again
+		}
+		return f, err
+	}
+}
+
+// flushAll makes the data of files and of the file at tmp durable, and
+// the entries of the directories the files were created in: one group
+// sync, or else an fsync of each.
+func (d *Dir) flushAll(files []*os.File, tmp string) error {
+	if d.noSync {
+		return nil
+	}
+	if d.group != nil {
+		return d.group.wait()
+	}
+	for _, f := range files {
+		if err := f.Sync(); err != nil {
+			return err
+		}
+		if err := d.syncDir(filepath.Dir(f.Name())); err != nil {
+			return err
+		}
+	}
+	f, err := os.Open(tmp)
+	if err != nil {
+		return err
+	}
+	err = f.Sync()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }

@@ -109,6 +109,21 @@ func (m *MeteredBucket) Put(ctx context.Context, key string, body []byte, cond C
 	return etag, err
 }
 
+// PutCommit implements [Committer]: with the wrapped bucket's own, if it
+// has one, counted as a put of each object; else as a metered Put each.
+func (m *MeteredBucket) PutCommit(ctx context.Context, created []Object, key string, body []byte, cond Cond) (string, error) {
+	c, ok := m.Bucket.(Committer)
+	if !ok {
+		return putEach(ctx, m, created, key, body, cond)
+	}
+	start := time.Now()
+	etag, err := c.PutCommit(ctx, created, key, body, cond)
+	for range len(created) + 1 {
+		m.done(OpPut, start, err)
+	}
+	return etag, err
+}
+
 // Delete implements Bucket.
 func (m *MeteredBucket) Delete(ctx context.Context, key string, ifMatch string) error {
 	start := time.Now()

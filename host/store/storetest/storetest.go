@@ -106,6 +106,7 @@ func RunWith(t *testing.T, newBucket func(t *testing.T) store.Bucket, o Options)
 		{"SiblingChurn", testSiblingChurn},
 		{"LinearizableOneKey", testLinearizableOneKey},
 		{"LinearizableKeys", testLinearizableKeys},
+		{"Commit", testCommit},
 	}
 	// Each subtest has a bucket of its own, and most of them wait on the
 	// store (a disk's fsync, an S3 server's answers): they run side by side.
