@@ -49,11 +49,12 @@ import (
 type outOp uint8
 
 const (
-	outFrame  outOp = iota // SendFrame(frame)
-	outSend                // Send(kind, outbox.sent[at:end])
-	outClose               // Close(code, reason)
-	outReply               // done(nil), or done(err) when failed
-	outOrigin              // nothing; when failed, tells sock (or its topic) its input was lost
+	outFrame     outOp = iota // SendFrame(frame)
+	outBroadcast              // SendFrame(frame) to each raw socket but except, of id at most bound
+	outSend                   // Send(kind, outbox.sent[at:end])
+	outClose                  // Close(code, reason)
+	outReply                  // done(nil), or done(err) when failed
+	outOrigin                 // nothing; when failed, tells sock (or its topic) its input was lost
 )
 
 // outItem is one held output.
@@ -61,7 +62,9 @@ type outItem struct {
 	op      outOp
 	kind    uint8
 	code    abi.CloseCode
-	at, end int
+	at, end int32
+	except  uint32 // outBroadcast
+	bound   uint32 // outBroadcast: the last socket id handed out when it was sent
 	sock    *Socket
 	frame   Frame
 	reason  string // outClose
@@ -117,12 +120,34 @@ func (r *Room) emitFrame(s *Socket, f Frame) {
 	r.send(s, f)
 }
 
+// emitBroadcast queues f on every raw socket of the room but except, or
+// holds it as one item: the sockets it reaches when released are those
+// that were open when it was sent (ids are handed out in order, so a
+// socket opened since has a larger id) and are still open.
+func (r *Room) emitBroadcast(f Frame, except uint32) {
+	if r.gated() {
+		r.out.add(outItem{op: outBroadcast, frame: f, except: except, bound: r.nextSocket - 1}, 0)
+		return
+	}
+	r.broadcastNow(f, except, r.nextSocket-1)
+}
+
+// broadcastNow queues f on every raw socket but except, of id at most
+// bound.
+func (r *Room) broadcastNow(f Frame, except, bound uint32) {
+	for id, s := range r.sockets {
+		if id != except && id <= bound && s.ch == nil {
+			r.send(s, f)
+		}
+	}
+}
+
 // emitSend queues a message on s, or holds a copy of it (worker).
 func (r *Room) emitSend(s *Socket, kind uint8, data []byte) {
 	if r.gated() {
 		at := len(r.out.sent)
 		r.out.sent = append(r.out.sent, data...)
-		r.out.add(outItem{op: outSend, sock: s, kind: kind, at: at, end: len(r.out.sent)}, len(data))
+		r.out.add(outItem{op: outSend, sock: s, kind: kind, at: int32(at), end: int32(len(r.out.sent))}, len(data))
 		return
 	}
 	r.cork(s)
@@ -165,6 +190,8 @@ func (r *Room) release(o *outbox) {
 		switch it.op {
 		case outFrame:
 			r.send(it.sock, it.frame)
+		case outBroadcast:
+			r.broadcastNow(it.frame, it.except, it.bound)
 		case outSend:
 			r.cork(it.sock)
 			_ = it.sock.conn.Send(int(it.kind), o.sent[it.at:it.end])
@@ -174,6 +201,7 @@ func (r *Room) release(o *outbox) {
 			it.done(nil)
 		}
 	}
+	r.recycle(o)
 }
 
 // failOutputs drops the outputs of o and tells those who waited on them
@@ -206,6 +234,7 @@ func (r *Room) failOutputs(o *outbox, err error) {
 	if n := countReplies(o); n > 0 {
 		r.m.met.outputsFailed.Add(n)
 	}
+	r.recycle(o)
 }
 
 func countReplies(o *outbox) int {
@@ -257,30 +286,28 @@ func (r *Room) capture() (*commitJob, error) {
 	return &commitJob{d: d, body: d.Manifest.Encode(), cond: cond}, nil
 }
 
-// writeCommit writes a captured snapshot: its segment, then its manifest,
-// each with a conditional write. The segments the new manifest no longer
+// writeCommit writes a captured snapshot: its segment (created), then its
+// manifest (a conditional write), as one commit (store.PutCommit). The segments the new manifest no longer
 // references go to the collector. It reads only the job and the manager,
 // so it runs off the room's worker.
 func (m *Manager) writeCommit(ctx context.Context, key Key, job *commitJob) error {
 	d := job.d
-	written := 0
+	var created []store.Object
 	if d.Segment != nil {
-		if _, err := m.bucket.Put(ctx, key.segmentKey(d.SegmentID), d.Segment, store.Cond{IfNoneMatch: true}); err != nil {
-			return fmt.Errorf("writing segment: %w", err)
-		}
-		written += len(d.Segment)
+		created = []store.Object{{Key: key.segmentKey(d.SegmentID), Body: d.Segment}}
 	}
-	etag, err := m.bucket.Put(ctx, key.manifestKey(), job.body, job.cond)
+	etag, err := store.PutCommit(ctx, m.bucket, created, key.manifestKey(), job.body, job.cond)
 	if err != nil {
-		// A write that certainly did not land leaves the segment
-		// unreferenced; one whose outcome is unknown may have.
+		// A commit that certainly did not land leaves its segment
+		// unreferenced, if it was written at all; one whose outcome is
+		// unknown may have landed.
 		if d.Segment != nil && !errors.Is(err, store.ErrUnknownOutcome) {
 			m.gc.add(key.segmentKey(d.SegmentID))
 		}
-		return fmt.Errorf("writing manifest: %w", err)
+		return fmt.Errorf("writing the room's state: %w", err)
 	}
 	job.etag = etag
-	written += len(job.body)
+	written := len(d.Segment) + len(job.body)
 	m.met.snapshotBytes.Add(written)
 	m.met.snapshotWrites.Inc()
 	if d.Compacted && len(d.Garbage) > 0 {
@@ -340,12 +367,26 @@ func (r *Room) armCommit(due, now int64) {
 	}()
 }
 
-// takeOutbox returns the room's held outputs and empties them.
+// takeOutbox returns the room's held outputs and empties them, reusing
+// the buffers of an outbox recycled before.
 func (r *Room) takeOutbox() outbox {
 	o := r.out
-	r.out = outbox{}
+	r.out, r.spareOut = r.spareOut, outbox{}
 	return o
 }
+
+// recycle keeps o's buffers for the next takeOutbox, unless they are
+// large: a burst must not leave its room holding them.
+func (r *Room) recycle(o *outbox) {
+	if cap(o.items) > maxKeptOutItems || cap(o.sent) > maxKeptSends {
+		return
+	}
+	clear(o.items) // what they point at may go
+	r.spareOut = outbox{items: o.items[:0], sent: o.sent[:0]}
+}
+
+// maxKeptOutItems bounds the held outputs whose buffer a room keeps.
+const maxKeptOutItems = 4096
 
 // startCommit takes the snapshot and starts its write; the events behind
 // it go on while it is under way.

@@ -233,6 +233,7 @@ type Room struct {
 	// windowEnds (the commit window), and commitDue is when a window's
 	// timer fires.
 	out           outbox
+	spareOut      outbox // buffers of a released outbox, for the next
 	commit        *commitJob
 	wantCommit    bool
 	pendingEvents int
@@ -908,11 +909,7 @@ func (r *Room) applyEffects() {
 			e.sock.closing = true
 			r.emitClose(e.sock, e.code, e.reason)
 		case opBroadcast:
-			for id, s := range r.sockets {
-				if id != e.except && s.ch == nil {
-					r.emitFrame(s, e.frame)
-				}
-			}
+			r.emitBroadcast(e.frame, e.except)
 		default:
 			r.applyChannelEffect(e)
 		}
