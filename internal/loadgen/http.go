@@ -30,11 +30,13 @@ import (
 // Prefix, Body and TargetPID have no default.
 type HTTPConfig struct {
 	// URL is the http:// or https:// URL requested. RoomMark in it is
-	// replaced by client i's room, <Prefix><i % Rooms>; without it every
-	// client requests URL itself and Rooms and Prefix are not used.
+	// replaced by a room, <Prefix><n>: client i's, i % Rooms, or with more
+	// rooms than clients, each of rooms i, i+Clients, i+2·Clients ... in
+	// turn; without it every client requests URL itself and Rooms and
+	// Prefix are not used.
 	URL    string
 	Prefix string
-	Rooms  int // rooms the clients are spread over, round-robin, with RoomMark: 1 ≤ Rooms ≤ Clients (DefaultRooms, at most Clients)
+	Rooms  int // rooms the clients are spread over, with RoomMark (DefaultRooms, at most Clients)
 
 	Clients int    // clients, one connection each (DefaultClients)
 	Method  string // DefaultMethod
@@ -93,8 +95,8 @@ func (c HTTPConfig) validate() error {
 		return fmt.Errorf("--http must be an http:// or https:// URL, not %q", c.URL)
 	case c.Clients < 1 || c.Clients > MaxClients:
 		return fmt.Errorf("--clients must be 1–%d, not %d", MaxClients, c.Clients)
-	case c.rooms() && (c.Rooms < 1 || c.Rooms > c.Clients):
-		return fmt.Errorf("--rooms must be 1–%d (at most --clients), not %d", c.Clients, c.Rooms)
+	case c.rooms() && (c.Rooms < 1 || c.Rooms > maxHTTPRooms):
+		return fmt.Errorf("--rooms must be 1–%d, not %d", maxHTTPRooms, c.Rooms)
 	case !validMethod(c.Method):
 		return fmt.Errorf("--method must be an HTTP method (GET, POST, ...), not %q", c.Method)
 	}
@@ -117,12 +119,27 @@ func validMethod(m string) bool {
 // rooms reports whether the URL names a room per client.
 func (c *HTTPConfig) rooms() bool { return strings.Contains(c.URL, RoomMark) }
 
-// ClientURL returns the URL client i requests.
-func (c *HTTPConfig) ClientURL(i int) string {
+// maxHTTPRooms bounds --rooms with --http: a client keeps the URL of each
+// of its rooms.
+const maxHTTPRooms = 1 << 20
+
+// ClientURL returns the URL client i requests first.
+func (c *HTTPConfig) ClientURL(i int) string { return c.ClientURLs(i)[0] }
+
+// ClientURLs returns the URLs client i requests, one after the other:
+// its room's, or with more rooms than clients those of rooms i,
+// i+Clients, i+2·Clients ...
+func (c *HTTPConfig) ClientURLs(i int) []string {
 	if !c.rooms() {
-		return c.URL
+		return []string{c.URL}
 	}
-	return strings.ReplaceAll(c.URL, RoomMark, c.Prefix+strconv.Itoa(i%c.Rooms))
+	var urls []string
+	for room := i % c.Rooms; ; room += c.Clients {
+		urls = append(urls, strings.ReplaceAll(c.URL, RoomMark, c.Prefix+strconv.Itoa(room)))
+		if room+c.Clients >= c.Rooms {
+			return urls
+		}
+	}
 }
 
 // HTTPResult is what an HTTP run measured. Requests, their rate and
@@ -176,7 +193,9 @@ const failPause = 10 * time.Millisecond
 type httpClient struct {
 	r      *httpRunner
 	idx    int
-	url    string
+	url    string   // the URL of the request being made
+	urls   []string // every URL it requests, in turn
+	next   int      // the index in urls of its next request
 	client *http.Client
 	pace   pacer
 
@@ -238,7 +257,8 @@ func RunHTTP(ctx context.Context, cfg HTTPConfig) (*HTTPResult, error) {
 	defer abandon()
 	r := &httpRunner{cfg: cfg, base: time.Now(), ctx: runCtx, errors: map[string]int64{}}
 	for i := range cfg.Clients {
-		c := &httpClient{r: r, idx: i, url: cfg.ClientURL(i), client: r.newClient()}
+		urls := cfg.ClientURLs(i)
+		c := &httpClient{r: r, idx: i, url: urls[0], urls: urls, client: r.newClient()}
 		if cfg.Rate > 0 {
 			c.pace = newPacer(cfg.Rate, i, cfg.Clients)
 		}
@@ -451,6 +471,8 @@ func (c *httpClient) do(ctx context.Context) (status int, body string, err error
 	if c.r.cfg.Body != "" {
 		rd = strings.NewReader(c.r.cfg.Body)
 	}
+	c.url = c.urls[c.next]
+	c.next = (c.next + 1) % len(c.urls)
 	req, err := http.NewRequestWithContext(ctx, c.r.cfg.Method, c.url, rd)
 	if err != nil {
 		return 0, "", err

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -188,7 +189,7 @@ func TestHTTPValidate(t *testing.T) {
 	}{
 		{HTTPConfig{URL: "ws://127.0.0.1/"}, "--http"},
 		{HTTPConfig{URL: "127.0.0.1:80/x"}, "--http"},
-		{HTTPConfig{URL: "http://127.0.0.1/{room}", Clients: 5, Rooms: 6}, "--rooms"},
+		{HTTPConfig{URL: "http://127.0.0.1/{room}", Clients: 5, Rooms: 1<<20 + 1}, "--rooms"},
 		{HTTPConfig{URL: "http://127.0.0.1/", Method: "get"}, "--method"},
 		{HTTPConfig{URL: "http://127.0.0.1/", TargetPID: -2}, "--target-pid"},
 		{HTTPConfig{URL: "http://127.0.0.1/", Clients: MaxClients + 1}, "--clients"},
@@ -206,5 +207,14 @@ func TestHTTPValidate(t *testing.T) {
 	c = c.withDefaults()
 	if got := c.ClientURL(5); got != "http://h/actor/c/p-2/count" || c.Rooms != 3 || c.Method != "GET" {
 		t.Errorf("client 5 of 3 rooms: %q (rooms %d, method %s)", got, c.Rooms, c.Method)
+	}
+	// More rooms than clients: each client takes its share in turn.
+	c = HTTPConfig{URL: "http://h/{room}", Prefix: "r", Clients: 3, Rooms: 8}
+	c = c.withDefaults()
+	want := [][]string{{"http://h/r0", "http://h/r3", "http://h/r6"}, {"http://h/r1", "http://h/r4", "http://h/r7"}, {"http://h/r2", "http://h/r5"}}
+	for i, w := range want {
+		if got := c.ClientURLs(i); !slices.Equal(got, w) {
+			t.Errorf("client %d of 3 over 8 rooms: %q, want %q", i, got, w)
+		}
 	}
 }
