@@ -108,6 +108,9 @@ type Instance struct {
 	inbox, inboxCap uint32
 
 	restoredPages []uint64 // page hashes as restored, for the first snapshot after
+	// trackedPages are the page hashes of the last snapshot, since which
+	// the memory's writes are tracked (pagesSince).
+	trackedPages []uint64
 
 	// checkpoint is set by the guest's checkpoint() during an event: the
 	// room makes its state durable before the event's output goes out.
@@ -422,11 +425,16 @@ func (i *Instance) Snapshot(enc *snapshot.Encoder, prev *snapshot.Manifest, prev
 		Generation: generation,
 		SegmentID:  segmentID,
 		PrevPages:  prevPages,
+		Pages:      i.pagesSince(view, prevPages),
 	}
 	for n, g := range i.globals {
 		c.Globals[n] = g.Get()
 	}
-	return enc.Snapshot(prev, c, full)
+	d, err := enc.Snapshot(prev, c, full)
+	if err == nil {
+		i.trackedPages = d.PageHashes
+	}
+	return d, err
 }
 
 // CheckpointRequested reports (and forgets) whether the guest called

@@ -47,6 +47,10 @@ type mappedMemory struct {
 	imageSize uintptr
 	file      bool // a room's image file is mapped over its start (mapImage)
 	cleanup   runtime.Cleanup
+	// registered: the reservation is registered with the write tracker;
+	// tracking: the writes to its usable pages are tracked since the
+	// last snapshot (written_linux.go).
+	registered, tracking bool
 }
 
 // mapping is what the garbage-collection backstop of a mappedMemory
@@ -145,7 +149,9 @@ func (m *mappedMemory) Reallocate(size uint64) []byte {
 		if err := unix.Mprotect(grown, unix.PROT_READ|unix.PROT_WRITE); err != nil {
 			return nil
 		}
+		old := m.usable
 		m.usable = need
+		m.grown(old)
 	}
 	buf := unsafe.Slice((*byte)(m.base), size)
 	if m.data != nil {
@@ -406,6 +412,7 @@ func (i *Instance) mapImage(view []byte, img *os.File) error {
 	// it would drop the file's pages, and a freed page of a file mapping
 	// reads back as the file's, not as the class image's.
 	m.image, m.imageSize, m.file = nil, 0, true
+	m.registered, m.tracking = false, false // a new mapping: not registered
 	runtime.KeepAlive(img)
 	return nil
 }

@@ -37,3 +37,6 @@ func (i *Instance) trimMemory() {}
 
 // mapImage: memories on the Go heap cannot map a file.
 func (i *Instance) mapImage([]byte, *os.File) error { return ErrNoImage }
+
+// pagesSince: without tracked writes, the encoder hashes every page.
+func (i *Instance) pagesSince([]byte, []uint64) []uint64 { return nil }

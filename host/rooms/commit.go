@@ -273,6 +273,9 @@ func (r *Room) capture() (*commitJob, error) {
 	}
 	r.changed = false
 	if r.etag != "" && sameState(r.man, d) {
+		// The same pages, hashed anew: the engine tracks the memory's
+		// writes from this snapshot's hashes on.
+		r.pages = d.PageHashes
 		// The stored clock readings stay older; a restore advances the
 		// guest clock by the wall time since them, as after any
 		// hibernation.

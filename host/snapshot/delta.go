@@ -29,6 +29,10 @@ type Capture struct {
 	// has it (Delta.PageHashes of that snapshot, or what Restore returned);
 	// nil stores every changed chunk whole.
 	PrevPages []uint64
+	// Pages, if not nil, are the hashes of Memory's pages, which the
+	// caller computed (from PrevPages and the pages written since: host
+	// engine's write tracking); nil: the encoder hashes every page.
+	Pages []uint64
 }
 
 // Delta is the outcome of a snapshot: the new manifest, and the segment to
@@ -55,10 +59,13 @@ type Delta struct {
 func HashPages(mem []byte) []uint64 {
 	h := make([]uint64, len(mem)/PageSize)
 	for i := range h {
-		h[i] = xxhash.Sum64(mem[i*PageSize : (i+1)*PageSize])
+		h[i] = HashPage(mem[i*PageSize : (i+1)*PageSize])
 	}
 	return h
 }
+
+// HashPage returns the hash of one page, as HashPages has it.
+func HashPage(page []byte) uint64 { return xxhash.Sum64(page) }
 
 // ZeroPageHash is the hash of a page of zeros.
 var ZeroPageHash = xxhash.Sum64(make([]byte, PageSize))
@@ -72,7 +79,10 @@ func (e *Encoder) Snapshot(prev *Manifest, c *Capture, full bool) (*Delta, error
 	if len(c.Memory)%ChunkSize != 0 || uint64(len(c.Memory)) > maxMemory {
 		return nil, fmt.Errorf("snapshot: memory of %d bytes is not a whole number of pages", len(c.Memory))
 	}
-	pages := HashPages(c.Memory)
+	pages := c.Pages
+	if len(pages) != len(c.Memory)/PageSize {
+		pages = HashPages(c.Memory)
+	}
 	seq := uint64(1)
 	if prev != nil {
 		seq = prev.Seq + 1
