@@ -30,6 +30,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"runtime"
 	"sync"
 
 	"github.com/klauspost/compress/s2"
@@ -138,8 +139,11 @@ func NewEncoder(codec Codec, opts Options) (*Encoder, error) {
 	switch codec {
 	case Raw, S2:
 	case Zstd:
+		// One encoder state per processor: rooms' snapshots are taken
+		// on their own workers at once (every commit of a durable room),
+		// and with one state they wait for each other.
 		z, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest),
-			zstd.WithEncoderConcurrency(1), zstd.WithZeroFrames(true))
+			zstd.WithEncoderConcurrency(runtime.GOMAXPROCS(0)), zstd.WithZeroFrames(true))
 		if err != nil {
 			return nil, err
 		}
