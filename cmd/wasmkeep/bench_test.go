@@ -137,7 +137,7 @@ func TestBench(t *testing.T) {
 		{"--http", "http://127.0.0.1:1/actor/echo/x", "--sockets", "3"},
 		{"--http", "http://127.0.0.1:1/actor/echo/x", "--compare"},
 		{"--http", "http://127.0.0.1:1/actor/echo/x", "--rooms", "3"},
-		{"--http", "http://127.0.0.1:1/actor/echo/{room}", "--clients", "2", "--rooms", "3"},
+		{"--http", "http://127.0.0.1:1/actor/echo/{room}", "--clients", "2", "--rooms", "2000000"},
 		{"--http", "http://127.0.0.1:1/actor/echo/x", "--clients", "0"},
 		{"--http", "http://127.0.0.1:1/actor/echo/x", "--method", "get"},
 	} {

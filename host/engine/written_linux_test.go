@@ -84,19 +84,8 @@ func TestSnapshotsHashOnlyWrittenPages(t *testing.T) {
 	}
 
 	// A restore of the last snapshot (from its full form) carries on.
-	full, err := inst.Snapshot(testEncoder, nil, nil, nil, 1, "", true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	man, err := snapshot.DecodeManifest(full.Manifest.Encode())
-	if err != nil {
-		t.Fatal(err)
-	}
-	seg, err := snapshot.DecodeSegment(full.Segment)
-	if err != nil {
-		t.Fatal(err)
-	}
-	woken, err := c.Restore(context.Background(), man, map[string]*snapshot.Segment{full.SegmentID: seg}, &fakeHost{})
+	man, segs := takeSnapshot(t, inst, nil)
+	woken, err := c.Restore(context.Background(), man, segs, &fakeHost{})
 	if err != nil {
 		t.Fatal(err)
 	}
