@@ -91,12 +91,16 @@ func (o *outbox) add(it outItem, payload int) {
 // commitJob is one write of a room's state under way: the snapshot taken
 // at its commit point and the outputs of the events it covers.
 type commitJob struct {
-	d      *snapshot.Delta
-	body   []byte // d's manifest, encoded
-	cond   store.Cond
-	out    outbox
-	events int
-	start  int64
+	d     *snapshot.Delta
+	body  []byte // d's manifest, encoded
+	prev  string // the version of the manifest it follows ("" for none)
+	first bool   // the first commit of its hold (manifests.go)
+	// firstVersion is the version of its hold's first commit, if this
+	// is not it.
+	firstVersion string
+	out          outbox
+	events       int
+	start        int64
 
 	cancel context.CancelFunc
 	done   chan struct{} // closed when the write ended; then etag or err
@@ -282,11 +286,7 @@ func (r *Room) capture() (*commitJob, error) {
 		m.met.snapshotsUnchanged.Inc()
 		return nil, nil
 	}
-	cond := store.Cond{IfMatch: r.etag}
-	if r.etag == "" {
-		cond = store.Cond{IfNoneMatch: true}
-	}
-	return &commitJob{d: d, body: d.Manifest.Encode(), cond: cond}, nil
+	return &commitJob{d: d, body: d.Manifest.Encode(), prev: r.etag, first: r.firstVersion == "", firstVersion: r.firstVersion}, nil
 }
 
 // writeCommit writes a captured snapshot: its segment (created), then its
@@ -299,7 +299,7 @@ func (m *Manager) writeCommit(ctx context.Context, key Key, job *commitJob) erro
 	if d.Segment != nil {
 		created = []store.Object{{Key: key.segmentKey(d.SegmentID), Body: d.Segment}}
 	}
-	etag, err := store.PutCommit(ctx, m.bucket, created, key.manifestKey(), job.body, job.cond)
+	etag, err := m.layout.commit(ctx, m.bucket, key, job.prev, job.first, created, job.body)
 	if err != nil {
 		// A commit that certainly did not land leaves its segment
 		// unreferenced, if it was written at all; one whose outcome is
@@ -319,12 +319,18 @@ func (m *Manager) writeCommit(ctx context.Context, key Key, job *commitJob) erro
 	for _, id := range d.Garbage {
 		m.gc.add(key.segmentKey(id))
 	}
+	for _, k := range m.layout.superseded(key, job.prev, job.firstVersion) {
+		m.gc.add(k)
+	}
 	return nil
 }
 
 // landed makes a written snapshot the room's latest (worker).
 func (r *Room) landed(job *commitJob) {
 	r.man, r.manBody, r.etag, r.pages = job.d.Manifest, job.body, job.etag, job.d.PageHashes
+	if job.first {
+		r.firstVersion = job.etag
+	}
 	if !r.everStored.Swap(true) {
 		r.m.snapshotCreated()
 	}

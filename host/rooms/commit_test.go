@@ -3,6 +3,7 @@ package rooms
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -191,9 +192,10 @@ func TestFailedWriteFailsWhatItHeld(t *testing.T) {
 // value acknowledged is acknowledged once, and the room's durable count
 // at the end is at least the largest of them.
 func TestCommitUnderStoreFaults(t *testing.T) {
-	for seed := range uint64(4) {
-		t.Run(strconv.FormatUint(seed, 10), func(t *testing.T) {
-			h := newHarness(t, Config{})
+	for seed := range uint64(6) {
+		numbered := seed%2 == 1 // the numbered manifests' layout (manifests.go)
+		t.Run(fmt.Sprintf("%d numbered %v", seed, numbered), func(t *testing.T) {
+			h := newHarness(t, Config{NumberedManifests: numbered})
 			h.classes.durable["c"] = true
 			rng := rand.New(rand.NewPCG(seed, 30))
 			h.bucket.SetFaults(func(op store.Op) store.Fault {

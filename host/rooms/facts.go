@@ -236,7 +236,7 @@ func (m *Manager) snapshotFacts(ctx context.Context, out []RoomInfo, live map[Ke
 		go func() {
 			defer func() { <-sem; wg.Done() }()
 			k := Key{out[j.i].Class, out[j.i].Name}
-			body, _, err := m.bucket.Get(ctx, k.manifestKey())
+			body, _, err := m.layout.latest(ctx, m.bucket, k)
 			if errors.Is(err, store.ErrNotFound) {
 				return // gone since the bucket was listed
 			}

@@ -472,10 +472,17 @@ func (p *recordingPlacement) CloseLost(key Key)   { p.record("close lost %s", ke
 
 func newHarness(t *testing.T, cfg Config) *harness {
 	t.Helper()
+	return newHarnessOn(t, cfg, store.WithFaults(store.NewMem(), nil))
+}
+
+// newHarnessOn is newHarness on a bucket another harness may share: a
+// second node of the same store.
+func newHarnessOn(t *testing.T, cfg Config, bucket *store.Faulty) *harness {
+	t.Helper()
 	h := &harness{
 		t:       t,
 		clock:   clock.NewManual(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)),
-		bucket:  store.WithFaults(store.NewMem(), nil),
+		bucket:  bucket,
 		classes: &fakeClasses{byName: map[string]*fakeClass{"c": newFakeClass("c")}, durable: map[string]bool{}},
 		metrics: metrics.NewSet(),
 	}

@@ -121,6 +121,10 @@ type Config struct {
 	// their payloads plus 128 bytes each (DefaultMaxEventOutput). A call
 	// past it answers the guest abi.StatusTooLarge and queues nothing.
 	MaxEventOutput int
+	// NumberedManifests keeps each room's manifests as a new object a
+	// commit rather than one object overwritten (manifests.go): what the
+	// bucket's format object says (store.Format).
+	NumberedManifests bool
 	// CommitWindow is the least time between the starts of two writes of
 	// one room's state under per-event durability (commit.go): events in
 	// between wait for the next write together, which bounds a busy
@@ -257,6 +261,7 @@ type Manager struct {
 	clock   clock.Clock
 	classes Classes
 	bucket  store.Bucket
+	layout  manifestLayout // how rooms' manifests are kept (manifests.go)
 	place   Placement
 	enc     *snapshot.Encoder
 	log     *slog.Logger
@@ -343,11 +348,8 @@ func NewManager(ctx context.Context, cfg Config, classes Classes, bucket store.B
 	if err != nil {
 		return nil, fmt.Errorf("listing rooms: %w", err)
 	}
-	for _, k := range keys {
-		if _, rest, ok := parseRoomKey(k); ok && rest == "manifest" {
-			m.stored++
-		}
-	}
+	m.layout = layoutOf(cfg.NumberedManifests)
+	m.stored = len(m.storedRooms(keys))
 	m.gc = newCollector(m, bucket)
 	m.openImages()
 	m.met = newRoomMetrics(cfg.Metrics, m)
@@ -599,7 +601,7 @@ func (m *Manager) HandOver(ctx context.Context, key Key, why life.EndReason) err
 	r := m.rooms[key]
 	m.mu.Unlock()
 	if r == nil {
-		_, _, err := m.bucket.Get(ctx, key.manifestKey())
+		_, _, err := m.layout.latest(ctx, m.bucket, key)
 		if errors.Is(err, store.ErrNotFound) {
 			return fmt.Errorf("%w: %s", ErrUnknownRoom, key)
 		}
@@ -769,7 +771,7 @@ func (m *Manager) knownRoom(ctx context.Context, key Key) (*Room, error) {
 	if r != nil {
 		return r, nil
 	}
-	if _, _, err := m.bucket.Get(ctx, key.manifestKey()); errors.Is(err, store.ErrNotFound) {
+	if _, _, err := m.layout.latest(ctx, m.bucket, key); errors.Is(err, store.ErrNotFound) {
 		return nil, fmt.Errorf("%w: %s", ErrUnknownRoom, key)
 	} else if err != nil {
 		return nil, err
@@ -980,12 +982,7 @@ func (m *Manager) List(ctx context.Context) ([]RoomInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	stored := map[Key]bool{}
-	for _, s := range keys {
-		if k, rest, ok := parseRoomKey(s); ok && rest == "manifest" {
-			stored[k] = true
-		}
-	}
+	stored := m.storedRooms(keys)
 	seen := map[Key]bool{}
 	live := map[Key]liveFacts{}
 	var out []RoomInfo

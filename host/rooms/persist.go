@@ -73,7 +73,8 @@ var errDropped = fmt.Errorf("%w: the room's instance was dropped", ErrNotDurable
 // has never been stored.
 func (r *Room) load(ctx context.Context, hold Hold) (inst Instance, restored bool, err error) {
 	m := r.m
-	body, etag, err := m.bucket.Get(ctx, r.key.manifestKey())
+	r.firstVersion = "" // a new hold: its first commit is to come
+	body, etag, err := m.layout.latest(ctx, m.bucket, r.key)
 	if errors.Is(err, store.ErrNotFound) {
 		m.dropKept(r, warmChanged) // its state was deleted meanwhile
 		return r.startFresh(ctx)
@@ -498,10 +499,21 @@ func (m *Manager) SweepOrphans(ctx context.Context, limit int) (int, error) {
 		return 0, err
 	}
 	segs := map[Key][]string{}
+	nums := map[Key][]uint64{} // numbered manifests (manifests.go)
 	for _, k := range keys {
 		key, rest, ok := parseRoomKey(k)
-		if id, isSeg := strings.CutPrefix(rest, "seg/"); ok && isSeg {
+		if !ok {
+			continue
+		}
+		if id, isSeg := strings.CutPrefix(rest, "seg/"); isSeg {
 			segs[key] = append(segs[key], id)
+		} else if n, isMan := m.layout.manifest(rest); isMan && n > 0 {
+			nums[key] = append(nums[key], n)
+		}
+	}
+	for key := range nums {
+		if _, ok := segs[key]; !ok {
+			segs[key] = nil
 		}
 	}
 	deleted := 0
@@ -518,7 +530,7 @@ func (m *Manager) SweepOrphans(ctx context.Context, limit int) (int, error) {
 			m.log.Warn("orphan sweep: the room's fence is unknown; keeping its segments", "room", key.String(), "err", err)
 			continue
 		}
-		body, _, err := m.bucket.Get(ctx, key.manifestKey())
+		body, _, err := m.layout.latest(ctx, m.bucket, key)
 		referenced := map[string]bool{}
 		switch {
 		case errors.Is(err, store.ErrNotFound):
@@ -549,6 +561,11 @@ func (m *Manager) SweepOrphans(ctx context.Context, limit int) (int, error) {
 			m.met.segmentsDeleted.Inc()
 			m.met.orphansDeleted.Inc()
 		}
+		n, err := m.sweepManifests(ctx, key, nums[key], bound, limit-deleted)
+		deleted += n
+		if err != nil {
+			return deleted, err
+		}
 	}
 	return deleted, nil
 }
@@ -578,7 +595,7 @@ func (m *Manager) sweepLoop() {
 // orphan sweep finds any the collector loses).
 func (r *Room) deleteStored(ctx context.Context) error {
 	m := r.m
-	if err := m.bucket.Delete(ctx, r.key.manifestKey(), ""); err != nil {
+	if err := m.layout.remove(ctx, m.bucket, r.key); err != nil {
 		return fmt.Errorf("deleting its manifest: %w", err)
 	}
 	r.man, r.manBody, r.etag, r.pages, r.image = nil, nil, "", nil, 0

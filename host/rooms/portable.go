@@ -79,7 +79,7 @@ func (m *Manager) Export(ctx context.Context, key Key, mods Modules) ([]byte, er
 			return nil, ctx.Err()
 		}
 	}
-	manBytes, _, err := m.bucket.Get(ctx, key.manifestKey())
+	manBytes, _, err := m.layout.latest(ctx, m.bucket, key)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, fmt.Errorf("%w: %s", ErrUnknownRoom, key)
 	}
@@ -211,7 +211,7 @@ func (m *Manager) Import(ctx context.Context, bd *Bundle, mods Modules, opts Imp
 	if busy {
 		return key, fmt.Errorf("%w: hibernate it and close its sockets first", ErrRoomBusy)
 	}
-	old, oldEtag, err := m.bucket.Get(ctx, key.manifestKey())
+	old, oldVersion, err := m.layout.latest(ctx, m.bucket, key)
 	switch {
 	case err == nil && !opts.Replace:
 		return key, fmt.Errorf("%w: %s (import with replace to overwrite it)", ErrRoomExists, key)
@@ -238,11 +238,8 @@ func (m *Manager) Import(ctx context.Context, bd *Bundle, mods Modules, opts Imp
 		}
 		man.Segments[i] = snapshot.SegmentRef{ID: id, Size: ref.Size}
 	}
-	cond := store.Cond{IfNoneMatch: true}
-	if old != nil {
-		cond = store.Cond{IfMatch: oldEtag}
-	}
-	if _, err := m.bucket.Put(ctx, key.manifestKey(), man.Encode(), cond); err != nil {
+	// The import is its hold's first and only commit.
+	if _, err := m.layout.commit(ctx, m.bucket, key, oldVersion, true, nil, man.Encode()); err != nil {
 		return key, fmt.Errorf("writing the manifest: %w", err)
 	}
 	m.snaps.invalidate(key)
@@ -308,7 +305,7 @@ func (m *Manager) Inspect(ctx context.Context, key Key) (*RoomDetail, error) {
 		}
 	}
 	m.mu.Unlock()
-	body, _, err := m.bucket.Get(ctx, key.manifestKey())
+	body, _, err := m.layout.latest(ctx, m.bucket, key)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		if r == nil {

@@ -198,29 +198,32 @@ type Room struct {
 	retryAt atomic.Int64
 
 	// worker-owned
-	batchBuf   []byte // MessageBatch encoding, reused
-	inst       Instance
-	hold       Hold
-	held       bool
-	man        *snapshot.Manifest // the latest snapshot's manifest, while resident
-	manBody    []byte             // man as stored (encoded), for keepInstance
-	pages      []uint64           // the page hashes of the memory as man has it
-	image      uint64             // the image (host/images) inst was restored from or saved to, or 0
-	etag       string             // its version in the bucket
-	segSeq     uint64             // names this room's segments within a hold's generation
-	durable    bool               // the class asks for a checkpoint after every event
-	changed    bool
-	sockets    map[uint32]*Socket
-	nextSocket uint32
-	known      map[uint32]bool        // ids the guest believes open
-	gone       map[uint32]life.Closed // how sockets the guest believes open went away (nil until one does: put)
-	skipClose  map[uint32]bool
-	effects    []effect
-	sent       []byte    // the payloads of the effects' sends, copied out of the guest; reused
-	output     int       // what the event's effects hold, counted against Config.MaxEventOutput
-	corked     []*Socket // sockets corked in the current burst of events
-	kick       chan struct{}
-	linger     clock.Timer // while a worker runs; worker-owned
+	batchBuf []byte // MessageBatch encoding, reused
+	inst     Instance
+	hold     Hold
+	held     bool
+	man      *snapshot.Manifest // the latest snapshot's manifest, while resident
+	manBody  []byte             // man as stored (encoded), for keepInstance
+	pages    []uint64           // the page hashes of the memory as man has it
+	image    uint64             // the image (host/images) inst was restored from or saved to, or 0
+	etag     string             // its version in the bucket (manifests.go)
+	// firstVersion is the version of the first manifest the room's
+	// current hold wrote, "" before it wrote one (manifests.go).
+	firstVersion string
+	segSeq       uint64 // names this room's segments within a hold's generation
+	durable      bool   // the class asks for a checkpoint after every event
+	changed      bool
+	sockets      map[uint32]*Socket
+	nextSocket   uint32
+	known        map[uint32]bool        // ids the guest believes open
+	gone         map[uint32]life.Closed // how sockets the guest believes open went away (nil until one does: put)
+	skipClose    map[uint32]bool
+	effects      []effect
+	sent         []byte    // the payloads of the effects' sends, copied out of the guest; reused
+	output       int       // what the event's effects hold, counted against Config.MaxEventOutput
+	corked       []*Socket // sockets corked in the current burst of events
+	kick         chan struct{}
+	linger       clock.Timer // while a worker runs; worker-owned
 
 	// writeFailures counts the snapshot writes that failed in a row: the
 	// step of the back-off (retryAt). Worker-owned.

@@ -400,8 +400,8 @@ func (m *Manager) classRooms(ctx context.Context, class string) ([]Key, error) {
 	}
 	m.mu.Unlock()
 	keys, err := m.bucket.List(ctx, Key{Class: class}.classPrefix())
-	for _, s := range keys {
-		if k, rest, ok := parseRoomKey(s); ok && rest == "manifest" && k.Class == class {
+	for k := range m.storedRooms(keys) {
+		if k.Class == class {
 			seen[k] = true
 		}
 	}
@@ -467,7 +467,7 @@ func (r *Room) setVersion(v string) { r.version.Store(&v) }
 // storedVersion is the module version key's stored snapshot names, "" when
 // it has none or it cannot be read.
 func (m *Manager) storedVersion(ctx context.Context, key Key) string {
-	body, _, err := m.bucket.Get(ctx, key.manifestKey())
+	body, _, err := m.layout.latest(ctx, m.bucket, key)
 	if err != nil {
 		return ""
 	}
