@@ -47,6 +47,7 @@ func serveFlags() []cli.Flag {
 		&cli.IntFlag{Name: "max-resident", Value: rooms.DefaultMaxResident, Usage: "rooms kept in memory; a wake past it hibernates the least recently used idle room and waits for it", EnvVars: env("max-resident")},
 		&cli.DurationFlag{Name: "wake-wait", Value: rooms.DefaultWakeWait, Usage: "time a wake may wait for a place under --max-resident before its event is refused (HTTP 503, WebSocket close 1013)", EnvVars: env("wake-wait")},
 		&cli.DurationFlag{Name: "event-timeout", Value: flagLimit(engine.DefaultEventTimeout), Usage: "time one event may run in a room before the room is stopped and rolled back (0: no limit, for trusted guests; the check costs a few ns per loop iteration, docs/PERFORMANCE.md)", EnvVars: env("event-timeout")},
+		&cli.StringFlag{Name: "manifests", Usage: "how a new bucket keeps rooms' manifests: overwrite (one object a room, replaced at each commit) or numbered (a new object a commit, for stores that take one write a second to a key: Cloudflare R2, Google Cloud Storage); default: the bucket's, overwrite for a new one", EnvVars: env("manifests")},
 		&cli.DurationFlag{Name: "commit-window", Usage: "least time between the starts of two writes of one room's state under per-event durability: the events in between share the next write, which bounds a busy room's store requests at the price of their answers' latency (default: 0 on the data directory, 100ms on S3; at most 10s)", EnvVars: env("commit-window")},
 		&cli.DurationFlag{Name: "call-timeout", Value: rooms.DefaultCallTimeout, Usage: "time a room's call to another room waits for its answer (not counted toward --event-timeout)", EnvVars: env("call-timeout")},
 		&cli.IntFlag{Name: "max-room-memory", Value: engine.DefaultMaxMemoryPages / engine.PagesPerMiB, Usage: "linear memory per room, in MiB", EnvVars: env("max-room-memory")},
@@ -181,6 +182,7 @@ func nodeConfig(c *cli.Context) (node.Config, error) {
 			AllowedOrigins: c.StringSlice("allowed-origins"),
 		},
 		MaxModuleBytes: c.Int("max-module-size"),
+		Manifests:      c.String("manifests"),
 		Logger:         logger,
 	}
 	if err := clusterConfig(c, &cfg); err != nil {
@@ -273,6 +275,11 @@ func checkLimits(c *cli.Context) error {
 	}
 	if v := c.Duration("event-timeout"); v < 0 {
 		return fmt.Errorf("--event-timeout must be 0 (no limit) or more, not %s", v)
+	}
+	switch v := c.String("manifests"); v {
+	case "", store.ManifestsOverwrite, store.ManifestsNumbered:
+	default:
+		return fmt.Errorf("--manifests must be %s or %s, not %q", store.ManifestsOverwrite, store.ManifestsNumbered, v)
 	}
 	if v := c.Duration("commit-window"); v < 0 || v > maxCommitWindow {
 		return fmt.Errorf("--commit-window must be 0 (none) to %s, not %s", maxCommitWindow, v)

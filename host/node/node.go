@@ -67,6 +67,13 @@ type Config struct {
 	// (default clock.Real()); it overrides theirs. Tests give a manual one.
 	Clock clock.Clock
 
+	// Manifests is how a new bucket keeps rooms' manifests
+	// (store.ManifestsOverwrite, or store.ManifestsNumbered for stores
+	// that take one write a second to a key); "" takes an existing
+	// bucket's, or overwrite for a new one. A node told otherwise than
+	// its bucket keeps them does not start.
+	Manifests string
+
 	Engine  engine.Config
 	Rooms   rooms.Config
 	Fronts  fronts.Config
@@ -246,7 +253,8 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 			return nil, fmt.Errorf("the store is not safe to run on: %w", err)
 		}
 	}
-	if err := store.CheckFormat(ctx, n.Bucket); err != nil {
+	manifests, err := store.CheckFormat(ctx, n.Bucket, cfg.Manifests)
+	if err != nil {
 		return nil, err
 	}
 
@@ -302,6 +310,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		}
 	}
 	rcfg := cfg.Rooms
+	rcfg.NumberedManifests = manifests == store.ManifestsNumbered
 	rcfg.Logger, rcfg.Metrics, rcfg.Framer, rcfg.Clock = cfg.Logger, n.Metrics, server.Framer(n.Hub), cfg.Clock
 	if n.member != nil {
 		rcfg.Calls = n.member.Calls()
