@@ -288,3 +288,40 @@ func TestCommitWindow(t *testing.T) {
 		t.Fatalf("the request after the window: %q, %v", a.body, a.err)
 	}
 }
+
+// TestIdleHibernationIsNotStaleBehindACommit: the worker's wake-up for a
+// commit that landed is not work: an idle hibernation queued before it
+// still hibernates the room (it was taken as stale, and the room stayed).
+func TestIdleHibernationIsNotStaleBehindACommit(t *testing.T) {
+	h := newHarness(t, Config{})
+	h.classes.durable["c"] = true
+	a, ca := h.open("r")
+	h.waitFor("the open", func() bool { return len(ca.sent()) == 1 })
+	w := holdWrites(h)
+	first := h.requestAsync("r", "POST", "/")
+	release := <-w.waiting // a commit under way
+	if err := a.Message(abi.MessageText, []byte("wait")); err != nil {
+		t.Fatal(err)
+	}
+	h.waitFor("the guest to wait", func() bool { return h.counter(`wasmkeep_room_events_total{kind="socket_message"}`) == 1 })
+	key := Key{"c", "r"}
+	h.m.mu.Lock()
+	r := h.m.rooms[key]
+	h.m.mu.Unlock()
+	handed := make(chan error, 1)
+	go func() { handed <- h.m.HandOver(context.Background(), key, life.EndIdle) }()
+	h.waitFor("the idle hibernation to be queued", func() bool { return queued(r) == 1 })
+	w.stop()
+	release <- nil // the write lands; its wake-up is queued behind the hibernation
+	h.waitFor("the commit's wake-up to be queued", func() bool { return queued(r) == 2 })
+	h.classes.byName["c"].gate <- struct{}{}
+	if a := <-first; a.err != nil {
+		t.Fatal(a.err)
+	}
+	if err := <-handed; err != nil {
+		t.Fatal(err)
+	}
+	if st := h.state("r"); st != StateHibernated {
+		t.Fatalf("after an idle hibernation with a commit's wake-up behind it: %s, want hibernated", st)
+	}
+}

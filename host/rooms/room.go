@@ -432,7 +432,7 @@ func (r *Room) run() {
 			close(r.space)
 			r.space = nil
 		}
-		more := r.head < len(r.queue)
+		more := r.workQueued()
 		r.mu.Unlock()
 		if r.commit != nil {
 			// Outputs waiting on a write that ended go before the next
@@ -446,14 +446,40 @@ func (r *Room) run() {
 		if ev.kind == evSocketMessage {
 			handled = ev.sock
 		}
+		// The events queued behind this one share its commit: the
+		// commit point comes once the mailbox is empty, or every
+		// maxBurst events (commit.go).
+		if burst++; burst == maxBurst || !r.queued() {
+			r.commitPoint()
+		}
 		// Corked sockets are let go at the end of a burst, or every
 		// maxBurst events, which bounds what a burst adds to latency.
-		if burst++; burst == maxBurst {
+		if burst == maxBurst {
 			r.uncorkAll()
 			r.idle()
 			burst = 0
 		}
 	}
+}
+
+// workQueued reports whether an event of a client or of the node waits
+// in the mailbox: the worker's own wake-ups for its commits are not work
+// (a hibernation that finds one behind it is not stale). The caller
+// holds r.mu.
+func (r *Room) workQueued() bool {
+	for _, ev := range r.queue[r.head:] {
+		if ev.kind != evCommitted {
+			return true
+		}
+	}
+	return false
+}
+
+// queued reports whether an event waits in the mailbox.
+func (r *Room) queued() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.head < len(r.queue)
 }
 
 // idle makes the call the guest asked for during the burst that just
@@ -630,7 +656,6 @@ func (r *Room) handle(ev *event, more bool) {
 	if ev.kind != evRequest { // a request's is recorded before its answer goes
 		r.lastActive.Store(r.m.clock.Now())
 	}
-	r.commitPoint()
 }
 
 func (r *Room) handleRequest(ev *event) {
