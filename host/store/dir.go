@@ -592,10 +592,14 @@ func (d *Dir) syncRemoval(dir string) error {
 	}
 }
 
-// syncDir fsyncs a directory, which makes its entries durable.
+// syncDir fsyncs a directory, which makes its entries durable: with a
+// group sync, that of the whole filesystem, which needs no open of dir.
 func (d *Dir) syncDir(dir string) error {
 	if d.noSync {
 		return nil
+	}
+	if d.group != nil {
+		return d.group.wait()
 	}
 	f, err := os.Open(dir)
 	if err != nil {
