@@ -403,9 +403,15 @@ func sameState(prev *snapshot.Manifest, d *snapshot.Delta) bool {
 		slices.Equal(prev.Globals, next.Globals) && bytes.Equal(prev.RoomState, next.RoomState)
 }
 
-// collector deletes segments no manifest references, in the background
-// and at a bounded rate, so a burst of hibernations does not turn into a
-// burst of deletes in front of the next wakes.
+// collector deletes segments no manifest references, in the background:
+// a batch at a time, several deletes of a batch at once (on the directory
+// store they share their flushes), and with a pause between batches
+// while little is pending, so that a burst of hibernations does not turn
+// into a burst of deletes in front of the next wakes. Rooms durable per
+// event make about one segment of garbage a commit, hundreds or thousands
+// a second on a busy node: past a backlog of backlogBatches batches the
+// collector deletes without pausing, or garbage would pile up faster
+// than it goes.
 type collector struct {
 	bucket store.Bucket
 	m      *Manager
@@ -424,6 +430,13 @@ const maxPending = 100000
 func newCollector(m *Manager, bucket store.Bucket) *collector {
 	return &collector{bucket: bucket, m: m, batch: 100, pause: 100 * time.Millisecond, wake: make(chan struct{}, 1)}
 }
+
+// Tuning of the collector: deletes of a batch run this many at once, and
+// past backlogBatches batches pending it does not pause.
+const (
+	collectorDeleters = 8
+	backlogBatches    = 10
+)
 
 func (c *collector) add(key string) {
 	c.mu.Lock()
@@ -451,9 +464,37 @@ func (c *collector) run(stop <-chan struct{}) {
 			return
 		case <-c.wake:
 		}
-		for c.pass(c.m.ctx) > 0 {
-			if !c.m.sleep(c.pause, stop) {
+		for left := c.pass(c.m.ctx); left > 0; left = c.pass(c.m.ctx) {
+			if left >= backlogBatches*c.batch {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				continue
+			}
+			if !c.rest(stop) {
 				return
+			}
+		}
+	}
+}
+
+// rest waits out the pause between two batches, or less if the backlog
+// passes backlogBatches batches meanwhile. It reports false if stop
+// closed.
+func (c *collector) rest(stop <-chan struct{}) bool {
+	t := c.m.clock.NewTimer(c.pause)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return false
+		case <-t.C():
+			return true
+		case <-c.wake:
+			if c.size() >= backlogBatches*c.batch {
+				return true
 			}
 		}
 	}
@@ -466,14 +507,25 @@ func (c *collector) pass(ctx context.Context) int {
 	keys := slices.Clone(c.pending[:n])
 	c.pending = c.pending[n:]
 	c.mu.Unlock()
-	for _, k := range keys {
-		if err := c.bucket.Delete(ctx, k, ""); err != nil {
-			c.m.met.gcErrors.Inc()
-			c.m.log.Warn("deleting an unreferenced segment failed; the orphan sweep will retry", "key", k, "err", err)
-			continue
-		}
-		c.m.met.segmentsDeleted.Inc()
+	next := make(chan string)
+	var wg sync.WaitGroup
+	for range min(collectorDeleters, len(keys)) {
+		wg.Go(func() {
+			for k := range next {
+				if err := c.bucket.Delete(ctx, k, ""); err != nil {
+					c.m.met.gcErrors.Inc()
+					c.m.log.Warn("deleting an unreferenced segment failed; the orphan sweep will retry", "key", k, "err", err)
+					continue
+				}
+				c.m.met.segmentsDeleted.Inc()
+			}
+		})
 	}
+	for _, k := range keys {
+		next <- k
+	}
+	close(next)
+	wg.Wait()
 	return c.size()
 }
 

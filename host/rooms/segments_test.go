@@ -110,3 +110,25 @@ func (b *hangingSegments) Get(ctx context.Context, key string) ([]byte, string, 
 	}
 	return b.Bucket.Get(ctx, key)
 }
+
+// TestCollectorKeepsUpWithABacklog: past backlogBatches batches of
+// garbage the collector deletes without pausing between batches (rooms
+// durable per event make a segment of garbage a commit); below it, it
+// pauses. On the manual clock a pause would never end: the backlog must
+// come down to the mark with no time passing.
+func TestCollectorKeepsUpWithABacklog(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t, Config{})
+	n := (backlogBatches + 5) * h.m.gc.batch
+	for i := range n {
+		key := Key{"c", "g"}.segmentKey(snapshot.SegmentID(1, uint64(i+1)))
+		if _, err := h.bucket.Put(ctx, key, []byte("garbage"), store.IfNoneMatch()); err != nil {
+			t.Fatal(err)
+		}
+		h.m.gc.add(key)
+	}
+	h.waitFor("the backlog to come down to the mark", func() bool { return h.m.gc.size() < backlogBatches*h.m.gc.batch })
+	if got := h.counter(`wasmkeep_snapshot_segments_deleted_total`); got < float64(n-backlogBatches*h.m.gc.batch) {
+		t.Fatalf("%v segments deleted, want at least %d", got, n-backlogBatches*h.m.gc.batch)
+	}
+}
