@@ -84,15 +84,23 @@ func unanswered(t *testing.T, what string, chs ...<-chan answer) {
 	}
 }
 
+// durableRoomWithSocket is a harness whose class is durable per event,
+// with a socket open in its room c/r.
+func durableRoomWithSocket(t *testing.T) (*harness, *Socket, *fakeConn) {
+	t.Helper()
+	h := newHarness(t, Config{})
+	h.classes.durable["c"] = true
+	a, ca := h.open("r")
+	h.waitFor("the open", func() bool { return len(ca.sent()) == 1 })
+	return h, a, ca
+}
+
 // TestOutputWaitsForItsWrite: under per-event durability an event's
 // answer and its sends leave only once the write of its state landed;
 // the events behind the write run meanwhile, and one write covers them
 // all and lets their outputs go together.
 func TestOutputWaitsForItsWrite(t *testing.T) {
-	h := newHarness(t, Config{})
-	h.classes.durable["c"] = true
-	a, ca := h.open("r")
-	h.waitFor("the open", func() bool { return len(ca.sent()) == 1 })
+	h, a, ca := durableRoomWithSocket(t)
 	w := holdWrites(h)
 
 	first := h.requestAsync("r", "POST", "/")
@@ -151,10 +159,7 @@ func TestOutputWaitsForItsWrite(t *testing.T) {
 // whose message was lost), and the room goes back to what is durable:
 // nothing lost was acknowledged.
 func TestFailedWriteFailsWhatItHeld(t *testing.T) {
-	h := newHarness(t, Config{})
-	h.classes.durable["c"] = true
-	a, ca := h.open("r")
-	h.waitFor("the open", func() bool { return len(ca.sent()) == 1 })
+	h, a, ca := durableRoomWithSocket(t)
 	h.expect("r", "POST", "/", "1")
 	w := holdWrites(h)
 
@@ -293,10 +298,7 @@ func TestCommitWindow(t *testing.T) {
 // commit that landed is not work: an idle hibernation queued before it
 // still hibernates the room (it was taken as stale, and the room stayed).
 func TestIdleHibernationIsNotStaleBehindACommit(t *testing.T) {
-	h := newHarness(t, Config{})
-	h.classes.durable["c"] = true
-	a, ca := h.open("r")
-	h.waitFor("the open", func() bool { return len(ca.sent()) == 1 })
+	h, a, _ := durableRoomWithSocket(t)
 	w := holdWrites(h)
 	first := h.requestAsync("r", "POST", "/")
 	release := <-w.waiting // a commit under way
