@@ -62,7 +62,7 @@ func TestClassCommands(t *testing.T) {
 	n.ok("class", "rm", "counter2")
 
 	// list shows it in a table.
-	rows := table(t, n.ok("class", "list"), "NAME", "HASH", "SIZE", "ABI", "UPLOADED", "VERSIONS", "ROOMS", "ON-OLDER", "FRONT")
+	rows := table(t, n.ok("class", "list"), "NAME", "HASH", "SIZE", "ABI", "UPLOADED", "VERSIONS", "ROOMS", "ON-OLDER", "DURABLE", "FRONT")
 	if len(rows) != 1 {
 		t.Fatalf("class list: %q, want one class", rows)
 	}
@@ -72,6 +72,9 @@ func TestClassCommands(t *testing.T) {
 	}
 	if up, err := time.Parse(time.RFC3339, row[4]); err != nil || time.Since(up) > time.Hour || time.Until(up) > time.Minute {
 		t.Fatalf("class list: uploaded %q (%v)", row[4], err)
+	}
+	if row[8] != "event" {
+		t.Fatalf("class list: durable %q, want event (the default)", row[8])
 	}
 
 	// A file that is not wasm: the node's message, and nothing stored.
@@ -90,7 +93,7 @@ func TestClassCommands(t *testing.T) {
 	// A name the node refuses.
 	n.fails("invalid class name", "class", "put", "Bad.Name", counter)
 
-	rows = table(t, n.ok("class", "list"), "NAME", "HASH", "SIZE", "ABI", "UPLOADED", "VERSIONS", "ROOMS", "ON-OLDER", "FRONT")
+	rows = table(t, n.ok("class", "list"), "NAME", "HASH", "SIZE", "ABI", "UPLOADED", "VERSIONS", "ROOMS", "ON-OLDER", "DURABLE", "FRONT")
 	if len(rows) != 1 || rows[0][0] != "counter" {
 		t.Fatalf("after refused uploads, class list: %q", rows)
 	}
@@ -106,8 +109,9 @@ func TestClassCommands(t *testing.T) {
 	if body := expectHTTP(t, 200, "GET", n.url+"/app/x"); body != "front page /app/x" {
 		t.Fatalf("GET /app/x: %q", body)
 	}
-	rows = table(t, n.ok("class", "list"), "NAME", "HASH", "SIZE", "ABI", "UPLOADED", "VERSIONS", "ROOMS", "ON-OLDER", "FRONT")
-	if len(rows) != 2 || rows[0][0] != "counter" || rows[0][8] != "-" || rows[1][0] != "web" || rows[1][8] != "/api,/app" {
+	rows = table(t, n.ok("class", "list"), "NAME", "HASH", "SIZE", "ABI", "UPLOADED", "VERSIONS", "ROOMS", "ON-OLDER", "DURABLE", "FRONT")
+	if len(rows) != 2 || rows[0][0] != "counter" || rows[0][8] != "event" || rows[0][9] != "-" ||
+		rows[1][0] != "web" || rows[1][8] != "-" || rows[1][9] != "/api,/app" {
 		t.Fatalf("class list with a front: %q", rows)
 	}
 	n.ok("class", "rm", "web")
@@ -117,7 +121,7 @@ func TestClassCommands(t *testing.T) {
 	if got := n.ok("class", "rm", "counter"); got != "class counter removed\n" {
 		t.Fatalf("class rm printed %q", got)
 	}
-	if rows := table(t, n.ok("class", "list"), "NAME", "HASH", "SIZE", "ABI", "UPLOADED", "VERSIONS", "ROOMS", "ON-OLDER", "FRONT"); len(rows) != 0 {
+	if rows := table(t, n.ok("class", "list"), "NAME", "HASH", "SIZE", "ABI", "UPLOADED", "VERSIONS", "ROOMS", "ON-OLDER", "DURABLE", "FRONT"); len(rows) != 0 {
 		t.Fatalf("after rm, class list: %q", rows)
 	}
 	expectHTTP(t, 404, "POST", n.url+"/actor/counter/x")
@@ -404,7 +408,7 @@ func TestStopAndRestart(t *testing.T) {
 	if got := ws.ReadText(); got != "before the restart" {
 		t.Fatalf("chat history after the restart: %q", got)
 	}
-	if rows := table(t, n.ok("class", "list"), "NAME", "HASH", "SIZE", "ABI", "UPLOADED", "VERSIONS", "ROOMS", "ON-OLDER", "FRONT"); len(rows) != 2 {
+	if rows := table(t, n.ok("class", "list"), "NAME", "HASH", "SIZE", "ABI", "UPLOADED", "VERSIONS", "ROOMS", "ON-OLDER", "DURABLE", "FRONT"); len(rows) != 2 {
 		t.Fatalf("classes after the restart: %q", rows)
 	}
 }

@@ -241,7 +241,7 @@ func classCommand() *cli.Command {
 						return err
 					}
 					durability := "durable at hibernation"
-					if rec.Durability == "event" {
+					if rec.durability() == "event" {
 						durability = "durable per event"
 					}
 					if len(rec.Front) > 0 {
@@ -282,10 +282,14 @@ func classCommand() *cli.Command {
 						}
 					}
 					tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
-					fmt.Fprintln(tw, "NAME\tHASH\tSIZE\tABI\tUPLOADED\tVERSIONS\tROOMS\tON-OLDER\tFRONT")
+					fmt.Fprintln(tw, "NAME\tHASH\tSIZE\tABI\tUPLOADED\tVERSIONS\tROOMS\tON-OLDER\tDURABLE\tFRONT")
 					for _, r := range recs {
-						fmt.Fprintf(tw, "%s\t%s\t%d\tv%d\t%s\t%d\t%d\t%d\t%s\n", r.Name, shortHash(r.Hash), r.Size, r.ABI, r.Uploaded.Format(time.RFC3339),
-							max(len(r.Versions), 1), current[r.Name], older[r.Name], dash(strings.Join(r.Front, ",")))
+						durable := r.durability()
+						if len(r.Front) > 0 {
+							durable = "-" // a front has no rooms
+						}
+						fmt.Fprintf(tw, "%s\t%s\t%d\tv%d\t%s\t%d\t%d\t%d\t%s\t%s\n", r.Name, shortHash(r.Hash), r.Size, r.ABI, r.Uploaded.Format(time.RFC3339),
+							max(len(r.Versions), 1), current[r.Name], older[r.Name], durable, dash(strings.Join(r.Front, ",")))
 					}
 					return tw.Flush()
 				},
@@ -559,4 +563,14 @@ func shortDuration(d time.Duration) string {
 		return fmt.Sprintf("%dh%dm", s/3600, s%3600/60)
 	}
 	return fmt.Sprintf("%dd%dh", s/86400, s%86400/3600)
+}
+
+// durability is when the class's rooms' state becomes durable, as the
+// node takes its record: "event", or "hibernate" (a record from before
+// per-event durability was the default, with no choice, reads so too).
+func (rec classRecord) durability() string {
+	if rec.Durability == "event" {
+		return "event"
+	}
+	return "hibernate"
 }

@@ -44,7 +44,7 @@ func TestClassVersionsAndUpgradeCommands(t *testing.T) {
 	if len(room) != 1 || room[0][8] != v2 || room[0][9] != "-" {
 		t.Fatalf("rooms --version: %q, want the room on %s", room, v2)
 	}
-	classes := table(t, n.ok("class", "list"), "NAME", "HASH", "SIZE", "ABI", "UPLOADED", "VERSIONS", "ROOMS", "ON-OLDER", "FRONT")
+	classes := table(t, n.ok("class", "list"), "NAME", "HASH", "SIZE", "ABI", "UPLOADED", "VERSIONS", "ROOMS", "ON-OLDER", "DURABLE", "FRONT")
 	if len(classes) != 1 || classes[0][5] != "2" || classes[0][6] != "1" || classes[0][7] != "0" {
 		t.Fatalf("class list: %q", classes)
 	}
