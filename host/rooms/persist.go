@@ -421,6 +421,9 @@ type collector struct {
 	mu      sync.Mutex
 	pending []string
 	wake    chan struct{}
+	// passing is held by a pass for its whole run, its deletes included,
+	// so that DrainGarbage returns only once a pass under way is done.
+	passing sync.Mutex
 }
 
 // maxPending bounds the collector's queue; what overflows is left to the
@@ -502,6 +505,8 @@ func (c *collector) rest(stop <-chan struct{}) bool {
 
 // pass deletes up to a batch of pending keys and returns how many remain.
 func (c *collector) pass(ctx context.Context) int {
+	c.passing.Lock()
+	defer c.passing.Unlock()
 	c.mu.Lock()
 	n := min(c.batch, len(c.pending))
 	keys := slices.Clone(c.pending[:n])
