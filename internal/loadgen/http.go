@@ -329,51 +329,13 @@ func (r *httpRunner) newClient() *http.Client {
 // open sends every client's first request, DialConcurrency at a time,
 // which opens its connection. The first failure stops it.
 func (r *httpRunner) open(ctx context.Context) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var (
-		wg       sync.WaitGroup
-		mu       sync.Mutex
-		firstErr error
-		opened   atomic.Int64
-	)
-	jobs := make(chan *httpClient)
-	for range min(r.cfg.DialConcurrency, r.cfg.Clients) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for c := range jobs {
-				if ctx.Err() != nil {
-					continue
-				}
-				err := c.first(ctx)
-				if err != nil {
-					mu.Lock()
-					if firstErr == nil {
-						firstErr = fmt.Errorf("%s %s: %w", r.cfg.Method, c.url, err)
-					}
-					mu.Unlock()
-					cancel()
-					continue
-				}
-				opened.Add(1)
-			}
-		}()
-	}
-feed:
-	for _, c := range r.clients {
-		select {
-		case jobs <- c:
-		case <-ctx.Done():
-			break feed
+	return openEach(ctx, len(r.clients), r.cfg.DialConcurrency, "connections", func(ctx context.Context, i int) error {
+		c := r.clients[i]
+		if err := c.first(ctx); err != nil {
+			return fmt.Errorf("%s %s: %w", r.cfg.Method, c.url, err)
 		}
-	}
-	close(jobs)
-	wg.Wait()
-	if firstErr != nil {
-		return fmt.Errorf("opened %d of %d connections, then %w", opened.Load(), r.cfg.Clients, firstErr)
-	}
-	return ctx.Err()
+		return nil
+	})
 }
 
 // first sends the client's first request.

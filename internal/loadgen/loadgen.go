@@ -584,6 +584,20 @@ func (r *runner) join(ctx context.Context) error {
 // connect opens every socket, DialConcurrency at a time, and starts their
 // readers. The first failure stops it.
 func (r *runner) connect(ctx context.Context, readers *sync.WaitGroup) error {
+	return openEach(ctx, r.cfg.Sockets, r.cfg.DialConcurrency, "sockets", func(ctx context.Context, i int) error {
+		if err := r.dial(ctx, r.socks[i]); err != nil {
+			return fmt.Errorf("%s: %w", r.cfg.RoomURL(i%r.cfg.Rooms), err)
+		}
+		readers.Add(1)
+		go r.readLoop(r.socks[i], readers)
+		return nil
+	})
+}
+
+// openEach calls open for 0 to n-1, concurrency at a time, until one
+// fails: that failure, with how many of the n things named what were
+// opened before it, is the error.
+func openEach(ctx context.Context, n, concurrency int, what string, open func(ctx context.Context, i int) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var (
@@ -593,32 +607,27 @@ func (r *runner) connect(ctx context.Context, readers *sync.WaitGroup) error {
 		opened   atomic.Int64
 	)
 	jobs := make(chan int)
-	for range min(r.cfg.DialConcurrency, r.cfg.Sockets) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+	for range min(concurrency, n) {
+		wg.Go(func() {
 			for i := range jobs {
 				if ctx.Err() != nil {
 					continue
 				}
-				err := r.dial(ctx, r.socks[i])
-				if err != nil {
+				if err := open(ctx, i); err != nil {
 					mu.Lock()
 					if firstErr == nil {
-						firstErr = fmt.Errorf("%s: %w", r.cfg.RoomURL(i%r.cfg.Rooms), err)
+						firstErr = err
 					}
 					mu.Unlock()
 					cancel()
 					continue
 				}
 				opened.Add(1)
-				readers.Add(1)
-				go r.readLoop(r.socks[i], readers)
 			}
-		}()
+		})
 	}
 feed:
-	for i := range r.socks {
+	for i := range n {
 		select {
 		case jobs <- i:
 		case <-ctx.Done():
@@ -628,7 +637,7 @@ feed:
 	close(jobs)
 	wg.Wait()
 	if firstErr != nil {
-		return fmt.Errorf("opened %d of %d sockets, then %w", opened.Load(), r.cfg.Sockets, firstErr)
+		return fmt.Errorf("opened %d of %d %s, then %w", opened.Load(), n, what, firstErr)
 	}
 	return ctx.Err()
 }
