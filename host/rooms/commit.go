@@ -211,17 +211,19 @@ func (r *Room) release(o *outbox) {
 // failOutputs drops the outputs of o and tells those who waited on them
 // that they are lost (worker). Nothing may be held when it is called: what
 // it sends goes out at once.
+//
+// err wraps ErrNotDurable: a write failed, or the room crashed or was
+// dropped before the write.
 func (r *Room) failOutputs(o *outbox, err error) {
-	reason := "the room crashed; reconnect"
-	if errors.Is(err, ErrNotDurable) {
-		reason = "the room's state could not be made durable; reconnect"
-	}
+	failed := 0
 	for i := range o.items {
 		it := &o.items[i]
 		switch it.op {
 		case outReply:
+			failed++
 			it.done(err)
 		case outOrigin:
+			failed++
 			s := it.sock
 			if r.sockets[s.id] != s {
 				continue // closed, or told already
@@ -232,23 +234,11 @@ func (r *Room) failOutputs(o *outbox, err error) {
 				}
 				continue
 			}
-			r.dropSocket(s, abi.CloseInternalError, reason)
+			r.dropSocket(s, abi.CloseInternalError, "the room's state could not be made durable; reconnect")
 		}
 	}
-	if n := countReplies(o); n > 0 {
-		r.m.met.outputsFailed.Add(n)
-	}
+	r.m.met.outputsFailed.Add(failed)
 	r.recycle(o)
-}
-
-func countReplies(o *outbox) int {
-	n := 0
-	for i := range o.items {
-		if o.items[i].op == outReply || o.items[i].op == outOrigin {
-			n++
-		}
-	}
-	return n
 }
 
 // capture takes the room's next snapshot (worker): nil when nothing the
