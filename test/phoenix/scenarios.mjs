@@ -112,13 +112,29 @@ const scenarios = {
     const s = socket("presence/js-hb");
     const ch = s.channel("room:lobby", { name: "hb" });
     await join(ch);
-    await admin("POST", "/admin/rooms/presence/js-hb/hibernate");
-    let beats = 0;
+    // phoenix.js reconnects when a heartbeat's answer takes longer than
+    // the interval (a loaded machine), and its rejoin is a real event that
+    // wakes the room: only beats on one connection, with no open between
+    // the hibernation and the room's state read after them, show that
+    // heartbeats alone leave the room asleep.
+    let beats = 0, opens = 0;
+    s.onOpen(() => opens++);
     s.onMessage(m => { if (m.topic === "phoenix") beats++; });
-    await until("ten heartbeats answered", () => beats >= 10);
-    assert(s.isConnected(), "socket dropped while the room slept");
-    const st = await roomState("presence", "js-hb");
-    assert(st.state === "hibernated" && st.sockets === 1, "room woke for heartbeats: " + JSON.stringify(st));
+    for (let attempt = 1; ; attempt++) {
+      await until("joined", () => ch.state === "joined" && s.isConnected());
+      const opensBefore = opens;
+      await admin("POST", "/admin/rooms/presence/js-hb/hibernate");
+      beats = 0;
+      await until("ten heartbeats answered", () => beats >= 10 || opens !== opensBefore);
+      const st = await roomState("presence", "js-hb");
+      if (opens !== opensBefore) {
+        assert(attempt < 5, "phoenix.js reconnected in each of " + attempt + " tries");
+        continue;
+      }
+      assert(s.isConnected(), "socket dropped while the room slept");
+      assert(st.state === "hibernated" && st.sockets === 1, "room woke for heartbeats: " + JSON.stringify(st));
+      break;
+    }
     const pong = await push(ch, "ping", {});
     assert(pong.pong === true, "ping after hibernation");
     s.disconnect();
