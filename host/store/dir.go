@@ -72,6 +72,14 @@ type DirOptions struct {
 	// the crash of a process, but a kernel crash or power loss may lose or
 	// roll back acknowledged writes. For tests and benchmarks only.
 	NoSync bool
+	// Journal makes this process the directory's only user, and its
+	// writes appends to one journal file (journal.go): for the data
+	// directory of a single node, whose every durable event is a write.
+	// Another process's OpenDir of the directory fails while it is open.
+	Journal bool
+	// JournalSize is how large the journal grows before its changes are
+	// written to the object files (DefaultJournalSize if 0).
+	JournalSize int64
 }
 
 // Dir is a [Bucket] on a local directory, safe for concurrent use by any
@@ -91,6 +99,8 @@ type Dir struct {
 	// root held open for it.
 	group    *groupSync
 	rootFile *os.File
+	// j, if not nil, takes every write (DirOptions.Journal).
+	j *journal
 }
 
 // stripe is one lock file and the token that serializes this process's use
@@ -134,6 +144,16 @@ func OpenDirWith(path string, o DirOptions) (*Dir, error) {
 		d.stripes[i].sem = make(chan struct{}, 1)
 	}
 	if err := d.removeStaleTemps(time.Now().Add(-StaleTempAge)); err != nil {
+		return nil, fmt.Errorf("store: open dir %q: %w", root, err)
+	}
+	size := o.JournalSize
+	if size <= 0 {
+		size = DefaultJournalSize
+	}
+	if d.j, err = openJournal(d, o.Journal, size); err != nil {
+		if d.rootFile != nil {
+			_ = d.rootFile.Close()
+		}
 		return nil, fmt.Errorf("store: open dir %q: %w", root, err)
 	}
 	return d, nil
@@ -225,6 +245,9 @@ func (d *Dir) Close() error {
 		return nil
 	}
 	var first error
+	if d.j != nil {
+		first = d.j.close()
+	}
 	for i := range d.stripes {
 		s := &d.stripes[i]
 		s.sem <- struct{}{}
@@ -255,6 +278,15 @@ func (d *Dir) Get(ctx context.Context, key string) ([]byte, string, error) {
 	if err := d.check(ctx, key); err != nil {
 		return nil, "", opError("get", key, err)
 	}
+	if d.j != nil {
+		body, etag, found, err := d.j.get(key)
+		if err != nil {
+			return nil, "", opError("get", key, err)
+		}
+		if found {
+			return body, etag, nil
+		}
+	}
 	body, h, err := readObject(d.objectFile(key))
 	if err != nil {
 		return nil, "", opError("get", key, err)
@@ -269,6 +301,9 @@ func (d *Dir) Put(ctx context.Context, key string, body []byte, cond Cond) (stri
 	}
 	if err := d.check(ctx, key); err != nil {
 		return "", opError("put", key, err)
+	}
+	if d.j != nil {
+		return d.journalPut(key, body, cond)
 	}
 	unlock, err := d.lock(ctx, key)
 	if err != nil {
@@ -303,6 +338,9 @@ func (d *Dir) Delete(ctx context.Context, key string, ifMatch string) error {
 	if err := d.check(ctx, key); err != nil {
 		return opError("delete", key, err)
 	}
+	if d.j != nil {
+		return d.journalDelete(key, ifMatch)
+	}
 	unlock, err := d.lock(ctx, key)
 	if err != nil {
 		return opError("delete", key, err)
@@ -328,19 +366,12 @@ func (d *Dir) Delete(ctx context.Context, key string, ifMatch string) error {
 	if err := d.syncRemoval(dir); err != nil {
 		return opError("delete", key, fmt.Errorf("%w: removed but not synced: %w", ErrUnknownOutcome, err))
 	}
-	// Remove the directories this left empty. A Put that is creating a
-	// file in one of them retries (see writeObject); the removal of an
-	// empty directory needs no fsync, as one that comes back is harmless.
-	for p := dir; p != d.root && strings.HasPrefix(p, d.root+string(filepath.Separator)); p = filepath.Dir(p) {
-		if os.Remove(p) != nil {
-			break
-		}
-	}
+	d.removeEmptyDirs(dir)
 	return nil
 }
 
-// List implements [Bucket].
-func (d *Dir) List(ctx context.Context, prefix string) ([]string, error) {
+// listFiles lists the object files under prefix.
+func (d *Dir) listFiles(ctx context.Context, prefix string) ([]string, error) {
 	if err := ValidPrefix(prefix); err != nil {
 		return nil, opError("list", prefix, err)
 	}
@@ -361,16 +392,40 @@ func (d *Dir) List(ctx context.Context, prefix string) ([]string, error) {
 	return keys, nil
 }
 
+// List implements [Bucket].
+func (d *Dir) List(ctx context.Context, prefix string) ([]string, error) {
+	keys, _, err := d.list(ctx, prefix)
+	return keys, err
+}
+
+// list lists the keys under prefix, with the ETags of those whose
+// latest version the journal holds.
+func (d *Dir) list(ctx context.Context, prefix string) ([]string, map[string]string, error) {
+	keys, err := d.listFiles(ctx, prefix)
+	if err != nil || d.j == nil {
+		return keys, nil, err
+	}
+	keys, etags, err := d.j.merge(keys, prefix)
+	if err != nil {
+		return nil, nil, opError("list", prefix, err)
+	}
+	return keys, etags, nil
+}
+
 // ListPage implements [Bucket]. It walks the directories as List does
 // and reads the header of each object on the page for its ETag.
 func (d *Dir) ListPage(ctx context.Context, prefix, after string, limit int) ([]Entry, bool, error) {
-	keys, err := d.List(ctx, prefix)
+	keys, journaled, err := d.list(ctx, prefix)
 	if err != nil {
 		return nil, false, err
 	}
 	page, more := pageOf(keys, after, limit)
 	entries := make([]Entry, 0, len(page))
 	for _, k := range page {
+		if etag, ok := journaled[k]; ok {
+			entries = append(entries, Entry{Key: k, ETag: etag})
+			continue
+		}
 		h, exists, err := readHeader(d.objectFile(k))
 		if err != nil {
 			return nil, false, opError("list", prefix, err)
@@ -795,6 +850,9 @@ func (d *Dir) PutCommit(ctx context.Context, created []Object, key string, body 
 	}
 	if err := d.check(ctx, key); err != nil {
 		return "", opError("put", key, err)
+	}
+	if d.j != nil {
+		return d.journalCommit(created, key, body, cond)
 	}
 	var written []string // created object files, removed again on an error
 	fail := func(k string, err error) (string, error) {

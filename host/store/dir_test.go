@@ -66,6 +66,16 @@ func child(mode, dir string) error {
 		return nil
 	case "crash":
 		return crashWriter(ctx, d, n)
+	case "jcrash":
+		// OpenDir above replayed what the last round left; this one
+		// keeps a journal, small enough to checkpoint often.
+		if err := d.Close(); err != nil {
+			return err
+		}
+		if d, err = store.OpenDirWith(dir, store.DirOptions{Journal: true, JournalSize: 1 << 20}); err != nil {
+			return err
+		}
+		return crashWriter(ctx, d, n)
 	}
 	return fmt.Errorf("unknown mode %q", mode)
 }
@@ -410,6 +420,20 @@ func TestDirCrash(t *testing.T) {
 		t.Skip("starts processes")
 	}
 	t.Parallel()
+	crashRounds(t, "crash")
+}
+
+// TestDirJournalCrash is TestDirCrash with a writer that keeps a journal
+// (checkpointed every MiB): each round's OpenDir replays what it left.
+func TestDirJournalCrash(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	t.Parallel()
+	crashRounds(t, "jcrash")
+}
+
+func crashRounds(t *testing.T, mode string) {
 	seed := rand.Uint64()
 	t.Logf("seed %d", seed)
 	r := rand.New(rand.NewPCG(seed, 0))
@@ -417,7 +441,7 @@ func TestDirCrash(t *testing.T) {
 	acked := map[string]uint64{} // key → highest acknowledged version
 	const rounds = 10
 	for round := range rounds {
-		cmd := childCmd(t, fmt.Sprintf("crash %d", r.Uint64()), path)
+		cmd := childCmd(t, fmt.Sprintf("%s %d", mode, r.Uint64()), path)
 		stdout, err := cmd.StdoutPipe()
 		if err != nil {
 			t.Fatal(err)

@@ -34,3 +34,29 @@ var (
 // ProbeCreators is how many writers the probe's concurrent-create check
 // starts.
 const ProbeCreators = probeCreators
+
+// Abandon drops d as a crash of its process would: its journal is neither
+// written to the object files nor removed, and its lock is let go.
+func (d *Dir) Abandon() {
+	j := d.j
+	j.mu.Lock()
+	j.closed = true
+	ck := j.ckpt
+	j.mu.Unlock()
+	j.writers.Wait()
+	if ck != nil {
+		<-ck
+	}
+	_ = j.f.Close()
+	_ = j.lockFile.Close()
+	d.closed.Store(true)
+	if d.rootFile != nil {
+		_ = d.rootFile.Close()
+	}
+}
+
+// JournalFiles returns the journal files in the Dir at root, oldest first.
+func JournalFiles(root string) []string {
+	files, _ := filepath.Glob(filepath.Join(root, reservedDir, journalDir, "*"))
+	return files
+}

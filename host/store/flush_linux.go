@@ -38,3 +38,17 @@ func syncfsReportsErrors() bool {
 	mi, err2 := strconv.Atoi(strings.TrimRightFunc(minor, func(r rune) bool { return r < '0' || r > '9' }))
 	return err1 == nil && err2 == nil && (ma > 5 || ma == 5 && mi >= 8)
 }
+
+// datasync makes f's data durable, and the metadata needed to read it
+// back (its size), with fdatasync(2).
+func datasync(f *os.File) error {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) { serr = unix.Fdatasync(int(fd)) }); err != nil {
+		return err
+	}
+	return serr
+}
