@@ -237,7 +237,9 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 
 	n.Bucket = cfg.Bucket
 	if n.Bucket == nil {
-		dir, err := store.OpenDir(filepath.Join(cfg.DataDir, "store"))
+		// The node holds its data directory (above), so its store is
+		// its own: a journal makes each durable write an append.
+		dir, err := store.OpenDirWith(filepath.Join(cfg.DataDir, "store"), store.DirOptions{Journal: true})
 		if err != nil {
 			return nil, fmt.Errorf("opening the data directory: %w", err)
 		}
