@@ -306,6 +306,9 @@ func (m *Manager) writeCommit(ctx context.Context, key Key, job *commitJob) erro
 	if d.Compacted && len(d.Garbage) > 0 {
 		m.met.compactions.Inc()
 	}
+	if d.Folded {
+		m.met.folds.Inc()
+	}
 	for _, id := range d.Garbage {
 		m.gc.add(key.segmentKey(id))
 	}

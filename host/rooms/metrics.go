@@ -34,6 +34,7 @@ type roomMetrics struct {
 	snapshotsUnchanged *metrics.Counter
 	snapshotCorrupt    *metrics.Counter
 	compactions        *metrics.Counter
+	folds              *metrics.Counter
 	segmentsDeleted    *metrics.Counter
 	orphansDeleted     *metrics.Counter
 	deletions          *metrics.Counter
@@ -76,6 +77,7 @@ func newRoomMetrics(set *metrics.Set, m *Manager) *roomMetrics {
 		snapshotsUnchanged: set.NewCounter(`wasmkeep_snapshot_unchanged_total`),
 		snapshotCorrupt:    set.NewCounter(`wasmkeep_snapshot_unreadable_total`),
 		compactions:        set.NewCounter(`wasmkeep_snapshot_compactions_total`),
+		folds:              set.NewCounter(`wasmkeep_snapshot_folds_total`),
 		segmentsDeleted:    set.NewCounter(`wasmkeep_snapshot_segments_deleted_total`),
 		orphansDeleted:     set.NewCounter(`wasmkeep_snapshot_orphans_deleted_total`),
 		deletions:          set.NewCounter(`wasmkeep_rooms_deleted_total`),

@@ -45,6 +45,11 @@ type Delta struct {
 	// Compacted is true when the segment holds every stored page and the
 	// manifest references nothing older.
 	Compacted bool
+	// Folded is true when the segment holds, besides the changed pages,
+	// those of every older segment but the largest, which the manifest
+	// references besides it (the chain bound was reached with little
+	// dead).
+	Folded bool
 	// Changed counts the pages whose content differed from prev.
 	Changed int
 	// Garbage lists the segments prev referenced and the new manifest does
@@ -90,13 +95,25 @@ func (e *Encoder) Snapshot(prev *Manifest, c *Capture, full bool) (*Delta, error
 	usable := prev != nil && prev.ModuleHash == c.ModuleHash && prev.Codec == e.codec &&
 		len(prev.Chunks)*pagesPerChunk <= len(pages)
 	if usable && !full {
-		d := e.build(prev, c, pages, seq, false)
+		d := e.build(prev, c, pages, seq, -1)
 		live, total := d.Manifest.Bytes()
-		if len(d.Manifest.Segments) <= e.maxChain && total-live <= live {
-			return d, nil
+		if total-live <= live {
+			if len(d.Manifest.Segments) <= e.maxChain {
+				return d, nil
+			}
+			// Too long a chain, but little dead: the pages of every
+			// segment but the largest (the last full snapshot's) go
+			// into the new one. They are the few a room keeps
+			// writing, so this costs about a delta, where a full
+			// snapshot compresses the whole memory again.
+			d = e.build(prev, c, pages, seq, prev.largestSegment())
+			if live, total := d.Manifest.Bytes(); len(d.Manifest.Segments) <= e.maxChain && total-live <= live {
+				d.Folded = true
+				return d, nil
+			}
 		}
 	}
-	d := e.build(nil, c, pages, seq, true)
+	d := e.build(nil, c, pages, seq, -1)
 	if prev != nil {
 		d.Garbage = prev.SegmentIDs()
 	}
@@ -105,8 +122,11 @@ func (e *Encoder) Snapshot(prev *Manifest, c *Capture, full bool) (*Delta, error
 
 // build writes the new segment and manifest. Without prev (a full
 // snapshot) every stored page goes into the new segment; with it, only the
-// pages that changed, the others keep their place in prev's segments.
-func (e *Encoder) build(prev *Manifest, c *Capture, pages []uint64, seq uint64, full bool) *Delta {
+// pages that changed, the others keep their place in prev's segments,
+// except that with keepOnly >= 0 only the pages in prev's segment of that
+// index keep theirs: the others go into the new segment too.
+func (e *Encoder) build(prev *Manifest, c *Capture, pages []uint64, seq uint64, keepOnly int32) *Delta {
+	full := prev == nil
 	nchunks := len(c.Memory) / ChunkSize
 	m := &Manifest{Header: c.Header, Generation: c.Generation, Seq: seq, Codec: e.codec, Chunks: make([]ChunkRef, nchunks)}
 	id := c.SegmentID
@@ -139,6 +159,13 @@ func (e *Encoder) build(prev *Manifest, c *Capture, pages []uint64, seq uint64, 
 			k := i*pagesPerChunk + p
 			if old == nil || c.PrevPages == nil || k >= len(c.PrevPages) || c.PrevPages[k] != pages[k] {
 				changed |= 1 << p
+			}
+		}
+		if old != nil && keepOnly >= 0 {
+			for _, p := range old.Parts {
+				if p.Seg != keepOnly {
+					changed |= p.Live
+				}
 			}
 		}
 		ref := ChunkRef{}

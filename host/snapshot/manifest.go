@@ -90,6 +90,18 @@ func (m *Manifest) Bytes() (live, total uint64) {
 	return live, total
 }
 
+// largestSegment returns the index of the manifest's largest segment
+// (-1 if it has none).
+func (m *Manifest) largestSegment() int32 {
+	best := int32(-1)
+	for i, s := range m.Segments {
+		if best < 0 || s.Size > m.Segments[best].Size {
+			best = int32(i)
+		}
+	}
+	return best
+}
+
 // SegmentIDs lists the segments the manifest references.
 func (m *Manifest) SegmentIDs() []string {
 	ids := make([]string, len(m.Segments))

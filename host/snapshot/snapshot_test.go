@@ -231,6 +231,54 @@ func TestCompaction(t *testing.T) {
 	}
 }
 
+// TestFoldingKeepsTheFullSnapshot: a room that keeps writing the same few
+// pages reaches the chain bound with little dead; the deltas are folded
+// into one segment beside the full snapshot, which is never written again.
+func TestFoldingKeepsTheFullSnapshot(t *testing.T) {
+	enc, _ := NewEncoder(S2, Options{MaxChain: 3})
+	st := &store{t: t, segs: map[string][]byte{}}
+	mem := testMemory(16, 7)
+	r := rand.New(rand.NewPCG(3, 4))
+	for i := range mem { // incompressible, so the full snapshot is large
+		mem[i] = byte(r.Uint32())
+	}
+	var m *Manifest
+	var pages []uint64
+	var full string
+	folds := 0
+	for round := range 20 {
+		if round > 0 { // the hot pages: one of six in chunks 5 and 6 each time
+			page := 5*pagesPerChunk + round%6*5
+			mem[page*PageSize+round] = byte(round)
+		}
+		d, err := enc.Snapshot(m, &Capture{Header: testHeader(), Memory: mem, Generation: 1, PrevPages: pages}, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case round == 0:
+			full = d.SegmentID
+		case d.Compacted:
+			t.Fatalf("round %d: a full snapshot again", round)
+		case len(d.Segment) > 8*PageSize:
+			t.Fatalf("round %d: a segment of %d bytes for a few pages", round, len(d.Segment))
+		}
+		if d.Folded {
+			folds++
+		}
+		m, pages = st.apply(d), d.PageHashes
+		if !slices.Contains(m.SegmentIDs(), full) || len(m.Segments) > 3 {
+			t.Fatalf("round %d: segments %v, want the full one and at most two more", round, m.SegmentIDs())
+		}
+		if got := st.restore(m, nil); !bytes.Equal(got, mem) {
+			t.Fatalf("round %d: memory differs", round)
+		}
+	}
+	if folds < 4 {
+		t.Fatalf("%d folds in 19 deltas with a chain bound of 3", folds)
+	}
+}
+
 func TestModuleChangeStartsOver(t *testing.T) {
 	enc, _ := NewEncoder(Zstd, Options{})
 	st := &store{t: t, segs: map[string][]byte{}}
