@@ -47,8 +47,8 @@ func BenchmarkGoChatWake(b *testing.B) {
 		}
 	}
 	// An option for the store's path, against chain=8/store of the same
-	// run: S2 segments instead of zstd.
-	b.Run("chain=8/store-s2", func(b *testing.B) { benchGoChatWake(b, 8, "store-s2") })
+	// run: zstd segments instead of S2 (the default).
+	b.Run("chain=8/store-zstd", func(b *testing.B) { benchGoChatWake(b, 8, "store-zstd") })
 	// The first wake after a clean restart of the node (each iteration
 	// stops the node, which hibernates the room and closes its socket,
 	// and starts it again on the same data directory, then loads the
@@ -69,8 +69,8 @@ func benchGoChatWake(b *testing.B, chain int, wake string) {
 	if wake != "image" && wake != "restart-image" {
 		cfg.ImageBytes = limits.Off
 	}
-	if wake == "store-s2" {
-		cfg.Codec = snapshot.S2
+	if wake == "store-zstd" {
+		cfg.Codec = snapshot.Zstd
 	}
 	ncfg := Config{DataDir: b.TempDir(), Logger: quietLogger(), Rooms: cfg}
 	n := startNode(b, ncfg)

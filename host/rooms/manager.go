@@ -84,7 +84,7 @@ type Config struct {
 	// segments are for snapshot's own tests and measurements.
 	Codec snapshot.Codec
 	// MaxChain bounds the segments a snapshot may reference before the
-	// next hibernation compacts them into one (snapshot.DefaultMaxChain).
+	// next one folds or compacts them (snapshot.DefaultMaxChain).
 	MaxChain int
 	// SweepInterval spaces the sweeps for orphaned segments
 	// (DefaultSweepInterval; the first runs a minute after start;
@@ -194,9 +194,13 @@ const (
 	// DefaultCallTimeout is how long a call between rooms waits for its
 	// answer.
 	DefaultCallTimeout = calls.DefaultTimeout
-	// DefaultCodec is zstd at its fastest level (snapshot.NewEncoder):
-	// pages compress well, and a hibernation should stay cheap.
-	DefaultCodec = snapshot.Zstd
+	// DefaultCodec is S2: a room durable per event takes a snapshot at
+	// every commit, compressing a few pages of each of a few chunks, and
+	// zstd's cost for each such call is about twice S2's (a counter's
+	// commit: 0.19 ms against 0.10 ms), as is its restore CPU a fifth
+	// more; its segments are about a third smaller. Snapshots written with
+	// zstd stay readable; the next write after one compacts.
+	DefaultCodec = snapshot.S2
 	// DefaultSweepInterval: orphans are rare (a crash between a segment's
 	// write and its manifest's), so a sweep now and then is enough.
 	DefaultSweepInterval = 30 * time.Minute
