@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -59,7 +60,8 @@ func idleSocketMemory(t *testing.T, mode socket.ReadMode) {
 		n = int(limit) - 2000
 		t.Logf("RLIMIT_NOFILE %d: measuring %d sockets", limit, n)
 	}
-	node := startNode(t, Config{Sockets: socket.Config{PingInterval: time.Hour, MaxSockets: n + 10, Reader: mode}})
+	dataDir := t.TempDir()
+	node := startNode(t, Config{DataDir: dataDir, Sockets: socket.Config{PingInterval: time.Hour, MaxSockets: n + 10, Reader: mode}})
 	putClass(t, node, "chat", "./examples/chat")
 	var urls []string
 	for i := range rooms_ {
@@ -69,6 +71,7 @@ func idleSocketMemory(t *testing.T, mode socket.ReadMode) {
 		urls = append(urls, fmt.Sprintf("%s/actor/chat/r%d", node.URL(), i))
 	}
 	hibernateEach(t, node, "chat", rooms_, func(i int) string { return fmt.Sprint("r", i) })
+	waitFor(t, "the store's journal written out", func() bool { return journalEmpty(t, dataDir) })
 	before := memtest.Take(t)
 
 	leave := startSocketClients(t, urls, n)
@@ -80,6 +83,10 @@ func idleSocketMemory(t *testing.T, mode socket.ReadMode) {
 	if c := node.Rooms.Counts(); c.Resident != 0 || c.HibernatedWithSockets != rooms_ {
 		t.Fatalf("rooms not all hibernated with sockets: %+v", c)
 	}
+	// What the rooms wrote sits in the store's journal, in memory, until
+	// it is written out (at once when the node goes quiet): the figure is
+	// the node's after that.
+	waitFor(t, "the store's journal written out", func() bool { return journalEmpty(t, dataDir) })
 	after := memtest.Take(t)
 	heap, stack, rss := memtest.Per(after, before, n)
 	t.Logf("%d idle sockets read with %v over %d hibernated rooms, node side, per socket: heap %.0f B + stack %.0f B = %.0f B; RSS %.0f B",
@@ -172,4 +179,16 @@ func startSocketClients(t *testing.T, urls []string, n int) (leave func() error)
 	for lines.Scan() && lines.Text() != "ready" {
 	}
 	return leave
+}
+
+// journalEmpty reports whether the journal of the store in dataDir holds
+// nothing: every change is in its object file, none in memory.
+func journalEmpty(t *testing.T, dataDir string) bool {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dataDir, "store", "@store", "journal", "*"))
+	if err != nil || len(files) != 1 {
+		return false
+	}
+	fi, err := os.Stat(files[0])
+	return err == nil && fi.Size() == 0
 }

@@ -80,6 +80,19 @@ type DirOptions struct {
 	// JournalSize is how large the journal grows before its changes are
 	// written to the object files (DefaultJournalSize if 0).
 	JournalSize int64
+	// JournalAge is how long a change stays in the journal at most before
+	// it is written to its object file (DefaultJournalAge if 0).
+	JournalAge time.Duration
+}
+
+func (o DirOptions) withDefaults() DirOptions {
+	if o.JournalSize <= 0 {
+		o.JournalSize = DefaultJournalSize
+	}
+	if o.JournalAge <= 0 {
+		o.JournalAge = DefaultJournalAge
+	}
+	return o
 }
 
 // Dir is a [Bucket] on a local directory, safe for concurrent use by any
@@ -146,11 +159,8 @@ func OpenDirWith(path string, o DirOptions) (*Dir, error) {
 	if err := d.removeStaleTemps(time.Now().Add(-StaleTempAge)); err != nil {
 		return nil, fmt.Errorf("store: open dir %q: %w", root, err)
 	}
-	size := o.JournalSize
-	if size <= 0 {
-		size = DefaultJournalSize
-	}
-	if d.j, err = openJournal(d, o.Journal, size); err != nil {
+	o = o.withDefaults()
+	if d.j, err = openJournal(d, o.Journal, o.JournalSize, o.JournalAge); err != nil {
 		if d.rootFile != nil {
 			_ = d.rootFile.Close()
 		}

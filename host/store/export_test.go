@@ -42,6 +42,9 @@ func (d *Dir) Abandon() {
 	j.mu.Lock()
 	j.closed = true
 	ck := j.ckpt
+	if j.aging != nil {
+		j.aging.Stop()
+	}
 	j.mu.Unlock()
 	j.writers.Wait()
 	if ck != nil {

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // The journal of a Dir that one process owns (DirOptions.Journal: the
@@ -29,7 +30,10 @@ import (
 // itself, mostly in the kernel. Segments that a later compaction
 // supersedes before the next checkpoint never reach a file at all.
 //
-// A checkpoint starts once the journal holds JournalSize bytes: it moves
+// A checkpoint starts once the journal holds JournalSize bytes, or its
+// oldest change is JournalAge old, or no change came for journalQuiet
+// (what the journal holds it also keeps in memory, and a node that goes
+// quiet should not keep its last writes on its heap): it moves
 // the appends to a new journal file, writes the objects the old one
 // changed (the latest version of each, under the ETag it has, with no
 // flush), syncs the filesystem once, and removes the old file. Opening
@@ -66,8 +70,14 @@ const (
 
 // DefaultJournalSize is how large a journal grows before a checkpoint:
 // it bounds the memory the changed objects take until then, and what a
-// start after a crash replays.
-const DefaultJournalSize = 64 << 20
+// start after a crash replays. DefaultJournalAge is how long a change
+// waits for one at most. Under load most of what a journal holds is
+// segments that compaction superseded before the checkpoint, which never
+// reach a file; a checkpoint writes the others, a few files a room.
+const (
+	DefaultJournalSize = 64 << 20
+	DefaultJournalAge  = 5 * time.Second
+)
 
 // errJournalBusy: another process keeps a journal in the directory.
 var errJournalBusy = errors.New("another process has this store open with its journal (a node on its data directory)")
@@ -76,6 +86,7 @@ var errJournalBusy = errors.New("another process has this store open with its jo
 type journal struct {
 	d        *Dir
 	limit    int64
+	maxAge   time.Duration
 	lockFile *os.File // holds journalLock exclusively
 
 	mu      sync.Mutex
@@ -88,6 +99,9 @@ type journal struct {
 	closed  bool
 	writers sync.WaitGroup // appenders waiting for their flush
 	ckpt    chan struct{}  // closed when the checkpoint running ends; nil if none runs
+	aging   *time.Timer    // armed while f has records: starts a checkpoint when they are old or quiet
+	firstAt time.Time      // when f's first record was appended
+	lastAt  time.Time      // when the last record was appended
 
 	fileMu  sync.Mutex // held by a flush of f, and to switch f
 	flusher *groupSync // fdatasync of f, shared by the writers waiting
@@ -116,7 +130,7 @@ type jop struct {
 // the journal of d (nil without own). Without own the lock is only
 // tried, and only if journal files are there: a live owner makes the
 // directory unusable to others.
-func openJournal(d *Dir, own bool, limit int64) (*journal, error) {
+func openJournal(d *Dir, own bool, limit int64, maxAge time.Duration) (*journal, error) {
 	rdir := filepath.Join(d.root, reservedDir)
 	if !own {
 		// An owner always has a journal file: without one there is
@@ -149,7 +163,7 @@ func openJournal(d *Dir, own bool, limit int64) (*journal, error) {
 		_ = lf.Close() // releases the lock
 		return nil, err
 	}
-	j := &journal{d: d, limit: limit, lockFile: lf, pending: map[string]*change{}}
+	j := &journal{d: d, limit: limit, maxAge: maxAge, lockFile: lf, pending: map[string]*change{}}
 	if j.f, err = j.create(last + 1); err != nil {
 		_ = lf.Close()
 		return nil, err
@@ -280,10 +294,14 @@ func (j *journal) write(ops []jop) ([]string, error) {
 			j.pending[ops[i].key] = c
 		}
 	}
+	j.lastAt = time.Now()
+	if j.size == 0 {
+		j.firstAt = j.lastAt
+		j.armAge()
+	}
 	j.size += int64(len(rec))
-	if j.size >= j.limit && j.ckpt == nil {
-		j.ckpt = make(chan struct{})
-		go j.checkpoint()
+	if j.size >= j.limit {
+		j.startCheckpoint()
 	}
 	j.writers.Add(1)
 	j.mu.Unlock()
@@ -411,6 +429,43 @@ func (j *journal) merge(keys []string, prefix string) ([]string, map[string]stri
 	return slices.Compact(out), etags, nil
 }
 
+// startCheckpoint starts a checkpoint unless one runs. The caller holds
+// j.mu.
+func (j *journal) startCheckpoint() {
+	if j.ckpt == nil && !j.closed && j.failed == nil {
+		j.ckpt = make(chan struct{})
+		go j.checkpoint()
+	}
+}
+
+// journalQuiet is how long a journal with records waits for the next
+// before it checkpoints: a node that went quiet writes its last changes
+// out at once.
+const journalQuiet = 100 * time.Millisecond
+
+// armAge starts a checkpoint once the first record of the journal file
+// is maxAge old or no record came for journalQuiet, looking every
+// journalQuiet. The caller holds j.mu.
+func (j *journal) armAge() {
+	if j.aging != nil {
+		j.aging.Stop()
+	}
+	var look func()
+	look = func() {
+		j.mu.Lock()
+		defer j.mu.Unlock()
+		if j.size == 0 || j.closed || j.ckpt != nil {
+			return // nothing to write, or the checkpoint's end looks again
+		}
+		if now := time.Now(); now.Sub(j.lastAt) >= journalQuiet || now.Sub(j.firstAt) >= j.maxAge {
+			j.startCheckpoint()
+			return
+		}
+		j.aging = time.AfterFunc(journalQuiet, look)
+	}
+	j.aging = time.AfterFunc(journalQuiet, look)
+}
+
 // checkpoint moves the appends to a new journal file, writes the objects
 // the old one changed to their files, and removes it (see above).
 func (j *journal) checkpoint() {
@@ -418,6 +473,10 @@ func (j *journal) checkpoint() {
 	j.mu.Lock()
 	close(j.ckpt)
 	j.ckpt = nil
+	if err == nil && j.size > 0 && !j.closed {
+		j.firstAt = j.lastAt // roughly: what came meanwhile waits at most maxAge more
+		j.armAge()
+	}
 	j.mu.Unlock()
 	if err != nil {
 		_ = j.fail(err)
@@ -493,6 +552,9 @@ func (j *journal) close() error {
 	j.mu.Lock()
 	j.closed = true
 	ck := j.ckpt
+	if j.aging != nil {
+		j.aging.Stop()
+	}
 	j.mu.Unlock()
 	j.writers.Wait()
 	if ck != nil {

@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/wasmkeep/wasmkeep/host/store"
 	"github.com/wasmkeep/wasmkeep/host/store/storetest"
@@ -155,5 +158,63 @@ func TestDirJournalRefusesACorruptMiddle(t *testing.T) {
 	}
 	if _, err := store.OpenDir(path); err == nil || !strings.Contains(err.Error(), "corrupt journal") {
 		t.Fatalf("open with a corrupt middle record: %v", err)
+	}
+}
+
+// TestDirJournalCheckpointsWhenQuiet: a journal that stops growing is
+// written to the object files soon after, so a quiet node keeps none of
+// it in memory.
+func TestDirJournalCheckpointsWhenQuiet(t *testing.T) {
+	path := t.TempDir()
+	d := openDir(t, path, store.DirOptions{Journal: true})
+	if _, err := d.Put(t.Context(), "quiet/k", []byte("v"), store.Cond{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "a checkpoint after the last change", func() bool {
+		_, err := os.Stat(d.ObjectFile("quiet/k"))
+		return err == nil && journalEmpty(path)
+	})
+}
+
+// TestDirJournalCheckpointsByAge: a journal that keeps growing, too slowly
+// to reach its size, is checkpointed once its first change is JournalAge
+// old.
+func TestDirJournalCheckpointsByAge(t *testing.T) {
+	path := t.TempDir()
+	d := openDir(t, path, store.DirOptions{Journal: true, JournalAge: 50 * time.Millisecond})
+	first := store.JournalFiles(path)
+	for i := 0; ; i++ {
+		if _, err := d.Put(t.Context(), "busy/k", []byte(strconv.Itoa(i)), store.Cond{}); err != nil {
+			t.Fatal(err)
+		}
+		if files := store.JournalFiles(path); len(files) > 0 && !slices.Equal(files, first) {
+			return // a checkpoint moved the appends to the next file
+		}
+		if i == 100000 {
+			t.Fatal("no checkpoint after 100,000 writes with a journal age of 50 ms")
+		}
+	}
+}
+
+// journalEmpty reports whether the Dir at path has one journal file, and
+// it empty.
+func journalEmpty(path string) bool {
+	files := store.JournalFiles(path)
+	if len(files) != 1 {
+		return false
+	}
+	fi, err := os.Stat(files[0])
+	return err == nil && fi.Size() == 0
+}
+
+// waitUntil waits up to 10 s for cond.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
