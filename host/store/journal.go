@@ -43,10 +43,12 @@ import (
 // never answered.
 //
 // Readers see a change only once it is durable (a Get that finds one in
-// flight waits for its flush), so nothing read can be lost by a crash. A
-// write or flush of the journal that fails makes every later operation
-// fail: what the kernel dropped cannot be known, so the process must open
-// the directory again, which replays what did reach the disk.
+// flight waits for its flush), so nothing read can be lost by a crash. An
+// append that fails (a full disk) is cut off again and fails alone; a
+// flush that fails, or an append that cannot be cut off, makes every
+// later operation fail: what the kernel dropped cannot be known, so the
+// process must open the directory again, which replays what did reach
+// the disk.
 
 // Journal record, little endian:
 //
@@ -281,10 +283,15 @@ func (j *journal) write(ops []jop) ([]string, error) {
 	binary.LittleEndian.PutUint32(rec[4:8], uint32(len(rec)-journalHdrLen))
 	binary.LittleEndian.PutUint32(rec[8:12], crc32.Checksum(rec[journalHdrLen:], castagnoli))
 	if _, err := j.f.Write(rec); err != nil {
-		// A record cut short would end every replay there: nothing
-		// may be appended after it.
+		// A record cut short would end every replay there: it goes, or
+		// nothing may be appended after it. A full disk then fails this
+		// write only, as it would an object file's.
+		terr := j.f.Truncate(j.size)
 		j.mu.Unlock()
-		return nil, j.fail(err)
+		if terr != nil {
+			return nil, j.fail(err)
+		}
+		return nil, opError(opName(ops[len(ops)-1]), ops[len(ops)-1].key, err)
 	}
 	j.seq++
 	seq := j.seq
