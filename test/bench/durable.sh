@@ -3,8 +3,9 @@
 # group commit"): each line starts a node on a fresh data directory (or a
 # fresh versitygw bucket), uploads the Go counter or chat with a durability
 # mode, loads it with `wasmkeep bench` for 2 s + 8 s, and prints the rate,
-# p50 and p99 (ms), errors, the node's CPU per request or message (µs),
-# and what its rooms wrote.
+# p50 and p99 (ms), errors, the p50 of a commit's write (ms, as the node's
+# histogram has it: the upper bound of its bucket), the node's CPU per
+# request or message (µs), and what its rooms wrote.
 #
 #   test/bench/durable.sh [OLD_BINARY]
 #
@@ -78,7 +79,17 @@ puts = sum(v for k, v in m.items() if k.startswith('wasmkeep_bucket_requests_tot
 rate = out.get('requests_per_s', out.get('delivered_per_s'))
 lat = out['latency_ms']
 per = lambda x: x / events if events else 0
+# The commit p50 (ms): the upper bound of the histogram bucket it is in.
+buckets = sorted((float(k.split('...')[1].rstrip('"}')), v) for k, v in m.items()
+                 if k.startswith('wasmkeep_room_commit_seconds_bucket{vmrange='))
+seen, commit_p50 = 0, 0.0
+for upper, count in buckets:
+    seen += count
+    if seen >= commits / 2:
+        commit_p50 = upper * 1000
+        break
 print(f"{label:22} {rate:9.0f}/s p50 {lat['p50']:6.2f} p99 {lat['p99']:6.2f} errors {out['errors']} "
+      f"commit p50 {commit_p50:5.2f} "
       f"cpu {out.get('server_cpu_us', 0):7.1f}µs  events/commit {events / commits if commits else 0:5.1f} "
       f"bytes/event {per(written):7.0f} puts/event {per(puts):5.2f}")
 PY
