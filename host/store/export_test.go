@@ -39,17 +39,7 @@ const ProbeCreators = probeCreators
 // written to the object files nor removed, and its lock is let go.
 func (d *Dir) Abandon() {
 	j := d.j
-	j.mu.Lock()
-	j.closed = true
-	ck := j.ckpt
-	if j.aging != nil {
-		j.aging.Stop()
-	}
-	j.mu.Unlock()
-	j.writers.Wait()
-	if ck != nil {
-		<-ck
-	}
+	j.quiesce()
 	_ = j.f.Close()
 	_ = j.lockFile.Close()
 	d.closed.Store(true)

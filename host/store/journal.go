@@ -552,10 +552,9 @@ func (j *journal) switchFile(old *os.File) error {
 	return nil
 }
 
-// close ends the journal: it waits for the writers and the checkpoint
-// running, writes every change to its object file, and removes the
-// journal, so that the directory needs no replay.
-func (j *journal) close() error {
+// quiesce takes no more operations, and waits for the writers and the
+// checkpoint under way.
+func (j *journal) quiesce() {
 	j.mu.Lock()
 	j.closed = true
 	ck := j.ckpt
@@ -567,6 +566,13 @@ func (j *journal) close() error {
 	if ck != nil {
 		<-ck
 	}
+}
+
+// close ends the journal: it waits for the writers and the checkpoint
+// running, writes every change to its object file, and removes the
+// journal, so that the directory needs no replay.
+func (j *journal) close() error {
+	j.quiesce()
 	j.mu.Lock()
 	failed := j.failed
 	j.mu.Unlock()
