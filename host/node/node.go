@@ -245,6 +245,15 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		}
 		n.Bucket = dir
 		n.closers = append(n.closers, dir.Close)
+		if js, _ := dir.Journal(); js.Replayed > 0 {
+			cfg.Logger.Warn("the store's journal held changes that a crash left; they were written to their objects before the start", "changes", js.Replayed)
+		}
+		journal := func(f func(store.JournalStats) float64) func() float64 {
+			return func() float64 { js, _ := dir.Journal(); return f(js) }
+		}
+		n.Metrics.NewGauge(`wasmkeep_store_journal_bytes`, journal(func(js store.JournalStats) float64 { return float64(js.Bytes) }))
+		n.Metrics.NewGauge(`wasmkeep_store_journal_pending`, journal(func(js store.JournalStats) float64 { return float64(js.Pending) }))
+		n.Metrics.NewGauge(`wasmkeep_store_journal_checkpoints`, journal(func(js store.JournalStats) float64 { return float64(js.Checkpoints) }))
 	}
 	n.Bucket = store.Metered(n.Bucket, n.Metrics)
 	if cfg.ProbeBucket {

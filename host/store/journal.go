@@ -84,6 +84,20 @@ const (
 // errJournalBusy: another process keeps a journal in the directory.
 var errJournalBusy = errors.New("another process has this store open with its journal (a node on its data directory)")
 
+// JournalStats describes a Dir's journal.
+type JournalStats struct {
+	// Bytes is the size of the journal file appended to; Pending the
+	// objects whose latest version only the journal holds (kept in
+	// memory until the next checkpoint).
+	Bytes   int64
+	Pending int
+	// Checkpoints counts the checkpoints since the Dir was opened;
+	// Replayed the changes its open wrote to their object files from the
+	// journal files a crash left.
+	Checkpoints uint64
+	Replayed    int
+}
+
 // journal is a Dir's journal (see above).
 type journal struct {
 	d        *Dir
@@ -104,6 +118,9 @@ type journal struct {
 	aging   *time.Timer    // armed while f has records: starts a checkpoint when they are old or quiet
 	firstAt time.Time      // when f's first record was appended
 	lastAt  time.Time      // when the last record was appended
+
+	checkpoints uint64 // under mu
+	replayed    int
 
 	fileMu  sync.Mutex // held by a flush of f, and to switch f
 	flusher *groupSync // fdatasync of f, shared by the writers waiting
@@ -160,12 +177,12 @@ func openJournal(d *Dir, own bool, limit int64, maxAge time.Duration) (*journal,
 		}
 		return nil, err
 	}
-	last, err := d.replayJournal()
+	last, replayed, err := d.replayJournal()
 	if err != nil || !own {
 		_ = lf.Close() // releases the lock
 		return nil, err
 	}
-	j := &journal{d: d, limit: limit, maxAge: maxAge, lockFile: lf, pending: map[string]*change{}}
+	j := &journal{d: d, limit: limit, maxAge: maxAge, lockFile: lf, pending: map[string]*change{}, replayed: replayed}
 	if j.f, err = j.create(last + 1); err != nil {
 		_ = lf.Close()
 		return nil, err
@@ -528,8 +545,24 @@ func (j *journal) checkpointOnce() error {
 			delete(j.pending, t.key)
 		}
 	}
+	j.checkpoints++
 	j.mu.Unlock()
 	return nil
+}
+
+// stats returns the journal's JournalStats.
+func (j *journal) stats() JournalStats {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return JournalStats{Bytes: j.size, Pending: len(j.pending), Checkpoints: j.checkpoints, Replayed: j.replayed}
+}
+
+// Journal returns the stats of d's journal, and false if it keeps none.
+func (d *Dir) Journal() (JournalStats, bool) {
+	if d.j == nil {
+		return JournalStats{}, false
+	}
+	return d.j.stats(), true
 }
 
 // switchFile makes old durable and appends to a new journal file from
@@ -675,17 +708,17 @@ var errCorruptJournal = errors.New("store: corrupt journal record")
 // replayJournal writes what the journal files in d hold to their object
 // files, makes that durable and removes them; it returns the number of
 // the last file (0 if none). The caller holds the journal's lock.
-func (d *Dir) replayJournal() (last uint64, err error) {
+func (d *Dir) replayJournal() (last uint64, replayed int, err error) {
 	dir := filepath.Join(d.root, reservedDir, journalDir)
 	entries, err := os.ReadDir(dir)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	var nums []uint64
 	for _, e := range entries {
 		n, err := strconv.ParseUint(e.Name(), 10, 64)
 		if err != nil {
-			return 0, fmt.Errorf("store: unknown file %s in %s", e.Name(), dir)
+			return 0, 0, fmt.Errorf("store: unknown file %s in %s", e.Name(), dir)
 		}
 		nums = append(nums, n)
 	}
@@ -693,14 +726,14 @@ func (d *Dir) replayJournal() (last uint64, err error) {
 	for i, n := range nums {
 		b, err := os.ReadFile(d.journalPath(n))
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		changes, torn, err := parseRecords(b)
 		if err == nil && torn && i < len(nums)-1 {
 			err = errCorruptJournal // only a crash cuts a record short, at the end
 		}
 		if err != nil {
-			return 0, fmt.Errorf("%w in %s", err, d.journalPath(n))
+			return 0, 0, fmt.Errorf("%w in %s", err, d.journalPath(n))
 		}
 		// Later changes of a key supersede earlier ones: only the last
 		// is written.
@@ -715,21 +748,22 @@ func (d *Dir) replayJournal() (last uint64, err error) {
 			}
 		}
 		if err := d.applyChanges(todo); err != nil {
-			return 0, err
+			return 0, 0, err
 		}
+		replayed += len(changes)
 		last = n
 	}
 	for _, n := range nums {
 		if err := os.Remove(d.journalPath(n)); err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 	}
 	if len(nums) > 0 {
 		if err := d.syncDir(dir); err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 	}
-	return last, nil
+	return last, replayed, nil
 }
 
 // applyChanges writes each change to its object file (or removes it),
