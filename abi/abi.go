@@ -289,6 +289,18 @@ const (
 	ImportCallResult = "call_result"
 	ImportCallReply  = "call_reply"
 
+	// ImportSecretGet is (name_ptr i32, name_len i32, buf_ptr i32, buf_cap
+	// i32) -> i32: the value of the app's secret of that name (set with
+	// `wasmkeep secret put`): writes it at buf_ptr if it fits in buf_cap
+	// and returns its length, which may exceed buf_cap (call again with
+	// room for that many). StatusNotFound: no such secret; StatusInvalid: a
+	// name that is not one (1 to MaxSecretName letters, digits and
+	// underscores, not starting with a digit); StatusRefused: the store
+	// could not be read (safe to retry); StatusState outside an event.
+	// Rooms and fronts. Added in v1 after its first release, with
+	// secrets.
+	ImportSecretGet = "secret_get"
+
 	// ImportAlarmSet is (at_ms i64) -> i32 and ImportAlarmClear is () -> i32:
 	// reserved: v1 hosts provide them and answer StatusUnsupported, so
 	// guests may import them already.
@@ -330,6 +342,25 @@ const (
 	ReplyOK    = 0
 	ReplyError = 1
 )
+
+// MaxSecretName bounds a secret's name (ImportSecretGet).
+const MaxSecretName = 128
+
+// ValidSecretName reports whether name can be a secret's: 1 to
+// MaxSecretName letters, digits and underscores, not starting with a
+// digit, as environment variables are named.
+func ValidSecretName(name string) bool {
+	if len(name) == 0 || len(name) > MaxSecretName || name[0] >= '0' && name[0] <= '9' {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !(c == '_' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z') {
+			return false
+		}
+	}
+	return true
+}
 
 // Import names reserved for later minor versions with signatures not yet
 // fixed. A module importing one of them is refused at upload by a host that
