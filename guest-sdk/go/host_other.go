@@ -16,6 +16,7 @@ type nativeHost interface {
 	SocketList(ids []uint32) int32
 	Broadcast(kind int32, b []byte, except uint32) int32
 	RoomInfo(b []byte) int32
+	SecretGet(name string, buf []byte) int32
 	Log(level int32, b []byte) int32
 	Checkpoint() int32
 	StateDelete() int32
@@ -89,6 +90,13 @@ func hostRoomInfo(ptr unsafe.Pointer, capacity uint32) int32 {
 		return unsupported
 	}
 	return native.RoomInfo(bytesAt(ptr, capacity))
+}
+
+func hostSecretGet(name unsafe.Pointer, nameLen uint32, buf unsafe.Pointer, capacity uint32) int32 {
+	if native == nil {
+		return unsupported
+	}
+	return native.SecretGet(string(bytesAt(name, nameLen)), bytesAt(buf, capacity))
 }
 
 func hostLog(level int32, ptr unsafe.Pointer, n uint32) int32 {

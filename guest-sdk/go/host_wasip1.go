@@ -27,6 +27,9 @@ func hostRoomInfo(ptr unsafe.Pointer, capacity uint32) int32
 //go:wasmimport wasmkeep log
 func hostLog(level int32, ptr unsafe.Pointer, n uint32) int32
 
+//go:wasmimport wasmkeep secret_get
+func hostSecretGet(name unsafe.Pointer, nameLen uint32, buf unsafe.Pointer, capacity uint32) int32
+
 //go:wasmimport wasmkeep checkpoint
 func hostCheckpoint() int32
 

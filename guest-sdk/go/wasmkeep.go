@@ -268,6 +268,25 @@ func Sockets() []Socket {
 	}
 }
 
+// Secret returns the value of the app's secret name, which an operator
+// set with `wasmkeep secret put NAME`: ErrNotFound if there is none,
+// ErrRefused if the node could not read it now (try again). The value is
+// in the room's memory once read, and so in its snapshots: keep it in a
+// local variable rather than in the room's state if that matters.
+func Secret(name string) (string, error) {
+	buf := make([]byte, 256)
+	for {
+		n := hostSecretGet(strPtr(name), uint32(len(name)), unsafe.Pointer(unsafe.SliceData(buf)), uint32(len(buf)))
+		if n < 0 {
+			return "", &HostError{Func: "secret_get", Status: abi.Status(n)}
+		}
+		if int(n) <= len(buf) {
+			return string(buf[:n]), nil
+		}
+		buf = make([]byte, n)
+	}
+}
+
 // Broadcast queues a text message to every open socket of the room except
 // except (0 for none), and returns how many sockets it was queued to.
 func Broadcast(text string, except Socket) (int, error) {

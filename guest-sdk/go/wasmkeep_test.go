@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"unsafe"
 
@@ -20,6 +21,7 @@ type fakeHost struct {
 	sockets    []uint32
 	listCalls  int
 	roomCalls  int
+	secrets    map[string]string
 	logs       []string
 	respStatus int32
 	channel    []recordedCall
@@ -121,6 +123,17 @@ func (h *fakeHost) RoomInfo(b []byte) int32 {
 		copy(b, rec)
 	}
 	return int32(len(rec))
+}
+
+func (h *fakeHost) SecretGet(name string, buf []byte) int32 {
+	v, ok := h.secrets[name]
+	if !ok {
+		return int32(abi.StatusNotFound)
+	}
+	if len(v) <= len(buf) {
+		copy(buf, v)
+	}
+	return int32(len(v))
 }
 
 func (h *fakeHost) Log(level int32, b []byte) int32 {
@@ -450,5 +463,21 @@ func TestUpgradeHandoff(t *testing.T) {
 	onStartFrom(unsafe.Pointer(&rec[0]), uint32(len(rec)))
 	if !h.accepted || got != "v1:hello" || from != "sha256:ab" {
 		t.Fatalf("accepted %v, state %q from %q", h.accepted, got, from)
+	}
+}
+
+// TestSecret: a secret longer than the first buffer is read whole with a
+// second call; a missing one is ErrNotFound.
+func TestSecret(t *testing.T) {
+	h := &fakeHost{secrets: map[string]string{"SHORT": "s", "LONG": strings.Repeat("x", 1000)}}
+	native = h
+	defer func() { native = nil }()
+	for name, want := range h.secrets {
+		if got, err := Secret(name); err != nil || got != want {
+			t.Fatalf("Secret(%s) = %d bytes, %v; want %d", name, len(got), err, len(want))
+		}
+	}
+	if _, err := Secret("MISSING"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("a missing secret: %v, want ErrNotFound", err)
 	}
 }

@@ -77,10 +77,20 @@ type Config struct {
 	WazeroInterrupt bool
 	// Logger receives guest output and engine events (default slog.Default()).
 	Logger *slog.Logger
+	// Secrets reads the app's secrets for guests (abi.ImportSecretGet).
+	// Nil: the app has none.
+	Secrets SecretSource
 	// Clock is the host's clock (default clock.Real()): guests' monotonic
 	// and wall clocks and their sleeps, the event timeout's watchdog, and
 	// the wall time a snapshot records and a restore measures the sleep by.
 	Clock clock.Clock
+}
+
+// SecretSource reads the app's secrets (host/secrets).
+type SecretSource interface {
+	// Secret returns the value of the secret name, or found false. An
+	// error means the store could not be read.
+	Secret(ctx context.Context, name string) (value []byte, found bool, err error)
 }
 
 // Defaults of Config.

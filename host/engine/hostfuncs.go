@@ -50,6 +50,7 @@ func (e *Engine) instantiateHostModule(ctx context.Context, rt wazero.Runtime) e
 	def(abi.ImportCallResult, callResult, i32, i32, i32)
 	def(abi.ImportCallReply, callReply, i32, i32)
 	def(abi.ImportHTTPHandOver, httpHandOver, i32, i32)
+	def(abi.ImportSecretGet, e.secretGet, i32, i32, i32, i32)
 	def(abi.ImportAlarmSet, unsupported, i64)
 	def(abi.ImportAlarmClear, unsupported)
 	_, err := b.Instantiate(ctx)
@@ -210,6 +211,39 @@ func roomInfo(ctx context.Context, mod api.Module, stack []uint64) {
 		}
 	}
 	ret(stack, abi.Status(len(rec)))
+}
+
+// secretGet answers abi.ImportSecretGet.
+func (e *Engine) secretGet(ctx context.Context, mod api.Module, stack []uint64) {
+	inst := eventInstance(ctx, stack)
+	if inst == nil {
+		return
+	}
+	name, ok := guestBytes(mod, stack[0], stack[1])
+	if !ok || !abi.ValidSecretName(string(name)) {
+		ret(stack, abi.StatusInvalid)
+		return
+	}
+	if e.cfg.Secrets == nil {
+		ret(stack, abi.StatusNotFound)
+		return
+	}
+	value, found, err := e.cfg.Secrets.Secret(ctx, string(name))
+	switch {
+	case err != nil:
+		ret(stack, abi.StatusRefused)
+		return
+	case !found:
+		ret(stack, abi.StatusNotFound)
+		return
+	}
+	if uint64(len(value)) <= uint64(uint32(stack[3])) && len(value) > 0 {
+		if !mod.Memory().Write(uint32(stack[2]), value) {
+			ret(stack, abi.StatusInvalid)
+			return
+		}
+	}
+	ret(stack, abi.Status(len(value)))
 }
 
 func logLine(ctx context.Context, mod api.Module, stack []uint64) {

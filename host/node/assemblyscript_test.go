@@ -341,7 +341,7 @@ func TestAssemblyScriptNames(t *testing.T) {
 		abi.ImportChannelReply: true, abi.ImportChannelPush: true, abi.ImportChannelBroadcast: true,
 		abi.ImportChannelClose: true, abi.ImportPresenceTrack: true, abi.ImportPresenceUntrack: true,
 		abi.ImportHTTPHandOver: true, abi.ImportCallStart: true, abi.ImportCallWait: true,
-		abi.ImportCallResult: true, abi.ImportCallReply: true,
+		abi.ImportCallResult: true, abi.ImportCallReply: true, abi.ImportSecretGet: true,
 	}
 	declared := regexp.MustCompile(`@external\("`+abi.ImportModule+`", "([a-z_]+)"\)`).FindAllStringSubmatch(read("host.ts"), -1)
 	for _, m := range declared {

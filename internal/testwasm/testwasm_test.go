@@ -84,6 +84,7 @@ var (
 		abi.ImportCallWait:      "(i32)->(i32)",
 		abi.ImportCallResult:    "(i32,i32,i32)->(i32)",
 		abi.ImportCallReply:     "(i32,i32)->(i32)",
+		abi.ImportSecretGet:     "(i32,i32,i32,i32)->(i32)",
 
 		abi.ImportChannelReply:     "(i32,i32,i32)->(i32)",
 		abi.ImportChannelPush:      "(i32,i32,i32)->(i32)",

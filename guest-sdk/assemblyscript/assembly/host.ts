@@ -35,6 +35,10 @@ export declare function broadcast(kind: i32, ptr: usize, len: usize, except: u32
 export declare function room_info(ptr: usize, cap: u32): i32;
 
 // @ts-ignore: decorator
+@external("wasmkeep", "secret_get")
+export declare function secret_get(name: usize, nameLen: u32, buf: usize, cap: u32): i32;
+
+// @ts-ignore: decorator
 @external("wasmkeep", "log")
 export declare function log(level: i32, ptr: usize, len: usize): i32;
 

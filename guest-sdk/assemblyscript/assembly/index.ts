@@ -867,6 +867,31 @@ export function room(): RoomInfo {
   return info;
 }
 
+let lastSecretStatus: i32 = 0;
+
+/**
+ * The value of the app's secret `name`, which an operator set with
+ * `wasmkeep secret put NAME`; null if there is none (secretStatus() is
+ * then Status.NotFound) or the node could not read it now
+ * (Status.Refused: try again). The value is in the room's memory once
+ * read, and so in its snapshots.
+ */
+export function secret(name: string): string | null {
+  let nameBuf = String.UTF8.encode(name);
+  let capacity: i32 = 256;
+  while (true) {
+    let buf = new ArrayBuffer(capacity);
+    let n = host.secret_get(changetype<usize>(nameBuf), <u32>nameBuf.byteLength, changetype<usize>(buf), <u32>capacity);
+    lastSecretStatus = n < 0 ? n : 0;
+    if (n < 0) return null;
+    if (n <= capacity) return String.UTF8.decodeUnsafe(changetype<usize>(buf), <usize>n);
+    capacity = n;
+  }
+}
+
+/** The status of the last secret(): Status.OK, or why it returned null. */
+export function secretStatus(): Status { return <Status>lastSecretStatus; }
+
 /** Log levels. */
 export enum Level {
   Debug = 0,

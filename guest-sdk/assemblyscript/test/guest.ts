@@ -11,6 +11,7 @@
 //	GET  /sockets            the room's open socket ids, comma-separated
 //	POST /broadcast          broadcasts the body as text to every socket; answers the count
 //	GET  /room               "class/name"
+//	GET  /secret/NAME        secret(NAME), or 404 and secretStatus()
 //	POST /checkpoint         checkpoint()'s status
 //	POST /alarm              setAlarm()'s status
 //	GET  /query?...          queryValue of "k x", "a", "flag" and "none", one a line
@@ -72,6 +73,11 @@ wk.handleRequest((r: wk.Request): wk.Response | null => {
   if (p == "/room") {
     let info = wk.room();
     return wk.text(200, info.className + "/" + info.name);
+  }
+  if (p.startsWith("/secret/")) {
+    let v = wk.secret(p.substring(8));
+    if (v === null) return wk.text(404, wk.secretStatus().toString());
+    return wk.text(200, v);
   }
   if (p == "/checkpoint") return wk.text(200, wk.checkpoint().toString());
   if (p == "/alarm") return wk.text(200, wk.setAlarm(wk.now() + 60000).toString());

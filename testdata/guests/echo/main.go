@@ -9,6 +9,7 @@
 //	POST /close?id=N&code=C  closes socket N with code C (reason "closed by echo");
 //	                         answers "ok" or the error
 //	GET  /room               "class/name"
+//	GET  /secret/NAME        the app's secret NAME, or 404 and the error
 //	POST /log?level=L        logs the body at level L (0–3); answers "ok"
 //	POST /checkpoint         answers "ok" or the error Checkpoint returned
 //	POST /alarm              answers "ok" or the error SetAlarm returned
@@ -79,6 +80,12 @@ func serve(r *wk.Request) *wk.Response {
 	case r.Method == "GET" && r.Path == "/room":
 		info := wk.Room()
 		return wk.Text(200, info.Class+"/"+info.Name)
+	case r.Method == "GET" && strings.HasPrefix(r.Path, "/secret/"):
+		v, err := wk.Secret(strings.TrimPrefix(r.Path, "/secret/"))
+		if err != nil {
+			return wk.Text(404, err.Error())
+		}
+		return wk.Text(200, v)
 	case r.Method == "POST" && r.Path == "/log":
 		level, _ := strconv.Atoi(r.QueryValue("level"))
 		wk.Log(wk.Level(level), string(r.Body))
