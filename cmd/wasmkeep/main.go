@@ -32,6 +32,7 @@ func newApp() *cli.App {
 			serveCommand(),
 			demoCommand(),
 			classCommand(),
+			secretCommand(),
 			roomsCommand(),
 			roomCommand(),
 			clusterCommand(),

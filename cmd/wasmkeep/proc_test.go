@@ -432,10 +432,17 @@ func (r result) String() string {
 // environment.
 func wk(t testing.TB, env []string, args ...string) result {
 	t.Helper()
+	return wkIn(t, env, "", args...)
+}
+
+// wkIn is wk with stdin on the command's standard input.
+func wkIn(t testing.TB, env []string, stdin string, args ...string) result {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), commandDeadline)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, wasmkeepBin(t), args...)
 	cmd.Env = childEnv(env...)
+	cmd.Stdin = strings.NewReader(stdin)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
@@ -475,12 +482,18 @@ func (p *proc) fails(want string, args ...string) result {
 // the subcommand's words (flags precede arguments).
 func (p *proc) client(args ...string) result {
 	p.t.Helper()
+	return p.clientIn("", args...)
+}
+
+// clientIn is client with stdin on the command's standard input.
+func (p *proc) clientIn(stdin string, args ...string) result {
+	p.t.Helper()
 	words := 0
 	for words < len(args) && isCommandWord(args[:words+1]) {
 		words++
 	}
 	full := append(append(append([]string(nil), args[:words]...), "--server", p.url), args[words:]...)
-	return wk(p.t, nil, full...)
+	return wkIn(p.t, nil, stdin, full...)
 }
 
 // isCommandWord tells whether the last of words is still a (sub)command
@@ -488,7 +501,8 @@ func (p *proc) client(args ...string) result {
 func isCommandWord(words []string) bool {
 	switch strings.Join(words, " ") {
 	case "class", "class put", "class list", "class rm", "class versions", "class rollback", "rooms", "rooms hibernate",
-		"room", "room inspect", "room export", "room import":
+		"room", "room inspect", "room export", "room import",
+		"secret", "secret put", "secret list", "secret rm", "secret rotate":
 		return true
 	}
 	return false

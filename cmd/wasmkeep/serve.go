@@ -83,7 +83,7 @@ func serveFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "interpreter", Usage: "run guests with wazero's interpreter instead of its compiler", EnvVars: env("interpreter")},
 		&cli.StringFlag{Name: "log-level", Value: defaultLogLevel, Usage: "debug, info, warn or error", EnvVars: env("log-level")},
 		&cli.StringFlag{Name: "log-format", Value: defaultLogFormat, Usage: "text or json", EnvVars: env("log-format")},
-	}, clusterFlags()...)
+	}, append(secretFlags(), clusterFlags()...)...)
 }
 
 func serveCommand() *cli.Command {
@@ -184,6 +184,9 @@ func nodeConfig(c *cli.Context) (node.Config, error) {
 		MaxModuleBytes: c.Int("max-module-size"),
 		Manifests:      c.String("manifests"),
 		Logger:         logger,
+	}
+	if cfg.Secrets, err = secretKeys(c); err != nil {
+		return node.Config{}, err
 	}
 	if err := clusterConfig(c, &cfg); err != nil {
 		return node.Config{}, cli.Exit("wasmkeep: "+err.Error(), 2)

@@ -23,6 +23,7 @@ import (
 	"github.com/wasmkeep/wasmkeep/host/engine"
 	"github.com/wasmkeep/wasmkeep/host/fronts"
 	"github.com/wasmkeep/wasmkeep/host/rooms"
+	"github.com/wasmkeep/wasmkeep/host/secrets"
 	"github.com/wasmkeep/wasmkeep/host/server"
 	"github.com/wasmkeep/wasmkeep/host/socket"
 	"github.com/wasmkeep/wasmkeep/host/store"
@@ -73,6 +74,10 @@ type Config struct {
 	// bucket's, or overwrite for a new one. A node told otherwise than
 	// its bucket keeps them does not start.
 	Manifests string
+
+	// Secrets are the keys the app's secrets are sealed and opened with
+	// (none: the node runs while the app has no secrets).
+	Secrets secrets.Keys
 
 	Engine  engine.Config
 	Rooms   rooms.Config
@@ -178,6 +183,8 @@ const idleTimeout = 2 * time.Minute
 type Node struct {
 	cfg     Config
 	Metrics *metrics.Set
+	// Secrets are the app's secrets, opened with Config.Secrets.
+	Secrets *secrets.Store
 	Engine  *engine.Engine
 	Classes *classes.Registry
 	Rooms   *rooms.Manager
@@ -269,7 +276,11 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 
+	n.Secrets = secrets.New(n.Bucket, cfg.Secrets)
+	gate := &secretsGate{store: n.Secrets, log: cfg.Logger}
+
 	ecfg := cfg.Engine
+	ecfg.Secrets = engineSecrets{n.Secrets}
 	if ecfg.CacheDir == "" {
 		ecfg.CacheDir = filepath.Join(cfg.DataDir, "cache")
 	}
@@ -323,6 +334,10 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	rcfg := cfg.Rooms
 	rcfg.NumberedManifests = manifests == store.ManifestsNumbered
 	rcfg.Logger, rcfg.Metrics, rcfg.Framer, rcfg.Clock = cfg.Logger, n.Metrics, server.Framer(n.Hub), cfg.Clock
+	rcfg.Refuse = gate.Problem
+	if n.member != nil {
+		gate.member = n.member
+	}
 	if n.member != nil {
 		rcfg.Calls = n.member.Calls()
 	}
@@ -342,8 +357,16 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	n.Fronts = fronts.New(fcfg, n.Classes, n.Rooms, n.Metrics)
 	n.closers = append(n.closers, func() error { n.Fronts.Close(); return nil })
 
+	// Before anything is served: a node that cannot open the app's
+	// secrets takes no room from the start.
+	gctx, stopGate := context.WithCancel(context.Background())
+	n.closers = append(n.closers, func() error { stopGate(); return nil })
+	gate.check(gctx, nil)
+	go gate.run(gctx, cfg.Clock, n.Rooms)
+
 	scfg := cfg.Server
 	scfg.Logger, scfg.Fronts = cfg.Logger, n.Fronts
+	scfg.Secrets, scfg.SecretsProblem = n.Secrets, gate.Problem
 	if n.member != nil {
 		n.member.Join(n.Rooms)
 		n.closers = append(n.closers, func() error { n.member.Leave(context.Background()); return nil })

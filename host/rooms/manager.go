@@ -138,6 +138,10 @@ type Config struct {
 	// Calls routes the calls rooms make (nil: to rooms of this node,
 	// LocalRouter).
 	Calls calls.Router
+	// Refuse, if set, says why no room may wake now (nil: they may): a
+	// node that cannot open the app's secrets runs no room. A wake it
+	// refuses fails with ErrUnavailable and the reason.
+	Refuse func() error
 	// Framer encodes socket messages (default: Message values).
 	Framer  Framer
 	Logger  *slog.Logger

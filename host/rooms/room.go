@@ -1011,6 +1011,11 @@ func (r *Room) wake(ctx context.Context) error {
 	if m.isStopping() {
 		return ErrStopping
 	}
+	if m.cfg.Refuse != nil {
+		if err := m.cfg.Refuse(); err != nil {
+			return fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
+	}
 	start := m.clock.Now()
 	if err := m.takePlace(ctx, r); err != nil {
 		return err

@@ -38,6 +38,9 @@ func (s *Server) front(w http.ResponseWriter, r *http.Request) {
 		notFound(w, r)
 		return
 	}
+	if s.secretsProblem(w) {
+		return
+	}
 	table, err := s.classes.Fronts(r.Context())
 	if err != nil {
 		s.log.Warn("reading the fronts' path prefixes failed", "err", err)

@@ -27,6 +27,7 @@ import (
 	"github.com/wasmkeep/wasmkeep/host/engine"
 	"github.com/wasmkeep/wasmkeep/host/fronts"
 	"github.com/wasmkeep/wasmkeep/host/rooms"
+	"github.com/wasmkeep/wasmkeep/host/secrets"
 	"github.com/wasmkeep/wasmkeep/host/socket"
 	"github.com/wasmkeep/wasmkeep/host/store"
 )
@@ -75,7 +76,13 @@ type Config struct {
 	// Fronts, if set, serve the requests under the fronts' path prefixes
 	// (fronts.go); without them such a request is answered 404.
 	Fronts *fronts.Fronts
-	Logger *slog.Logger
+	// Secrets, if set, are the app's secrets, which the admin API puts,
+	// lists, removes and rotates (secrets.go). SecretsProblem, if set, is
+	// nil while the node can open them; else rooms and fronts are answered
+	// 503 with its reason, and /readyz says it.
+	Secrets        *secrets.Store
+	SecretsProblem func() error
+	Logger         *slog.Logger
 }
 
 func (c Config) withDefaults() Config {
@@ -207,6 +214,9 @@ func (s *Server) adminRoutes(mux *http.ServeMux) {
 	mux.Handle("POST /admin/rooms/{class}/{name}/export", s.admin(http.HandlerFunc(s.exportRoom)))
 	mux.Handle("POST /admin/rooms/import", s.admin(http.HandlerFunc(s.importRoom)))
 	s.versionRoutes(mux)
+	if s.cfg.Secrets != nil {
+		s.secretRoutes(mux)
+	}
 	s.dashboardRoutes(mux)
 	mux.Handle("/debug/pprof/", s.admin(http.HandlerFunc(pprof.Index)))
 	mux.Handle("/debug/pprof/profile", s.admin(http.HandlerFunc(pprof.Profile)))
@@ -241,6 +251,11 @@ func (s *Server) ready() error {
 	// hibernates its rooms.
 	if s.rooms.Stopping() {
 		return errors.New("stopping")
+	}
+	if s.cfg.SecretsProblem != nil {
+		if err := s.cfg.SecretsProblem(); err != nil {
+			return err
+		}
 	}
 	if s.cfg.Cluster != nil {
 		return s.cfg.Cluster.Member.Ready()
@@ -358,6 +373,9 @@ func (s *Server) actor(w http.ResponseWriter, r *http.Request) {
 	// Where the room runs comes first: another node's room costs this one
 	// no class lookup, no compile and no socket slot.
 	if !s.routeHere(w, r, key) {
+		return
+	}
+	if s.secretsProblem(w) {
 		return
 	}
 	if s.isFront(w, r, key.Class) {

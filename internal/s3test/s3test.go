@@ -60,6 +60,9 @@ type Server struct {
 	AccessKeyID, SecretAccessKey string
 	// Bucket is a bucket created empty by Start.
 	Bucket string
+	// Dir is the directory the server keeps its buckets' files in: what
+	// a test may read to see what reached the disk.
+	Dir string
 
 	client  *s3.Client
 	buckets atomic.Int64
@@ -129,6 +132,7 @@ func start(tb testing.TB, bin string) (*Server, error) {
 	}
 	root := tb.TempDir()
 	s := &Server{
+		Dir:             root,
 		Endpoint:        "http://" + addr,
 		AccessKeyID:     "k" + randomHex(8),
 		SecretAccessKey: randomHex(20),
