@@ -357,13 +357,6 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	n.Fronts = fronts.New(fcfg, n.Classes, n.Rooms, n.Metrics)
 	n.closers = append(n.closers, func() error { n.Fronts.Close(); return nil })
 
-	// Before anything is served: a node that cannot open the app's
-	// secrets takes no room from the start.
-	gctx, stopGate := context.WithCancel(context.Background())
-	n.closers = append(n.closers, func() error { stopGate(); return nil })
-	gate.check(gctx, nil)
-	go gate.run(gctx, cfg.Clock, n.Rooms)
-
 	scfg := cfg.Server
 	scfg.Logger, scfg.Fronts = cfg.Logger, n.Fronts
 	scfg.Secrets, scfg.SecretsProblem = n.Secrets, gate.Problem
@@ -372,6 +365,13 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		n.closers = append(n.closers, func() error { n.member.Leave(context.Background()); return nil })
 		scfg.Cluster = &server.Cluster{Node: n.member.Name(), Secret: cfg.Cluster.Secret, Member: n.member}
 	}
+	// Before anything is served, and once a member has joined (its drain
+	// is a duty of the membership): a node that cannot open the app's
+	// secrets takes no room from the start.
+	gctx, stopGate := context.WithCancel(context.Background())
+	n.closers = append(n.closers, func() error { stopGate(); return nil })
+	gate.check(gctx, n.Rooms)
+	go gate.run(gctx, cfg.Clock, n.Rooms)
 	scfg.AdminAddrs = []string{cfg.Listen, n.listener.Addr().String()}
 	if cfg.AdminListen != "" {
 		if n.adminListener, err = net.Listen("tcp", cfg.AdminListen); err != nil {

@@ -81,3 +81,29 @@ func TestNodeWithoutTheKeyRunsNoRoom(t *testing.T) {
 	expect(t, 200, "GET", n.URL()+"/actor/echo/r/room", nil)
 	expect(t, 200, "GET", n.URL()+"/readyz", nil)
 }
+
+// TestClusterNodeWithoutTheKeyDrains: in a cluster, a member that cannot
+// open the app's secrets drains (its rooms go to members that can), and
+// says so on /readyz; one with the key serves the rooms.
+func TestClusterNodeWithoutTheKeyDrains(t *testing.T) {
+	t.Parallel()
+	bucket := store.NewMem()
+	key := testSecretKey(t)
+	a := startNode(t, Config{Bucket: bucket, Cluster: testCluster("a"), Secrets: secrets.Keys{Current: key}})
+	if err := a.Secrets.Put(t.Context(), "API_TOKEN", []byte("tok")); err != nil {
+		t.Fatal(err)
+	}
+	putClass(t, a, "echo", "./testdata/guests/echo")
+	b := startNode(t, Config{Bucket: bucket, Cluster: testCluster("b")})
+	waitFor(t, "b draining", func() bool { return b.Member().Status().Draining })
+	if r := do(t, "GET", b.URL()+"/readyz", nil); r.Status != http.StatusServiceUnavailable || !strings.Contains(r.Body, "secrets") {
+		t.Fatalf("b's /readyz: %d %q", r.Status, r.Body)
+	}
+	// A room reached through b runs on a, which opens the secret.
+	if got := expect(t, 200, "GET", b.URL()+"/actor/echo/r/secret/API_TOKEN", nil); got != "tok" {
+		t.Fatalf("a room through the node without the key: %q", got)
+	}
+	if a.Member().Status().Draining {
+		t.Fatal("the node with the key drains")
+	}
+}
