@@ -35,6 +35,9 @@ func secretCommand() *cli.Command {
 					if err := secrets.ValidName(name); err != nil {
 						return cli.Exit(err.Error(), 2)
 					}
+					if fi, err := os.Stdin.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+						fmt.Fprintf(c.App.ErrWriter, "type the value of %s, then Enter and Ctrl-D (it shows on the screen: printf %%s \"$VALUE\" | wasmkeep secret put %s does not)\n", name, name)
+					}
 					value, err := io.ReadAll(io.LimitReader(os.Stdin, secrets.MaxValue+2))
 					if err != nil {
 						return err
