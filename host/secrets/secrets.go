@@ -287,31 +287,49 @@ type Info struct {
 	Opens bool `json:"opens"`
 }
 
-// List describes every secret, sorted by name.
-func (s *Store) List(ctx context.Context) ([]Info, error) {
+// each calls fn with every secret's name, sealed body and ETag, in the
+// order of their keys, until fn returns an error.
+func (s *Store) each(ctx context.Context, fn func(name string, body []byte, etag string) error) error {
 	keys, err := s.bucket.List(ctx, prefix)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	out := make([]Info, 0, len(keys))
 	for _, k := range keys {
 		name := strings.TrimPrefix(k, prefix)
 		if ValidName(name) != nil {
 			continue // not ours
 		}
-		body, _, err := s.bucket.Get(ctx, k)
+		body, etag, err := s.bucket.Get(ctx, k)
 		if errors.Is(err, store.ErrNotFound) {
 			continue // removed meanwhile
 		}
 		if err != nil {
-			return nil, err
+			return err
 		}
+		if err := fn(name, body, etag); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// List describes every secret, sorted by name.
+func (s *Store) List(ctx context.Context) ([]Info, error) {
+	var out []Info
+	err := s.each(ctx, func(name string, body []byte, _ string) error {
 		id, err := keyIDOf(body)
 		if err != nil {
 			id = "?"
 		}
 		_, err = s.keys.open(name, body)
 		out = append(out, Info{Name: name, Key: id, Opens: err == nil})
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if out == nil {
+		out = []Info{}
 	}
 	slices.SortFunc(out, func(a, b Info) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
@@ -320,27 +338,10 @@ func (s *Store) List(ctx context.Context) ([]Info, error) {
 // Check is nil if this node can open every secret (or there are none),
 // else why not: ErrNoKey, ErrWrongKey, or the bucket's error.
 func (s *Store) Check(ctx context.Context) error {
-	keys, err := s.bucket.List(ctx, prefix)
-	if err != nil {
+	return s.each(ctx, func(name string, body []byte, _ string) error {
+		_, err := s.keys.open(name, body)
 		return err
-	}
-	for _, k := range keys {
-		name := strings.TrimPrefix(k, prefix)
-		if ValidName(name) != nil {
-			continue
-		}
-		body, _, err := s.bucket.Get(ctx, k)
-		if errors.Is(err, store.ErrNotFound) {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		if _, err := s.keys.open(name, body); err != nil {
-			return err
-		}
-	}
-	return nil
+	})
 }
 
 // Rotate seals every secret sealed under another key anew under the
@@ -350,38 +351,24 @@ func (s *Store) Rotate(ctx context.Context) (int, error) {
 	if s.keys.Current == nil {
 		return 0, errors.New("secrets: this node has no key to seal with (--secrets-key or --secrets-key-file)")
 	}
-	keys, err := s.bucket.List(ctx, prefix)
-	if err != nil {
-		return 0, err
-	}
 	n := 0
-	for _, k := range keys {
-		name := strings.TrimPrefix(k, prefix)
-		if ValidName(name) != nil {
-			continue
-		}
-		body, etag, err := s.bucket.Get(ctx, k)
-		if errors.Is(err, store.ErrNotFound) {
-			continue
-		}
-		if err != nil {
-			return n, err
-		}
+	err := s.each(ctx, func(name string, body []byte, etag string) error {
 		if id, _ := keyIDOf(body); id == s.keys.Current.ID() {
-			continue
+			return nil
 		}
 		value, err := s.keys.open(name, body)
 		if err != nil {
-			return n, err
+			return err
 		}
-		_, err = s.bucket.Put(ctx, k, s.keys.Current.seal(name, value), store.IfMatch(etag))
+		_, err = s.bucket.Put(ctx, key(name), s.keys.Current.seal(name, value), store.IfMatch(etag))
 		if err != nil && !errors.Is(err, store.ErrPrecondition) {
-			return n, err
+			return err
 		}
 		if err == nil {
 			n++
 		}
 		s.forget(name)
-	}
-	return n, nil
+		return nil
+	})
+	return n, err
 }
