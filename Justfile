@@ -33,6 +33,7 @@ bench:
     go test -run '^$' -bench 'Snapshot' -benchtime 2000x ./host/engine/
     go test -run '^$' -bench 'Snapshot/.*/commit' -benchtime 2000x ./host/engine/
     test/bench/durable.sh
+    go test -run '^$' -bench 'Commit' -benchtime 3s -count 3 ./host/store/
     go test -run '^$' -bench 'Wake' -benchtime 1000x -count 2 ./host/node/
     go test -run '^$' -bench ChatFootprint -benchtime 3000x -count 3 ./host/engine/
     go test -run '^$' -bench ChatWake -benchtime 1000x -count 2 ./host/node/
