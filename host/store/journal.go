@@ -327,15 +327,24 @@ func (j *journal) write(ops []jop) ([]string, error) {
 	if j.size >= j.limit {
 		j.startCheckpoint()
 	}
+	if err := j.awaitDurable(seq); err != nil {
+		return nil, err
+	}
+	return etags, nil
+}
+
+// awaitDurable releases j.mu, which the caller holds, and waits for a
+// flush that makes the records up to seq durable.
+func (j *journal) awaitDurable(seq uint64) error {
 	j.writers.Add(1)
 	j.mu.Unlock()
 	err := j.flusher.wait()
 	j.writers.Done()
 	if err != nil {
-		return nil, j.fail(err)
+		return j.fail(err)
 	}
 	j.markDurable(seq)
-	return etags, nil
+	return nil
 }
 
 func opName(op jop) string {
@@ -374,20 +383,11 @@ func (j *journal) settle() error {
 		j.mu.Unlock()
 		return err
 	}
-	seq := j.seq
-	if j.durable.Load() >= seq {
+	if j.durable.Load() >= j.seq {
 		j.mu.Unlock()
 		return nil
 	}
-	j.writers.Add(1)
-	j.mu.Unlock()
-	err := j.flusher.wait()
-	j.writers.Done()
-	if err != nil {
-		return j.fail(err)
-	}
-	j.markDurable(seq)
-	return nil
+	return j.awaitDurable(j.seq)
 }
 
 // get returns key's object if the journal holds its latest version
@@ -445,9 +445,7 @@ func (j *journal) merge(keys []string, prefix string) ([]string, map[string]stri
 		}
 	}
 	for k := range etags {
-		if _, found := slices.BinarySearch(keys, k); !found {
-			out = append(out, k)
-		}
+		out = append(out, k) // one that has a file too goes in Compact
 	}
 	slices.Sort(out)
 	return slices.Compact(out), etags, nil
