@@ -178,9 +178,9 @@ func (ks Keys) open(name string, body []byte) ([]byte, error) {
 	return nil, fmt.Errorf("%w: %s is sealed under key %s", ErrWrongKey, name, id)
 }
 
-// cacheFor is how long a value read from the bucket is used before it
-// is read again: what a secret changed through another node takes at most
-// to reach this one.
+// cacheFor is how long a value read from the bucket, and the list of
+// which secrets exist, are used before they are read again: what a secret
+// changed through another node takes at most to reach this one.
 const cacheFor = 10 * time.Second
 
 // Store reads and writes secrets in a bucket.
@@ -189,12 +189,14 @@ type Store struct {
 	keys   Keys
 	now    func() time.Time
 
-	mu    sync.Mutex
-	cache map[string]cached
+	mu      sync.Mutex
+	names   map[string]bool // the secrets that exist, as listed at namesAt
+	namesAt time.Time
+	cache   map[string]cached // values of secrets that exist
 }
 
 type cached struct {
-	value []byte // nil: no such secret
+	value []byte
 	at    time.Time
 }
 
@@ -220,46 +222,76 @@ func (s *Store) Put(ctx context.Context, name string, value []byte) error {
 	if _, err := s.bucket.Put(ctx, key(name), s.keys.Current.seal(name, value), store.Cond{}); err != nil {
 		return err
 	}
-	s.forget(name)
+	s.forget(name, true)
 	return nil
 }
 
 // Get returns the value of name: from memory if it was read in the last
-// cacheFor, else from the bucket. ErrNotFound if there is none.
+// cacheFor, else from the bucket. Which secrets exist is listed once per
+// cacheFor too, so names that do not exist, however many a guest asks
+// for, cost neither a bucket request each nor memory: ErrNotFound.
 func (s *Store) Get(ctx context.Context, name string) ([]byte, error) {
 	if err := ValidName(name); err != nil {
 		return nil, err
 	}
+	now := s.now()
 	s.mu.Lock()
 	c, ok := s.cache[name]
+	listed := now.Sub(s.namesAt) < cacheFor
+	exists := s.names[name]
 	s.mu.Unlock()
-	if ok && s.now().Sub(c.at) < cacheFor {
-		if c.value == nil {
-			return nil, ErrNotFound
-		}
+	if ok && now.Sub(c.at) < cacheFor {
 		return c.value, nil
 	}
-	body, _, err := s.bucket.Get(ctx, key(name))
-	var value []byte
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-	case err != nil:
-		return nil, err
-	default:
-		if value, err = s.keys.open(name, body); err != nil {
+	if !listed {
+		var err error
+		if exists, err = s.relist(ctx, name); err != nil {
 			return nil, err
 		}
-		if value == nil {
-			value = []byte{}
-		}
 	}
-	s.mu.Lock()
-	s.cache[name] = cached{value: value, at: s.now()}
-	s.mu.Unlock()
-	if value == nil {
+	if !exists {
 		return nil, ErrNotFound
 	}
+	body, _, err := s.bucket.Get(ctx, key(name))
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, ErrNotFound // removed since the listing
+	}
+	if err != nil {
+		return nil, err
+	}
+	value, err := s.keys.open(name, body)
+	if err != nil {
+		return nil, err
+	}
+	if value == nil {
+		value = []byte{}
+	}
+	s.mu.Lock()
+	s.cache[name] = cached{value: value, at: now}
+	s.mu.Unlock()
 	return value, nil
+}
+
+// relist lists which secrets exist, drops the values of those that do
+// not any more, and reports whether name exists.
+func (s *Store) relist(ctx context.Context, name string) (bool, error) {
+	keys, err := s.bucket.List(ctx, prefix)
+	if err != nil {
+		return false, err
+	}
+	names := make(map[string]bool, len(keys))
+	for _, k := range keys {
+		names[strings.TrimPrefix(k, prefix)] = true
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.names, s.namesAt = names, s.now()
+	for n := range s.cache {
+		if !names[n] {
+			delete(s.cache, n)
+		}
+	}
+	return names[name], nil
 }
 
 // Delete removes name; a missing one is not an error.
@@ -268,13 +300,22 @@ func (s *Store) Delete(ctx context.Context, name string) error {
 		return err
 	}
 	err := s.bucket.Delete(ctx, key(name), "")
-	s.forget(name)
+	s.forget(name, false)
 	return err
 }
 
-func (s *Store) forget(name string) {
+// forget drops the value of name kept in memory after a write of it, and
+// notes whether it exists now.
+func (s *Store) forget(name string, exists bool) {
 	s.mu.Lock()
 	delete(s.cache, name)
+	if s.names != nil {
+		if exists {
+			s.names[name] = true
+		} else {
+			delete(s.names, name)
+		}
+	}
 	s.mu.Unlock()
 }
 
@@ -367,7 +408,7 @@ func (s *Store) Rotate(ctx context.Context) (int, error) {
 		if err == nil {
 			n++
 		}
-		s.forget(name)
+		s.forget(name, true)
 		return nil
 	})
 	return n, err

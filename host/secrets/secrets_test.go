@@ -2,9 +2,11 @@ package secrets
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/base64"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -149,5 +151,46 @@ func TestCheckListRotate(t *testing.T) {
 	}
 	if _, err := curOnly.Get(ctx, "A"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("after Delete: %v", err)
+	}
+}
+
+// counting counts a bucket's reads.
+type counting struct {
+	store.Bucket
+	gets, lists int
+}
+
+func (c *counting) Get(ctx context.Context, key string) ([]byte, string, error) {
+	c.gets++
+	return c.Bucket.Get(ctx, key)
+}
+
+func (c *counting) List(ctx context.Context, prefix string) ([]string, error) {
+	c.lists++
+	return c.Bucket.List(ctx, prefix)
+}
+
+// TestMissingNamesCostNothing: a guest asking for many names that do not
+// exist gets ErrNotFound for each from one listing, with no read and
+// nothing kept; a secret that exists is read once per cacheFor.
+func TestMissingNamesCostNothing(t *testing.T) {
+	k, _ := newTestKey(t)
+	b := &counting{Bucket: store.NewMem()}
+	if err := New(b, Keys{Current: k}).Put(t.Context(), "REAL", []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	s := New(b, Keys{Current: k})
+	for i := range 1000 {
+		if _, err := s.Get(t.Context(), "NOPE_"+strconv.Itoa(i)); !errors.Is(err, ErrNotFound) {
+			t.Fatal(err)
+		}
+	}
+	for range 10 {
+		if v, err := s.Get(t.Context(), "REAL"); err != nil || string(v) != "v" {
+			t.Fatalf("REAL: %q, %v", v, err)
+		}
+	}
+	if b.lists != 1 || b.gets != 1 || len(s.cache) != 1 {
+		t.Fatalf("%d lists, %d gets, %d values kept; want 1, 1, 1", b.lists, b.gets, len(s.cache))
 	}
 }
