@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/wasmkeep/wasmkeep/host/rooms"
+	"github.com/wasmkeep/wasmkeep/host/rooms/life"
 	"github.com/wasmkeep/wasmkeep/host/secrets"
 	"github.com/wasmkeep/wasmkeep/host/server"
 	"github.com/wasmkeep/wasmkeep/internal/clock"
@@ -65,7 +66,9 @@ func (g *secretsGate) check(ctx context.Context, rs *rooms.Manager) {
 			}
 		}
 		if rs != nil {
-			g.hibernateAll(ctx, rs)
+			if err := rs.HibernateAll(ctx, life.EndAdmin); err != nil {
+				g.log.Warn("hibernating the rooms of a node that cannot open the secrets failed", "err", err)
+			}
 		}
 	case err == nil && was != nil:
 		g.log.Info("this node can open the app's secrets again: it runs rooms")
@@ -75,24 +78,6 @@ func (g *secretsGate) check(ctx context.Context, rs *rooms.Manager) {
 		g.mu.Unlock()
 		if undrain && g.member != nil {
 			_ = g.member.Drain(false)
-		}
-	}
-}
-
-// hibernateAll puts the node's resident rooms to sleep: they may not run
-// any more (their next events are refused a wake).
-func (g *secretsGate) hibernateAll(ctx context.Context, rs *rooms.Manager) {
-	list, err := rs.List(ctx)
-	if err != nil {
-		g.log.Warn("listing the rooms to hibernate them failed", "err", err)
-		return
-	}
-	for _, r := range list {
-		if r.State != rooms.StateResident {
-			continue
-		}
-		if err := rs.Hibernate(ctx, rooms.Key{Class: r.Class, Name: r.Name}); err != nil {
-			g.log.Warn("hibernating a room of a node that cannot open the secrets failed", "room", r.Class+"/"+r.Name, "err", err)
 		}
 	}
 }

@@ -615,6 +615,11 @@ func (m *Manager) HandOver(ctx context.Context, key Key, why life.EndReason) err
 		}
 		return err
 	}
+	return r.handOver(ctx, why)
+}
+
+// handOver hibernates r for why and waits until it is done.
+func (r *Room) handOver(ctx context.Context, why life.EndReason) error {
 	done := make(chan error, 1)
 	r.requestHibernate(why, done)
 	select {
@@ -623,6 +628,29 @@ func (m *Manager) HandOver(ctx context.Context, key Key, why life.EndReason) err
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// HibernateAll hibernates every resident room for why (an operator: a
+// node that may run no room any more) and waits until they are done.
+func (m *Manager) HibernateAll(ctx context.Context, why life.EndReason) error {
+	var errs []error
+	for _, r := range m.residentRooms() {
+		if err := r.handOver(ctx, why); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", r.key, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// residentRooms returns the rooms resident now.
+func (m *Manager) residentRooms() []*Room {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	all := make([]*Room, 0, len(m.resident))
+	for r := range m.resident {
+		all = append(all, r)
+	}
+	return all
 }
 
 // Route says where key's events go (Placement.Route): the server asks it
@@ -647,14 +675,8 @@ func (m *Manager) Drop(ctx context.Context, key Key, why life.EndReason) error {
 // DropAll discards every resident room's instance without writing it (a
 // lease lapse: no hold may act any more) and waits until they are gone.
 func (m *Manager) DropAll(ctx context.Context) error {
-	m.mu.Lock()
-	var all []*Room
-	for r := range m.resident {
-		all = append(all, r)
-	}
-	m.mu.Unlock()
 	var errs []error
-	for _, r := range all {
+	for _, r := range m.residentRooms() {
 		if err := r.await(ctx, &event{kind: evDrop, why: life.EndLapse}); err != nil {
 			errs = append(errs, err)
 		}

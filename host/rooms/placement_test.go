@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/wasmkeep/wasmkeep/abi"
+	"github.com/wasmkeep/wasmkeep/host/rooms/life"
 	"github.com/wasmkeep/wasmkeep/host/store"
 )
 
@@ -170,6 +171,27 @@ func TestPlacementCallbacks(t *testing.T) {
 	if r, err := h.m.Route(context.Background(), Key{"c", "a"}); err != nil || r.Kind != RouteHere {
 		t.Fatalf("route: %+v, %v", r, err)
 	}
+}
+
+// TestHibernateAll: every resident room hibernates, for the reason given,
+// with its state written: the next event finds it.
+func TestHibernateAll(t *testing.T) {
+	h := newHarness(t, Config{})
+	h.expect("a", "POST", "/", "1")
+	h.expect("b", "POST", "/", "1")
+	h.place.took()
+	if err := h.m.HibernateAll(context.Background(), life.EndAdmin); err != nil {
+		t.Fatal(err)
+	}
+	got := h.place.took()
+	slices.Sort(got)
+	if want := []string{"end c/a admin open=0", "end c/b admin open=0"}; !slices.Equal(got, want) {
+		t.Fatalf("hibernate all: %q, want %q", got, want)
+	}
+	if c := h.m.Counts(); c.Resident != 0 {
+		t.Fatalf("%d rooms resident after HibernateAll", c.Resident)
+	}
+	h.expect("a", "GET", "/", "1")
 }
 
 func TestGenerationFloorIsTheStoredCountersEnd(t *testing.T) {
