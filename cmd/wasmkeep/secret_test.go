@@ -105,7 +105,7 @@ func TestSecretNeverStoredInPlainText(t *testing.T) {
 func stopProc(t *testing.T, p *proc) {
 	t.Helper()
 	p.signal(syscall.SIGTERM)
-	if code := p.wait(30 * time.Second); code != 0 {
+	if code := p.wait(stopDeadline); code != 0 {
 		t.Fatalf("the node exited with code %d", code)
 	}
 }
