@@ -147,11 +147,16 @@ const (
 // release, with the call imports.
 const ExportOnCall = "wasmkeep_on_call"
 
-// Export names reserved for later minor versions. A v1 host never calls them;
-// they are listed so that no v1 guest gives them another meaning.
-const (
-	ExportOnAlarm = "wasmkeep_on_alarm"
-)
+// ExportOnAlarm is (ptr i32, len i32) -> (), and optional: the room's
+// alarm is due. The payload is an AlarmEvent record (the time it was set
+// for, and how many runs of it failed before this one). The alarm is
+// cleared as the handler returns, unless the handler set it again. The
+// run is an event like a request: a trap, a timeout or a refusal rolls
+// the room back and the host runs it again later (at least once: a
+// handler must be safe to run twice), up to a bounded number of retries.
+// A class without the export keeps no alarm: ImportAlarmSet answers
+// StatusUnsupported. Added in v1 after its first release, with alarms.
+const ExportOnAlarm = "wasmkeep_on_alarm"
 
 // ReservedExportPrefix begins every export name the host gives a meaning to,
 // and the names the module rewriter adds ("__wk_"). A guest must not export
@@ -301,11 +306,34 @@ const (
 	// secrets.
 	ImportSecretGet = "secret_get"
 
-	// ImportAlarmSet is (at_ms i64) -> i32 and ImportAlarmClear is () -> i32:
-	// reserved: v1 hosts provide them and answer StatusUnsupported, so
-	// guests may import them already.
+	// ImportAlarmSet is (at_ms i64) -> i32: sets the room's one alarm to
+	// at_ms (Unix milliseconds), replacing the one set before. The host
+	// runs ExportOnAlarm at that time (at once if it is past), on
+	// whichever node runs the room then, waking it if it hibernated.
+	// ImportAlarmClear is () -> i32: clears it (Success if there was none
+	// too). ImportAlarmGet is (ptr i32) -> i32: writes the alarm's time
+	// (at_ms, little-endian i64) at ptr and returns Success, or
+	// StatusNotFound if none is set. A change is made durable with the
+	// event's state, whatever the class's durability (the event's output
+	// waits for it, as after ImportCheckpoint): the alarm and the state
+	// that set it are never found apart. StatusState outside an event,
+	// in a front, or during ExportOnIdle, ExportOnUpgrade or
+	// ExportOnStartFrom; StatusInvalid for at_ms before 2001 or after
+	// MaxAlarmMs. Set and clear were reserved in v1's first release (they
+	// answered StatusUnsupported); get, the event and the behaviour came
+	// after it, with alarms.
 	ImportAlarmSet   = "alarm_set"
 	ImportAlarmClear = "alarm_clear"
+	ImportAlarmGet   = "alarm_get"
+)
+
+// Bounds of an alarm's time (Unix milliseconds), as ImportAlarmSet checks
+// them: a time before MinAlarmMs is surely a mistake of units (seconds
+// given for milliseconds), one after MaxAlarmMs does not fit the host's
+// index.
+const (
+	MinAlarmMs = 978307200000  // 2001-01-01T00:00:00Z
+	MaxAlarmMs = 9999999999999 // 2286-11-20T17:46:39.999Z
 )
 
 // Channel host functions. Each returns a Status.

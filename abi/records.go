@@ -275,6 +275,28 @@ func DecodeCall(b []byte) (Call, error) {
 	return c, d.finish()
 }
 
+// AlarmEvent is ExportOnAlarm's payload: At, the time the alarm was set
+// for (Unix milliseconds), and Retry, how many runs of it failed before
+// this one (0 the first time).
+type AlarmEvent struct {
+	At    int64
+	Retry uint32
+}
+
+// AppendAlarmEvent appends a's encoding (at:i64 retry:u32) to dst.
+func AppendAlarmEvent(dst []byte, a AlarmEvent) []byte {
+	dst = binary.LittleEndian.AppendUint64(dst, uint64(a.At))
+	return binary.LittleEndian.AppendUint32(dst, a.Retry)
+}
+
+// DecodeAlarmEvent decodes an AlarmEvent record.
+func DecodeAlarmEvent(b []byte) (AlarmEvent, error) {
+	if len(b) != 12 {
+		return AlarmEvent{}, ErrMalformed
+	}
+	return AlarmEvent{At: int64(binary.LittleEndian.Uint64(b)), Retry: binary.LittleEndian.Uint32(b[8:])}, nil
+}
+
 // HandOver is a front's answer to a WebSocket upgrade that hands the
 // socket to a room (ImportHTTPHandOver): the room's class and name, and
 // headers that replace those of the same name in the upgrade request the

@@ -25,6 +25,7 @@ type nativeHost interface {
 	IdleCall() int32
 	AlarmSet(atMs int64) int32
 	AlarmClear() int32
+	AlarmGet() (int64, int32)
 	CallStart(b []byte) int32
 	CallWait(handle int32) int32
 	CallResult(handle int32, buf []byte) int32
@@ -153,6 +154,17 @@ func hostAlarmClear() int32 {
 		return unsupported
 	}
 	return native.AlarmClear()
+}
+
+func hostAlarmGet(at unsafe.Pointer) int32 {
+	if native == nil {
+		return unsupported
+	}
+	v, st := native.AlarmGet()
+	if st == 0 {
+		*(*int64)(at) = v
+	}
+	return st
 }
 
 func channelCall(name string, arg uint32, ptr unsafe.Pointer, n uint32) int32 {

@@ -51,6 +51,9 @@ func hostAlarmSet(atMs int64) int32
 //go:wasmimport wasmkeep alarm_clear
 func hostAlarmClear() int32
 
+//go:wasmimport wasmkeep alarm_get
+func hostAlarmGet(at unsafe.Pointer) int32
+
 //go:wasmimport wasmkeep channel_reply
 func hostChannelReply(status int32, ptr unsafe.Pointer, n uint32) int32
 

@@ -383,15 +383,61 @@ func DeleteState() error {
 	return status("state_delete", hostStateDelete())
 }
 
-// SetAlarm asks the host to wake the room at t. Reserved: ABI v1 hosts
-// answer ErrUnsupported, and v1 has no alarm event yet.
+// SetAlarm sets the room's one alarm to t (to the millisecond),
+// replacing the one set before: at t the host runs the handler given to
+// HandleAlarm, waking the room wherever it sleeps, on whichever node runs
+// it then. A time in the past runs it at once. The alarm is made durable
+// with the event that set it, before any of its output leaves the host,
+// whatever the class's durability. ErrInvalid for a time before 2001 or
+// after 2286.
 func SetAlarm(t time.Time) error {
 	return status("alarm_set", hostAlarmSet(t.UnixMilli()))
 }
 
-// ClearAlarm cancels the alarm set by SetAlarm. Reserved like SetAlarm.
+// ClearAlarm clears the room's alarm, if one is set.
 func ClearAlarm() error {
 	return status("alarm_clear", hostAlarmClear())
+}
+
+// GetAlarm returns the time of the room's alarm, and false if none is
+// set.
+func GetAlarm() (time.Time, bool) {
+	var at int64
+	if hostAlarmGet(unsafe.Pointer(&at)) != 0 {
+		return time.Time{}, false
+	}
+	return time.UnixMilli(at), true
+}
+
+// Alarm is what the alarm handler is told: the time the alarm was set for,
+// and how many runs of it failed before this one (0 the first time).
+type Alarm struct {
+	At    time.Time
+	Retry int
+}
+
+// onAlarmFunc is the room's alarm handler, nil when not registered.
+var onAlarmFunc func(Alarm)
+
+// HandleAlarm registers the handler that runs when the room's alarm is
+// due. The alarm is cleared when it returns, unless it called SetAlarm
+// (a recurring alarm sets the next one). A panic in it is a crash like
+// any other: the room rolls back and the host runs it again later, after
+// 2 s, then twice as long each time, at most 6 times (Alarm.Retry counts
+// them); so it may run more than once for one alarm. Without a handler
+// an alarm that comes due is cleared.
+func HandleAlarm(h func(Alarm)) { onAlarmFunc = h }
+
+//go:wasmexport wasmkeep_on_alarm
+func onAlarm(ptr unsafe.Pointer, n uint32) {
+	a, err := abi.DecodeAlarmEvent(payload(ptr, n))
+	switch {
+	case err != nil:
+		Error("wasmkeep: malformed alarm record from the host")
+	case onAlarmFunc != nil:
+		onAlarmFunc(Alarm{At: time.UnixMilli(a.At), Retry: int(a.Retry)})
+	}
+	collectIfDue()
 }
 
 // Errors that host functions report, one per abi.Status. Errors returned by

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/wasmkeep/wasmkeep/abi"
@@ -15,6 +16,7 @@ import (
 
 // fakeHost records what the SDK asks of the host.
 type fakeHost struct {
+	alarm      int64
 	responses  []abi.Response
 	sends      []string
 	closes     []string
@@ -149,8 +151,20 @@ func (h *fakeHost) UpgradeState(b []byte) int32 {
 }
 func (h *fakeHost) UpgradeAccept() int32 { h.accepted = true; return 0 }
 func (h *fakeHost) IdleCall() int32      { h.idleCalls++; return h.idleStatus }
-func (h *fakeHost) AlarmSet(int64) int32 { return int32(abi.StatusUnsupported) }
-func (h *fakeHost) AlarmClear() int32    { return int32(abi.StatusUnsupported) }
+func (h *fakeHost) AlarmSet(at int64) int32 {
+	h.alarm = at
+	return 0
+}
+func (h *fakeHost) AlarmClear() int32 {
+	h.alarm = 0
+	return 0
+}
+func (h *fakeHost) AlarmGet() (int64, int32) {
+	if h.alarm == 0 {
+		return 0, int32(abi.StatusNotFound)
+	}
+	return h.alarm, 0
+}
 func (h *fakeHost) Channel(name string, arg uint32, b []byte) int32 {
 	h.channel = append(h.channel, recordedCall{name, arg, append([]byte(nil), b...)})
 	return 0
@@ -479,5 +493,33 @@ func TestSecret(t *testing.T) {
 	}
 	if _, err := Secret("MISSING"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("a missing secret: %v, want ErrNotFound", err)
+	}
+}
+
+func TestAlarm(t *testing.T) {
+	native = &fakeHost{}
+	defer func() { native = nil; onAlarmFunc = nil }()
+	if _, ok := GetAlarm(); ok {
+		t.Fatal("an alarm before any was set")
+	}
+	at := time.UnixMilli(1_900_000_000_123)
+	if err := SetAlarm(at); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := GetAlarm(); !ok || !got.Equal(at) {
+		t.Fatalf("GetAlarm = %v, %v; want %v", got, ok, at)
+	}
+	var seen []Alarm
+	HandleAlarm(func(a Alarm) { seen = append(seen, a) })
+	rec := abi.AppendAlarmEvent(nil, abi.AlarmEvent{At: at.UnixMilli(), Retry: 3})
+	onAlarm(unsafe.Pointer(&rec[0]), uint32(len(rec)))
+	if len(seen) != 1 || !seen[0].At.Equal(at) || seen[0].Retry != 3 {
+		t.Fatalf("the handler saw %+v", seen)
+	}
+	if err := ClearAlarm(); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := GetAlarm(); ok {
+		t.Fatal("an alarm after ClearAlarm")
 	}
 }

@@ -460,6 +460,7 @@ const (
 	EventStartFrom      // optional: start from an older version's state
 	EventIdle           // optional: the call a guest asked for once its room is idle
 	EventCall           // optional: another room calls this one
+	EventAlarm          // optional: the room's alarm is due
 	numEvents
 )
 
@@ -467,6 +468,7 @@ var eventExports = [numEvents]string{
 	abi.ExportOnRequest, abi.ExportOnSocketOpen, abi.ExportOnSocketMessage, abi.ExportOnSocketClose,
 	abi.ExportOnJoin, abi.ExportOnChannelMessage, abi.ExportOnLeave, abi.ExportOnSocketMessages,
 	abi.ExportOnUpgrade, abi.ExportOnStartFrom, abi.ExportOnIdle, abi.ExportOnCall,
+	abi.ExportOnAlarm,
 }
 
 // Hash returns the content hash wasmkeep uses for a module's bytes.
@@ -641,6 +643,7 @@ func (c *Class) checkSignatures(fns map[string]api.FunctionDefinition) error {
 		abi.ExportOnStartFrom:      {{i32, i32}, nil},
 		abi.ExportOnIdle:           {nil, nil},
 		abi.ExportOnCall:           {{i32, i32}, nil},
+		abi.ExportOnAlarm:          {{i32, i32}, nil},
 		abi.ExportInitialize:       {nil, nil},
 	}
 	for name, sig := range want {

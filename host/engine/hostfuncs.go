@@ -51,8 +51,9 @@ func (e *Engine) instantiateHostModule(ctx context.Context, rt wazero.Runtime) e
 	def(abi.ImportCallReply, callReply, i32, i32)
 	def(abi.ImportHTTPHandOver, httpHandOver, i32, i32)
 	def(abi.ImportSecretGet, e.secretGet, i32, i32, i32, i32)
-	def(abi.ImportAlarmSet, unsupported, i64)
-	def(abi.ImportAlarmClear, unsupported)
+	def(abi.ImportAlarmSet, alarmSet, i64)
+	def(abi.ImportAlarmClear, alarmClear)
+	def(abi.ImportAlarmGet, alarmGet, i32)
 	_, err := b.Instantiate(ctx)
 	if err != nil {
 		return fmt.Errorf("engine: host module: %w", err)
@@ -452,10 +453,6 @@ func upgradeAccept(ctx context.Context, _ api.Module, stack []uint64) {
 	}
 	inst.accepted = true
 	ret(stack, abi.Success)
-}
-
-func unsupported(_ context.Context, _ api.Module, stack []uint64) {
-	ret(stack, abi.StatusUnsupported)
 }
 
 // guestOutput turns a guest's stdout and stderr into log lines attributed

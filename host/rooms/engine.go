@@ -36,6 +36,8 @@ type Instance interface {
 	// Call delivers an encoded abi.Call and returns the reply (valid
 	// until the instance's next event).
 	Call(payload []byte) ([]byte, error)
+	// Alarm runs the alarm handler with an encoded abi.AlarmEvent.
+	Alarm(payload []byte) error
 	SocketOpen(id uint32, payload []byte) error
 	SocketMessage(id uint32, kind int, data []byte) error
 	SocketMessages(id uint32, batch []byte) error

@@ -132,6 +132,8 @@ func (i *fakeInstance) add(off int, d uint64) {
 }
 
 // Call answers with the payload it was given: the fake guest echoes.
+func (i *fakeInstance) Alarm([]byte) error { return nil }
+
 func (i *fakeInstance) Call(payload []byte) ([]byte, error) {
 	c, err := abi.DecodeCall(payload)
 	return append([]byte{}, c.Payload...), err

@@ -62,6 +62,7 @@ var (
 		abi.ExportOnStartFrom:     "(i32,i32)->()",
 		abi.ExportOnIdle:          "()->()",
 		abi.ExportOnCall:          "(i32,i32)->()",
+		abi.ExportOnAlarm:         "(i32,i32)->()",
 		abi.ExportInitialize:      "()->()",
 	}
 	wantImports = map[string]string{
@@ -80,6 +81,7 @@ var (
 		abi.ImportIdleCall:      "()->(i32)",
 		abi.ImportAlarmSet:      "(i64)->(i32)",
 		abi.ImportAlarmClear:    "()->(i32)",
+		abi.ImportAlarmGet:      "(i32)->(i32)",
 		abi.ImportCallStart:     "(i32,i32)->(i32)",
 		abi.ImportCallWait:      "(i32)->(i32)",
 		abi.ImportCallResult:    "(i32,i32,i32)->(i32)",
@@ -140,7 +142,7 @@ func TestSDKImports(t *testing.T) {
 	seen := map[string]bool{}
 	// Each fixture's compile (seconds under -race) runs beside the others.
 	t.Run("fixtures", func(t *testing.T) {
-		for _, pkg := range []string{"./testdata/guests/echo", "./testdata/guests/hostile", "./examples/chat", "./examples/counter", "./testdata/guests/channels", "./testdata/guests/caller"} {
+		for _, pkg := range []string{"./testdata/guests/echo", "./testdata/guests/hostile", "./examples/chat", "./examples/counter", "./testdata/guests/channels", "./testdata/guests/caller", "./testdata/guests/alarm"} {
 			t.Run(strings.TrimPrefix(pkg, "./"), func(t *testing.T) {
 				t.Parallel()
 				for _, f := range compile(t, Build(t, pkg)).ImportedFunctions() {
@@ -164,7 +166,7 @@ func TestSDKImports(t *testing.T) {
 		}
 	})
 	for name := range wantImports {
-		if !seen[name] && name != abi.ImportAlarmClear {
+		if !seen[name] {
 			t.Errorf("no fixture imports %s", name)
 		}
 	}
