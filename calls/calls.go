@@ -94,6 +94,20 @@ type Call struct {
 	// Deadline is when the caller gives up, on the clock of the node that
 	// holds the call (nanoseconds of its monotonic clock).
 	Deadline int64
+	// Alarm, when set, makes this not a guest's call but the delivery of
+	// the callee's alarm (host/alarms), routed as a call is; Chain and
+	// Payload are empty.
+	Alarm *Alarm
+}
+
+// Alarm is what a delivery of a room's alarm names: the alarm (its time,
+// Unix ms, and its index entry), how many runs of it failed before, and
+// whether it is to be dropped unrun (after its last retry).
+type Alarm struct {
+	At    int64
+	Entry string
+	Retry uint32
+	Drop  bool
 }
 
 // From is the room that makes the call: the chain's last.
@@ -146,8 +160,12 @@ func Expired(c *Call) Result {
 // AppendWire appends the encoding of c for another node: its deadline as
 // the time left at now, on the same clock.
 //
-//	to:room chain:count(room)* left_ns:u64 payload:bytes
+//	to:room chain:count(room)* left_ns:u64 payload:bytes [alarm]
 //	room = class:str name:str
+//	alarm = 1:u8 at:i64 entry:str retry:u32 drop:u8
+//
+// The alarm comes last, and only on a delivery: a node of an older
+// version refuses one as malformed, and its sender tries again later.
 func AppendWire(dst []byte, c *Call, now int64) []byte {
 	dst = appendRoom(dst, c.To)
 	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(c.Chain)))
@@ -155,8 +173,23 @@ func AppendWire(dst []byte, c *Call, now int64) []byte {
 		dst = appendRoom(dst, r)
 	}
 	dst = binary.LittleEndian.AppendUint64(dst, uint64(max(c.Deadline-now, 0)))
-	return appendBytes(dst, c.Payload)
+	dst = appendBytes(dst, c.Payload)
+	if a := c.Alarm; a != nil {
+		dst = append(dst, 1)
+		dst = binary.LittleEndian.AppendUint64(dst, uint64(a.At))
+		dst = appendBytes(dst, []byte(a.Entry))
+		dst = binary.LittleEndian.AppendUint32(dst, a.Retry)
+		drop := byte(0)
+		if a.Drop {
+			drop = 1
+		}
+		dst = append(dst, drop)
+	}
+	return dst
 }
+
+// maxAlarmEntry bounds an alarm's entry name on the wire.
+const maxAlarmEntry = 64
 
 // ErrMalformed: the bytes are not a whole call.
 var ErrMalformed = errors.New("calls: malformed call")
@@ -181,6 +214,16 @@ func DecodeWire(b []byte, now int64) (Call, error) {
 	}
 	left := d.u64()
 	c.Payload = d.bytes(MaxPayload)
+	if !d.bad && len(d.b) > 0 && d.b[0] == 1 {
+		d.b = d.b[1:]
+		a := &Alarm{At: int64(d.u64()), Entry: string(d.bytes(maxAlarmEntry))}
+		a.Retry = d.u32()
+		if len(d.b) == 0 || d.b[0] > 1 {
+			return Call{}, ErrMalformed
+		}
+		a.Drop, d.b = d.b[0] == 1, d.b[1:]
+		c.Alarm = a
+	}
 	if d.bad || len(d.b) != 0 || left > uint64(time.Hour) {
 		return Call{}, ErrMalformed
 	}

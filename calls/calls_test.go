@@ -49,6 +49,28 @@ func TestWireRoundTrip(t *testing.T) {
 	}
 }
 
+// TestWireAlarm: an alarm's delivery travels with its alarm; cut short,
+// or with a flag byte that is not one, it does not decode.
+func TestWireAlarm(t *testing.T) {
+	c := Call{To: Room{"game", "g"}, Deadline: 5e9, Alarm: &Alarm{At: 1_796_686_062_781, Entry: "a1.2", Retry: 3, Drop: true}}
+	b := AppendWire(nil, &c, 0)
+	got, err := DecodeWire(b, 0)
+	if err != nil || got.Alarm == nil || *got.Alarm != *c.Alarm || got.To != c.To {
+		t.Fatalf("round trip: %+v, %v", got, err)
+	}
+	plain := len(AppendWire(nil, &Call{To: c.To, Deadline: c.Deadline}, 0))
+	for i := plain + 1; i < len(b); i++ {
+		if _, err := DecodeWire(b[:i], 0); err == nil {
+			t.Fatalf("%d of %d bytes decoded", i, len(b))
+		}
+	}
+	bad := bytes.Clone(b)
+	bad[len(bad)-1] = 2
+	if _, err := DecodeWire(bad, 0); err == nil {
+		t.Fatal("a drop flag of 2 decoded")
+	}
+}
+
 func TestResultRoundTrip(t *testing.T) {
 	for _, r := range []Result{{Reply: []byte("ok")}, {Reply: []byte{}}, Fail(abi.StatusCrashed, "boom")} {
 		got, err := DecodeResult(AppendResult(nil, r))

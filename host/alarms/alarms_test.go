@@ -1,0 +1,183 @@
+package alarms
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/wasmkeep/wasmkeep/abi"
+	"github.com/wasmkeep/wasmkeep/calls"
+	"github.com/wasmkeep/wasmkeep/host/store"
+	"github.com/wasmkeep/wasmkeep/internal/clock"
+)
+
+func TestKeyRoundTrip(t *testing.T) {
+	e := Entry{Room: calls.Room{Class: "game", Name: "a/b c%"}, At: 1_796_686_062_781, Entry: EntryName(0x66213910fee79, 1)}
+	got, err := ParseKey(e.Key())
+	if err != nil || got != e {
+		t.Fatalf("ParseKey(%q) = %+v, %v; want %+v", e.Key(), got, err, e)
+	}
+	early := e
+	early.At = abi.MinAlarmMs
+	if early.Key() >= e.Key() {
+		t.Fatalf("keys do not sort by time: %q before %q", e.Key(), early.Key())
+	}
+	for _, bad := range []string{"alarms/", "alarms/1796686062781/game/a", "alarms/179668606278/game/a/1.1",
+		"alarms/1796686062781/game/a/x.1", "alarms/1796686062781/game/a/1", "alarms/0000000000001/game/a/1.1",
+		"rooms/1796686062781/game/a/1.1", "alarms/1796686062781/game/a/1.1/more"} {
+		if _, err := ParseKey(bad); err == nil {
+			t.Errorf("ParseKey(%q) succeeded", bad)
+		}
+	}
+}
+
+// fakeRouter answers deliveries with answer and records them.
+type fakeRouter struct {
+	answer func(*calls.Call) calls.Result
+	got    []calls.Alarm
+}
+
+func (r *fakeRouter) Route(_ context.Context, c *calls.Call) calls.Result {
+	r.got = append(r.got, *c.Alarm)
+	return r.answer(c)
+}
+
+var t0 = time.UnixMilli(1_796_686_000_000)
+
+func newTestScheduler(bucket store.Bucket, answer func(*calls.Call) calls.Result) (*Scheduler, *clock.Manual, *fakeRouter) {
+	clk := clock.NewManual(t0)
+	r := &fakeRouter{answer: answer}
+	return New(Config{Bucket: bucket, Router: r, Clock: clk}), clk, r
+}
+
+// step delivers what is due now, as Run does, but one at a time on the
+// test's goroutine.
+func step(s *Scheduler) int {
+	due := s.takeDue()
+	for _, it := range due {
+		s.deliver(context.Background(), it)
+	}
+	return len(due)
+}
+
+func ran(*calls.Call) calls.Result { return calls.Result{Reply: []byte(Ran)} }
+
+func TestScheduledAlarmDeliveredOnTime(t *testing.T) {
+	s, clk, r := newTestScheduler(store.NewMem(), ran)
+	e := Entry{Room: calls.Room{Class: "c", Name: "r"}, At: t0.Add(time.Second).UnixMilli(), Entry: "1.1"}
+	s.Schedule(e)
+	s.Schedule(e) // told twice: one alarm
+	clk.Advance(999 * time.Millisecond)
+	if n := step(s); n != 0 {
+		t.Fatalf("%d delivered 1 ms early", n)
+	}
+	if d, ok := s.nextDue(); !ok || d != time.Millisecond {
+		t.Fatalf("next due in %v, %v; want 1ms", d, ok)
+	}
+	clk.Advance(time.Millisecond)
+	if n := step(s); n != 1 || len(r.got) != 1 || r.got[0] != (calls.Alarm{At: e.At, Entry: e.Entry}) {
+		t.Fatalf("delivered %d: %+v", n, r.got)
+	}
+	if s.Pending() != 0 || s.fired.Get() != 1 {
+		t.Fatalf("pending %d, fired %d after it ran", s.Pending(), s.fired.Get())
+	}
+}
+
+// TestRetriesBackOffThenDrop: a handler that always fails is delivered
+// again after 2 s, 4 s, ... MaxRetries times, each with its retry count,
+// then once more to be dropped unrun.
+func TestRetriesBackOffThenDrop(t *testing.T) {
+	s, clk, r := newTestScheduler(store.NewMem(), func(c *calls.Call) calls.Result {
+		if c.Alarm.Drop {
+			return calls.Result{Reply: []byte(Dropped)}
+		}
+		return calls.Fail(abi.StatusCrashed, "crashed")
+	})
+	s.Schedule(Entry{Room: calls.Room{Class: "c", Name: "r"}, At: t0.UnixMilli(), Entry: "1.1"})
+	step(s)
+	var waits []time.Duration
+	for len(r.got) < MaxRetries+2 {
+		d, ok := s.nextDue()
+		if !ok {
+			t.Fatalf("nothing due after %d deliveries", len(r.got))
+		}
+		waits = append(waits, d)
+		clk.Advance(d)
+		if step(s) != 1 {
+			t.Fatal("nothing delivered when due")
+		}
+	}
+	want := []time.Duration{2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second, 32 * time.Second, 64 * time.Second, 64 * time.Second}
+	if !slices.Equal(waits, want) {
+		t.Fatalf("waits %v, want %v", waits, want)
+	}
+	for i, a := range r.got {
+		wantRetry := uint32(min(i, MaxRetries))
+		if a.Retry != wantRetry || a.Drop != (i == MaxRetries+1) {
+			t.Fatalf("delivery %d: %+v", i, a)
+		}
+	}
+	if s.Pending() != 0 || s.droppedN.Get() != 1 || s.retried.Get() != MaxRetries+1 {
+		t.Fatalf("pending %d, dropped %d, retried %d", s.Pending(), s.droppedN.Get(), s.retried.Get())
+	}
+}
+
+// TestStaleEntryDeleted: an entry the room does not have is deleted from
+// the index.
+func TestStaleEntryDeleted(t *testing.T) {
+	bucket := store.NewMem()
+	e := Entry{Room: calls.Room{Class: "c", Name: "r"}, At: t0.UnixMilli(), Entry: "1.1"}
+	if _, err := bucket.Put(context.Background(), e.Key(), []byte("x"), store.Cond{}); err != nil {
+		t.Fatal(err)
+	}
+	s, _, _ := newTestScheduler(bucket, func(*calls.Call) calls.Result { return calls.Result{Reply: []byte(Stale)} })
+	s.Schedule(e)
+	step(s)
+	if keys, _ := bucket.List(context.Background(), Prefix); len(keys) != 0 {
+		t.Fatalf("index after a stale delivery: %q", keys)
+	}
+}
+
+// TestScan: a scan queues the entries due before the next one, at their
+// time plus the grace; one whose entry is gone by then (delivered by the
+// node that was told of it) is not delivered; one due later waits for a
+// later scan.
+func TestScan(t *testing.T) {
+	ctx := context.Background()
+	bucket := store.NewMem()
+	room := func(n string) calls.Room { return calls.Room{Class: "c", Name: n} }
+	soon := Entry{Room: room("soon"), At: t0.Add(time.Second).UnixMilli(), Entry: "1.1"}
+	gone := Entry{Room: room("gone"), At: t0.Add(2 * time.Second).UnixMilli(), Entry: "1.1"}
+	later := Entry{Room: room("later"), At: t0.Add(DefaultScanInterval + time.Second).UnixMilli(), Entry: "1.1"}
+	for _, e := range []Entry{soon, gone, later} {
+		if _, err := bucket.Put(ctx, e.Key(), []byte("x"), store.Cond{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := bucket.Put(ctx, Prefix+"junk", []byte("x"), store.Cond{}); err != nil {
+		t.Fatal(err)
+	}
+	s, clk, r := newTestScheduler(bucket, ran)
+	if read, err := s.Scan(ctx); err != nil || read != 3 {
+		t.Fatalf("scan read %d, %v; want 3 (up to the first entry past the next scan)", read, err)
+	}
+	if s.Pending() != 2 {
+		t.Fatalf("%d pending after the scan, want 2", s.Pending())
+	}
+	if err := bucket.Delete(ctx, gone.Key(), ""); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(time.Second + DefaultGrace - time.Millisecond)
+	if step(s) != 0 {
+		t.Fatal("a scanned alarm delivered within its grace")
+	}
+	clk.Advance(time.Second + time.Millisecond)
+	step(s)
+	if len(r.got) != 1 || r.got[0].At != soon.At {
+		t.Fatalf("delivered %+v, want only %+v", r.got, soon)
+	}
+	if s.Pending() != 0 {
+		t.Fatalf("%d pending", s.Pending())
+	}
+}
