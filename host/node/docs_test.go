@@ -23,6 +23,10 @@ func TestMetricsDocumented(t *testing.T) {
 	if got := expect(t, 200, "POST", n.URL()+"/actor/echo/e/checkpoint", nil); got != "ok" {
 		t.Fatalf("checkpoint: %q", got)
 	}
+	// An alarm's delivery.
+	putClass(t, n, "alarm", "./testdata/guests/alarm")
+	expect(t, 200, "POST", n.URL()+"/actor/alarm/a/set?in=-1", nil)
+	waitFor(t, "the alarm to fire", func() bool { return metric(t, n, "wasmkeep_alarms_fired_total") == 1 })
 	// And a front's request.
 	putFront(t, n, "web", frontGuest, "/app")
 	expect(t, 200, "GET", n.URL()+"/app", nil)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/wasmkeep/wasmkeep/abi"
 	"github.com/wasmkeep/wasmkeep/calls"
+	"github.com/wasmkeep/wasmkeep/host/alarms"
 	"github.com/wasmkeep/wasmkeep/host/classes"
 	"github.com/wasmkeep/wasmkeep/host/engine"
 	"github.com/wasmkeep/wasmkeep/host/fronts"
@@ -206,6 +207,10 @@ type Node struct {
 	leaveEngine bool
 	// member is the node's cluster membership, with Config.Cluster.
 	member Member
+	// Alarms delivers the alarms of the node's rooms (host/alarms);
+	// stopAlarms stops it and waits for its deliveries.
+	Alarms     *alarms.Scheduler
+	stopAlarms func()
 }
 
 // Member is the node's cluster membership, or nil outside a cluster.
@@ -341,6 +346,11 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if n.member != nil {
 		rcfg.Calls = n.member.Calls()
 	}
+	// Deliveries are routed as the rooms' calls are: the manager's
+	// router, once the manager exists.
+	n.Alarms = alarms.New(alarms.Config{Bucket: n.Bucket, Router: alarmRouter{n}, Clock: cfg.Clock,
+		Alone: n.member == nil, Metrics: n.Metrics, Logger: cfg.Logger})
+	rcfg.Alarms = n.Alarms
 	if rcfg.ImageDir == "" {
 		// Next to the compilation cache: the node's own disk, whatever
 		// its store; only this node uses it (host/images).
@@ -372,6 +382,14 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	n.closers = append(n.closers, func() error { stopGate(); return nil })
 	gate.check(gctx, n.Rooms)
 	go gate.run(gctx, cfg.Clock, n.Rooms)
+	actx, stopAlarms := context.WithCancel(context.Background())
+	alarmsDone := make(chan struct{})
+	go func() {
+		defer close(alarmsDone)
+		n.Alarms.Run(actx)
+	}()
+	n.stopAlarms = sync.OnceFunc(func() { stopAlarms(); <-alarmsDone })
+	n.closers = append(n.closers, func() error { n.stopAlarms(); return nil })
 	scfg.AdminAddrs = []string{cfg.Listen, n.listener.Addr().String()}
 	if cfg.AdminListen != "" {
 		if n.adminListener, err = net.Listen("tcp", cfg.AdminListen); err != nil {
@@ -458,6 +476,9 @@ func (n *Node) stop(ctx context.Context) error {
 	defer cancel()
 	start := time.Now()
 	var errs []error
+	if n.stopAlarms != nil {
+		n.stopAlarms() // what it has not delivered, the next process finds in the index
+	}
 	if err := n.Rooms.Shutdown(ctx); err != nil {
 		errs = append(errs, err)
 	}
@@ -507,4 +528,14 @@ func (n *Node) closeAll() {
 	if n.adminListener != nil && n.adminHTTP == nil {
 		n.adminListener.Close()
 	}
+}
+
+// alarmRouter routes the deliveries of alarms as the rooms' calls are
+// routed (rooms.Manager.Router): the manager is made after the scheduler
+// it is given.
+type alarmRouter struct{ n *Node }
+
+// Route implements calls.Router.
+func (r alarmRouter) Route(ctx context.Context, c *calls.Call) calls.Result {
+	return r.n.Rooms.Router().Route(ctx, c)
 }

@@ -179,6 +179,9 @@ func (m *Manager) ServeCall(ctx context.Context, c *calls.Call) calls.Result {
 	ctx, cancel := m.deadlineCtx(ctx, c.Deadline)
 	defer cancel()
 	ev := &event{kind: evCall, ctx: ctx, call: c, answer: make(chan calls.Result, 1)}
+	if c.Alarm != nil {
+		ev.kind = evAlarm
+	}
 	if _, err := m.enqueueNewRoom(Key{Class: c.To.Class, Name: c.To.Name}, ev, false); err != nil {
 		return callError(c, err)
 	}
@@ -192,7 +195,12 @@ func (m *Manager) ServeCall(ctx context.Context, c *calls.Call) calls.Result {
 }
 
 func (r *Room) handleCall(ev *event) {
-	res := r.serveCall(ev)
+	var res calls.Result
+	if ev.kind == evAlarm {
+		res = r.serveAlarm(ev)
+	} else {
+		res = r.serveCall(ev)
+	}
 	r.emitReply(func(err error) {
 		if err != nil {
 			res = callError(ev.call, err) // undone: as if it had not run

@@ -98,9 +98,13 @@ type commitJob struct {
 	// firstVersion is the version of its hold's first commit, if this
 	// is not it.
 	firstVersion string
-	out          outbox
-	events       int
-	start        int64
+	// alarm is the room's alarm as the commit stores it, prevAlarm as the
+	// manifest it follows has it.
+	alarm, prevAlarm alarmState
+	alarmIndex       []store.Object // the new alarm's index entry, created with it
+	out              outbox
+	events           int
+	start            int64
 
 	cancel context.CancelFunc
 	done   chan struct{} // closed when the write ended; then etag or err
@@ -249,7 +253,7 @@ func (r *Room) capture() (*commitJob, error) {
 	if r.held && !m.place.Valid(r.hold) {
 		return nil, errHoldLost
 	}
-	st := savedState{NextSocket: r.nextSocket}
+	st := savedState{NextSocket: r.nextSocket, Alarm: r.alarm}
 	for _, id := range sortedIDs(r.known) {
 		if !r.skipClose[id] {
 			st.Sockets = append(st.Sockets, id)
@@ -276,7 +280,8 @@ func (r *Room) capture() (*commitJob, error) {
 		m.met.snapshotsUnchanged.Inc()
 		return nil, nil
 	}
-	return &commitJob{d: d, body: d.Manifest.Encode(), prev: r.etag, first: r.firstVersion == "", firstVersion: r.firstVersion}, nil
+	return &commitJob{d: d, body: d.Manifest.Encode(), prev: r.etag, first: r.firstVersion == "", firstVersion: r.firstVersion,
+		alarm: r.alarm, prevAlarm: r.storedAlarm, alarmIndex: r.alarmObjects(r.alarm)}, nil
 }
 
 // writeCommit writes a captured snapshot: its segment (created), then its
@@ -289,16 +294,20 @@ func (m *Manager) writeCommit(ctx context.Context, key Key, job *commitJob) erro
 	if d.Segment != nil {
 		created = []store.Object{{Key: key.segmentKey(d.SegmentID), Body: d.Segment}}
 	}
+	created = append(created, job.alarmIndex...)
 	etag, err := m.layout.commit(ctx, m.bucket, key, job.prev, job.first, created, job.body)
 	if err != nil {
-		// A commit that certainly did not land leaves its segment
+		// A commit that certainly did not land leaves what it created
 		// unreferenced, if it was written at all; one whose outcome is
 		// unknown may have landed.
-		if d.Segment != nil && !errors.Is(err, store.ErrUnknownOutcome) {
-			m.gc.add(key.segmentKey(d.SegmentID))
+		if !errors.Is(err, store.ErrUnknownOutcome) {
+			for _, o := range created {
+				m.gc.add(o.Key)
+			}
 		}
 		return fmt.Errorf("writing the room's state: %w", err)
 	}
+	m.alarmLanded(key, job.prevAlarm, job.alarm)
 	job.etag = etag
 	written := len(d.Segment) + len(job.body)
 	m.met.snapshotBytes.Add(written)
@@ -321,6 +330,7 @@ func (m *Manager) writeCommit(ctx context.Context, key Key, job *commitJob) erro
 // landed makes a written snapshot the room's latest (worker).
 func (r *Room) landed(job *commitJob) {
 	r.man, r.manBody, r.etag, r.pages = job.d.Manifest, job.body, job.etag, job.d.PageHashes
+	r.storedAlarm = job.alarm
 	if job.first {
 		r.firstVersion = job.etag
 	}

@@ -138,6 +138,9 @@ type Config struct {
 	// Calls routes the calls rooms make (nil: to rooms of this node,
 	// LocalRouter).
 	Calls calls.Router
+	// Alarms is told of the alarms the rooms here keep (nil: nobody
+	// fires them).
+	Alarms AlarmScheduler
 	// Refuse, if set, says why no room may wake now (nil: they may): a
 	// node that cannot open the app's secrets runs no room. A wake it
 	// refuses fails with ErrUnavailable and the reason.

@@ -77,6 +77,9 @@ func (r *Room) load(ctx context.Context, hold Hold) (inst Instance, restored boo
 	body, etag, err := m.layout.latest(ctx, m.bucket, r.key)
 	if errors.Is(err, store.ErrNotFound) {
 		m.dropKept(r, warmChanged) // its state was deleted meanwhile
+		if r.onlyStored {
+			return nil, false, errNotStored
+		}
 		return r.startFresh(ctx)
 	}
 	if err != nil {
@@ -232,6 +235,7 @@ func (r *Room) load(ctx context.Context, hold Hold) (inst Instance, restored boo
 	for _, j := range st.Joins {
 		r.joins[j] = true
 	}
+	r.alarmLoaded(st.Alarm)
 	return inst, true, nil
 }
 
@@ -260,6 +264,7 @@ func (r *Room) startFresh(ctx context.Context) (Instance, bool, error) {
 	r.man, r.manBody, r.etag, r.pages, r.image = nil, nil, "", nil, 0
 	r.known = map[uint32]bool{}
 	r.joins = nil
+	r.alarmLoaded(alarmState{})
 	return inst, false, nil
 }
 
@@ -656,6 +661,15 @@ func (r *Room) deleteStored(ctx context.Context) error {
 		return fmt.Errorf("deleting its manifest: %w", err)
 	}
 	r.man, r.manBody, r.etag, r.pages, r.image = nil, nil, "", nil, 0
+	for _, a := range []alarmState{r.alarm, r.storedAlarm} {
+		if a.set() {
+			m.gc.add(a.entry(r.key).Key())
+			if m.cfg.Alarms != nil {
+				m.cfg.Alarms.Unschedule(a.entry(r.key))
+			}
+		}
+	}
+	r.alarm, r.storedAlarm = alarmState{}, alarmState{}
 	m.dropKept(r, warmChanged)
 	m.forgetImage(r.key)
 	if r.everStored.Swap(false) {

@@ -98,6 +98,7 @@ const (
 	evCloseSockets // close every socket of the room with code and reason (Manager.CloseSockets)
 	evCall         // a call from another room (Manager.ServeCall)
 	evCommitted    // a group commit's write ended, or its window passed (commit.go)
+	evAlarm        // the room's alarm is due (Manager.ServeCall of an alarm's delivery)
 )
 
 // unrefused reports whether a full mailbox still takes the event: closes
@@ -106,7 +107,7 @@ func (k eventKind) unrefused() bool {
 	return k == evSocketClose || k == evHibernate || k == evDelete || k == evDrop || k == evCloseSockets || k == evCommitted
 }
 
-var eventNames = [...]string{"request", "socket_open", "socket_message", "socket_close", "channel", "", "", "", "", "", "", "call"}
+var eventNames = [...]string{"request", "socket_open", "socket_message", "socket_close", "channel", "", "", "", "", "", "", "call", "", "alarm"}
 
 type event struct {
 	kind    eventKind
@@ -122,7 +123,7 @@ type event struct {
 
 	delivery phoenix.Delivery // a channel event
 
-	call   *calls.Call // evCall, answered on answer
+	call   *calls.Call // evCall and evAlarm, answered on answer
 	answer chan calls.Result
 
 	why  life.EndReason // evHibernate
@@ -247,6 +248,15 @@ type Room struct {
 	callIn *calls.Call
 	// caller is the room's calls under way (order: worker-owned).
 	caller Caller
+
+	// The room's alarm (alarms.go), worker-owned: alarm as the guest set
+	// it, storedAlarm as the latest commit stored it; alarmChanged: the
+	// event being handled changed it; alarmSeq names the hold's alarms;
+	// onlyStored: the wake under way is an alarm's, which starts no room.
+	alarm, storedAlarm alarmState
+	alarmChanged       bool
+	alarmSeq           uint64
+	onlyStored         bool
 
 	// evCtx is the context of the event being handled (eventCtx), for the
 	// store calls its guest calls need (checkpoints, deletes). Worker-owned.
@@ -640,7 +650,7 @@ func (r *Room) handle(ev *event, more bool) {
 	}
 	r.caller.EndEvent() // calls are ordered within an event
 	switch ev.kind {
-	case evCall:
+	case evCall, evAlarm:
 		r.handleCall(ev)
 	case evRequest:
 		r.handleRequest(ev)
@@ -876,8 +886,12 @@ func (r *Room) deliver(call func(Instance) error) error {
 // handler sent.
 func (r *Room) deliverThen(call func(Instance) error, first func()) error {
 	r.clearEffects()
+	r.alarmChanged = false
 	err := call(r.inst)
-	plan := life.AfterCall(life.Call{Crashed: err != nil, Checkpoint: r.inst.CheckpointRequested(), Delete: r.inst.DeleteRequested()}, r.durable)
+	// A changed alarm is made durable with the event, whatever the
+	// class's durability: it is written as a checkpoint is.
+	checkpoint := r.inst.CheckpointRequested() || r.alarmChanged
+	plan := life.AfterCall(life.Call{Crashed: err != nil, Checkpoint: checkpoint, Delete: r.inst.DeleteRequested()}, r.durable)
 	if plan.Rollback {
 		r.clearEffects()
 		r.crashed(err)
@@ -986,6 +1000,7 @@ func (r *Room) crashed(err error) {
 	// crash leaves behind: their state is lost with it.
 	r.abandon(fmt.Errorf("%w: the room crashed before it was: %v", ErrNotDurable, err))
 	r.known, r.joins = nil, nil
+	r.alarm = r.storedAlarm
 	r.dropInstance(life.EndCrash)
 }
 

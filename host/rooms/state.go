@@ -19,15 +19,27 @@ type savedState struct {
 	// Joins are the channel joins the guest accepted and has not yet seen
 	// end.
 	Joins []joinKey
+	// Alarm is the room's alarm (alarms.go), if it has one.
+	Alarm alarmState
 }
 
-const stateVersion = 2
+// The versions of the encoding: stateWithAlarm is stateVersion followed
+// by the alarm, written only for a room that has one, so that the state
+// of every other room reads as before (and older nodes read it).
+const (
+	stateVersion   = 2
+	stateWithAlarm = 3
+)
 
 var errBadState = errors.New("rooms: malformed room state in snapshot")
 
 func (s *savedState) encode() []byte {
-	b := make([]byte, 0, 13+4*len(s.Sockets)+32*len(s.Joins))
-	b = append(b, stateVersion)
+	b := make([]byte, 0, 13+4*len(s.Sockets)+32*len(s.Joins)+32)
+	version := byte(stateVersion)
+	if s.Alarm.set() {
+		version = stateWithAlarm
+	}
+	b = append(b, version)
 	b = binary.LittleEndian.AppendUint32(b, s.NextSocket)
 	b = binary.LittleEndian.AppendUint32(b, uint32(len(s.Sockets)))
 	for _, id := range s.Sockets {
@@ -39,6 +51,10 @@ func (s *savedState) encode() []byte {
 		b = appendString(b, j.topic)
 		b = appendString(b, j.joinRef)
 	}
+	if s.Alarm.set() {
+		b = binary.LittleEndian.AppendUint64(b, uint64(s.Alarm.At))
+		b = appendString(b, s.Alarm.Entry)
+	}
 	return b
 }
 
@@ -48,9 +64,10 @@ func appendString(b []byte, s string) []byte {
 }
 
 func decodeState(b []byte) (savedState, error) {
-	if len(b) < 13 || b[0] != stateVersion {
+	if len(b) < 13 || (b[0] != stateVersion && b[0] != stateWithAlarm) {
 		return savedState{}, errBadState
 	}
+	withAlarm := b[0] == stateWithAlarm
 	s := savedState{NextSocket: binary.LittleEndian.Uint32(b[1:])}
 	n := binary.LittleEndian.Uint32(b[5:])
 	b = b[9:]
@@ -92,6 +109,18 @@ func decodeState(b []byte) (savedState, error) {
 			return savedState{}, errBadState
 		}
 		s.Joins = append(s.Joins, j)
+	}
+	if withAlarm {
+		if len(b) < 8 {
+			return savedState{}, errBadState
+		}
+		s.Alarm.At = int64(binary.LittleEndian.Uint64(b))
+		b = b[8:]
+		entry, ok := str()
+		if !ok || entry == "" {
+			return savedState{}, errBadState
+		}
+		s.Alarm.Entry = entry
 	}
 	if len(b) != 0 {
 		return savedState{}, errBadState
