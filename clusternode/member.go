@@ -24,6 +24,8 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/wasmkeep/wasmkeep/abi"
+	"github.com/wasmkeep/wasmkeep/alarms"
+	"github.com/wasmkeep/wasmkeep/calls"
 	"github.com/wasmkeep/wasmkeep/cluster"
 	cm "github.com/wasmkeep/wasmkeep/cluster/member"
 	"github.com/wasmkeep/wasmkeep/cluster/runner"
@@ -84,7 +86,17 @@ type Member struct {
 	// peers makes the member's signed calls to other nodes.
 	peers *server.Cluster
 	met   memberMetrics
+
+	// alarms delivers the alarms of the node's rooms (a duty of the
+	// member's); its deliveries run under deliveriesCtx, which Leave ends.
+	alarms         *alarms.Duty
+	deliveries     sync.WaitGroup
+	deliveriesCtx  context.Context
+	stopDeliveries context.CancelFunc
 }
+
+// Alarms is the duty that delivers the alarms of the node's rooms.
+func (m *Member) Alarms() *alarms.Duty { return m.alarms }
 
 // New builds the member of cfg. Its lease is written once Join runs its
 // duties.
@@ -120,11 +132,25 @@ func New(ctx context.Context, cfg Config) (*Member, error) {
 	}
 	m := &Member{cfg: cfg, core: core, peers: &server.Cluster{Node: cfg.Node, Secret: cfg.Secret}}
 	m.met = newMemberMetrics(cfg.Metrics, m)
+	m.alarms, err = alarms.NewDuty(alarms.Config{Bucket: cfg.Bucket, Logger: cfg.Logger,
+		Route: func(ctx context.Context, c *calls.Call) calls.Result {
+			return m.mem.Call(ctx, c, false, m.serveCall, m.sendCall)
+		},
+		Now: cfg.Clock.Now, Wall: func() int64 { return cfg.Clock.Wall().UnixMilli() },
+		Go: func(_ string, f func(context.Context)) {
+			m.deliveries.Go(func() { f(m.deliveriesCtx) })
+		},
+		Observer: rooms.AlarmMetrics(cfg.Metrics, func() int { return m.alarms.Pending() }),
+	})
+	if err != nil {
+		return nil, err
+	}
+	m.deliveriesCtx, m.stopDeliveries = context.WithCancel(context.Background())
 	m.mem, err = cm.New(cm.Config{
 		Core: core, Rooms: roomsOf{m}, Peers: peersOf{m.peers}, Clock: monotonic{cfg.Clock},
 		Sleeper: cluster.ClockSleeper(cfg.Clock), TTL: cfg.TTL, FailoverWait: cfg.FailoverWait,
 		SweepInterval: cfg.SweepInterval, Parallel: runner.Parallel(parallelReleases),
-		Observer: m.met, Logger: cfg.Logger.With("node", cfg.Node),
+		Observer: m.met, Logger: cfg.Logger.With("node", cfg.Node), Alarms: m.alarms,
 	})
 	if err != nil {
 		return nil, err
@@ -166,6 +192,8 @@ func (m *Member) Leave(ctx context.Context) {
 		return
 	}
 	m.left.Do(func() {
+		m.stopDeliveries()
+		m.deliveries.Wait()
 		m.mem.Leave(ctx)
 		m.run.Stop()
 	})

@@ -24,6 +24,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/wasmkeep/wasmkeep/alarms"
 	"github.com/wasmkeep/wasmkeep/cluster"
 )
 
@@ -157,6 +158,10 @@ type Config struct {
 	Observer Observer
 	// Logger takes the member's log (slog.Default when nil).
 	Logger *slog.Logger
+	// Alarms delivers the alarms of the node's rooms (package alarms),
+	// routed as calls are (Call): its pass is one of the member's duties,
+	// run while the lease is valid. nil: no alarms.
+	Alarms *alarms.Duty
 	// Broken breaks the member's rules on purpose, for the simulation.
 	Broken Variants
 }
@@ -252,7 +257,22 @@ func (m *Member) observe(e Event) {
 // its own (cluster.Node.Run): a server gives each a goroutine
 // (cluster/runner), the simulation a task.
 func (m *Member) Duties() []cluster.Duty {
-	return append(m.core.Duties(), m.Watch, m.DrainPass, m.MovePass, m.SweepPass)
+	duties := append(m.core.Duties(), m.Watch, m.DrainPass, m.MovePass, m.SweepPass)
+	if m.cfg.Alarms != nil {
+		duties = append(duties, m.AlarmPass)
+	}
+	return duties
+}
+
+// AlarmPass is the duty of alarms: a pass of the node's alarm duty
+// (alarms.Duty.Pass) while the lease is valid and the node neither drains
+// nor stops; a node that may take no room delivers nothing (the others'
+// scans find what it would have).
+func (m *Member) AlarmPass(ctx context.Context) time.Duration {
+	if !m.core.LeaseValid() || m.core.Stopping() || m.draining() {
+		return alarms.DefaultTick
+	}
+	return m.cfg.Alarms.Pass(ctx)
 }
 
 // LostC is closed once the member ended by itself: the node was fenced,

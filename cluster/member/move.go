@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/wasmkeep/wasmkeep/calls"
 	"github.com/wasmkeep/wasmkeep/cluster"
 )
 
@@ -75,6 +76,9 @@ func (m *Member) Move(ctx context.Context, room cluster.Room, to string) (by str
 		return "", fmt.Errorf("member: handing %s over: %w", room, err)
 	} else {
 		m.log.Info("cluster: moving a room", "room", room.String(), "to", to)
+	}
+	if m.cfg.Broken.AlarmIndexDroppedOnMove && m.cfg.Alarms != nil {
+		m.cfg.Alarms.ForgetRoom(ctx, calls.Room{Class: room.Class, Name: room.Name})
 	}
 	return m.AdvanceMove(ctx, room)
 }

@@ -42,12 +42,16 @@ type Variants struct {
 	// CycleCheckOff makes calls without checking their chain: a call
 	// back into a room that waits on the chain runs in it.
 	CycleCheckOff bool
+	// AlarmIndexDroppedOnMove deletes a room's alarm index entries when a
+	// move hands it over, as if the index were the source's: an alarm
+	// whose room is not woken on the target before its node goes is lost.
+	AlarmIndexDroppedOnMove bool
 }
 
 // VariantNames are the names of Variants' fields.
 var VariantNames = []string{"Bounce", "DrainUntold", "ReleaseOnHibernation", "GiveUpKeepsSockets",
 	"SweepReleasesParkedInPass", "DrainedWithParked", "SweepClosesParked", "MoveAfterUnlandedRelease",
-	"CallRetriedAfterRun", "CallWithoutDeadline", "CycleCheckOff"}
+	"CallRetriedAfterRun", "CallWithoutDeadline", "CycleCheckOff", "AlarmIndexDroppedOnMove"}
 
 // Variant returns the Variants with the one of that name switched on.
 func Variant(name string) (Variants, error) {
@@ -75,6 +79,8 @@ func Variant(name string) (Variants, error) {
 		v.CallWithoutDeadline = true
 	case "CycleCheckOff":
 		v.CycleCheckOff = true
+	case "AlarmIndexDroppedOnMove":
+		v.AlarmIndexDroppedOnMove = true
 	default:
 		return v, fmt.Errorf("member: no variant %q (have %v)", name, VariantNames)
 	}

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/wasmkeep/wasmkeep/host/alarms"
+	"github.com/wasmkeep/wasmkeep/alarms"
 )
 
 // TestAlarmWakesHibernatedRoomOnAnotherNode: three nodes on versitygw. A

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/wasmkeep/wasmkeep/host/alarms"
+	"github.com/wasmkeep/wasmkeep/alarms"
 )
 
 // alarmRuns reads the alarm guest's record of its handler's runs.
@@ -110,7 +110,7 @@ func TestAlarmRemovedWithItsRoom(t *testing.T) {
 	}
 	expect(t, 204, "DELETE", n.AdminURL()+"/admin/rooms/alarm/r", nil)
 	waitFor(t, "the index entry to go", func() bool { return len(indexEntries(t, n)) == 0 })
-	if n.Alarms.Pending() != 0 {
-		t.Fatalf("%d alarms still pending", n.Alarms.Pending())
+	if n.Alarms().Pending() != 0 {
+		t.Fatalf("%d alarms still pending", n.Alarms().Pending())
 	}
 }

@@ -18,8 +18,8 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/wasmkeep/wasmkeep/abi"
+	"github.com/wasmkeep/wasmkeep/alarms"
 	"github.com/wasmkeep/wasmkeep/calls"
-	"github.com/wasmkeep/wasmkeep/host/alarms"
 	"github.com/wasmkeep/wasmkeep/host/classes"
 	"github.com/wasmkeep/wasmkeep/host/engine"
 	"github.com/wasmkeep/wasmkeep/host/fronts"
@@ -138,6 +138,9 @@ type Member interface {
 	// Calls routes the calls the node's rooms make to their rooms,
 	// wherever in the cluster they run.
 	Calls() calls.Router
+	// Alarms delivers the alarms of the node's rooms, wherever in the
+	// cluster they run; one of the membership's duties runs it.
+	Alarms() *alarms.Duty
 }
 
 // Defaults of Config.
@@ -207,11 +210,15 @@ type Node struct {
 	leaveEngine bool
 	// member is the node's cluster membership, with Config.Cluster.
 	member Member
-	// Alarms delivers the alarms of the node's rooms (host/alarms);
-	// stopAlarms stops it and waits for its deliveries.
-	Alarms     *alarms.Scheduler
+	// alarms delivers the alarms of the node's rooms (package alarms): the
+	// node's own outside a cluster, the member's in one; stopAlarms stops
+	// the node's own and waits for its deliveries.
+	alarms     *alarms.Duty
 	stopAlarms func()
 }
+
+// Alarms is the duty that delivers the alarms of the node's rooms.
+func (n *Node) Alarms() *alarms.Duty { return n.alarms }
 
 // Member is the node's cluster membership, or nil outside a cluster.
 func (n *Node) Member() Member { return n.member }
@@ -346,11 +353,26 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if n.member != nil {
 		rcfg.Calls = n.member.Calls()
 	}
-	// Deliveries are routed as the rooms' calls are: the manager's
-	// router, once the manager exists.
-	n.Alarms = alarms.New(alarms.Config{Bucket: n.Bucket, Router: alarmRouter{n}, Clock: cfg.Clock,
-		Alone: n.member == nil, Metrics: n.Metrics, Logger: cfg.Logger})
-	rcfg.Alarms = n.Alarms
+	var deliveries sync.WaitGroup
+	actx, stopAlarms := context.WithCancel(context.Background())
+	n.closers = append(n.closers, func() error { stopAlarms(); return nil })
+	if n.member != nil {
+		n.alarms = n.member.Alarms()
+	} else {
+		// Deliveries are routed as the rooms' calls are: the manager's
+		// router, once the manager exists.
+		if n.alarms, err = alarms.NewDuty(alarms.Config{Bucket: n.Bucket, Alone: true, Logger: cfg.Logger,
+			Route: func(ctx context.Context, c *calls.Call) calls.Result { return n.Rooms.Router().Route(ctx, c) },
+			Now:   cfg.Clock.Now, Wall: func() int64 { return cfg.Clock.Wall().UnixMilli() },
+			Go: func(_ string, f func(context.Context)) {
+				deliveries.Go(func() { f(actx) })
+			},
+			Observer: rooms.AlarmMetrics(n.Metrics, func() int { return n.alarms.Pending() }),
+		}); err != nil {
+			return nil, err
+		}
+	}
+	rcfg.Alarms = n.alarms
 	if rcfg.ImageDir == "" {
 		// Next to the compilation cache: the node's own disk, whatever
 		// its store; only this node uses it (host/images).
@@ -382,14 +404,16 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	n.closers = append(n.closers, func() error { stopGate(); return nil })
 	gate.check(gctx, n.Rooms)
 	go gate.run(gctx, cfg.Clock, n.Rooms)
-	actx, stopAlarms := context.WithCancel(context.Background())
-	alarmsDone := make(chan struct{})
-	go func() {
-		defer close(alarmsDone)
-		n.Alarms.Run(actx)
-	}()
-	n.stopAlarms = sync.OnceFunc(func() { stopAlarms(); <-alarmsDone })
-	n.closers = append(n.closers, func() error { n.stopAlarms(); return nil })
+	if n.member == nil {
+		// A cluster member runs its alarm duty with its others.
+		alarmsDone := make(chan struct{})
+		go func() {
+			defer close(alarmsDone)
+			runDuty(actx, cfg.Clock, n.alarms.Pass)
+		}()
+		n.stopAlarms = sync.OnceFunc(func() { stopAlarms(); <-alarmsDone; deliveries.Wait() })
+		n.closers = append(n.closers, func() error { n.stopAlarms(); return nil })
+	}
 	scfg.AdminAddrs = []string{cfg.Listen, n.listener.Addr().String()}
 	if cfg.AdminListen != "" {
 		if n.adminListener, err = net.Listen("tcp", cfg.AdminListen); err != nil {
@@ -476,8 +500,11 @@ func (n *Node) stop(ctx context.Context) error {
 	defer cancel()
 	start := time.Now()
 	var errs []error
+	// What the alarm duty has not delivered, the next process (or
+	// another node) finds in the index.
+	n.alarms.Stop()
 	if n.stopAlarms != nil {
-		n.stopAlarms() // what it has not delivered, the next process finds in the index
+		n.stopAlarms()
 	}
 	if err := n.Rooms.Shutdown(ctx); err != nil {
 		errs = append(errs, err)
@@ -530,12 +557,16 @@ func (n *Node) closeAll() {
 	}
 }
 
-// alarmRouter routes the deliveries of alarms as the rooms' calls are
-// routed (rooms.Manager.Router): the manager is made after the scheduler
-// it is given.
-type alarmRouter struct{ n *Node }
-
-// Route implements calls.Router.
-func (r alarmRouter) Route(ctx context.Context, c *calls.Call) calls.Result {
-	return r.n.Rooms.Router().Route(ctx, c)
+// runDuty runs pass in a loop until ctx ends, waiting on clk for as long
+// as each pass asks.
+func runDuty(ctx context.Context, clk clock.Clock, pass func(context.Context) time.Duration) {
+	t := clk.NewTimer(time.Hour)
+	defer t.Stop()
+	for ctx.Err() == nil {
+		t.Reset(pass(ctx))
+		select {
+		case <-ctx.Done():
+		case <-t.C():
+		}
+	}
 }

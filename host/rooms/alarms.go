@@ -3,9 +3,11 @@ package rooms
 import (
 	"errors"
 
+	"github.com/VictoriaMetrics/metrics"
+
 	"github.com/wasmkeep/wasmkeep/abi"
+	"github.com/wasmkeep/wasmkeep/alarms"
 	"github.com/wasmkeep/wasmkeep/calls"
-	"github.com/wasmkeep/wasmkeep/host/alarms"
 	"github.com/wasmkeep/wasmkeep/host/engine"
 	"github.com/wasmkeep/wasmkeep/host/rooms/life"
 	"github.com/wasmkeep/wasmkeep/host/store"
@@ -17,8 +19,8 @@ import (
 
 // AlarmScheduler is told of the alarms of this node's rooms, to fire them
 // on time: Schedule when a commit made one durable or a wake found one,
-// Unschedule when a commit replaced or cleared it. host/alarms.Scheduler
-// implements it.
+// Unschedule when a commit replaced or cleared it. alarms.Duty implements
+// it.
 type AlarmScheduler interface {
 	Schedule(e alarms.Entry)
 	Unschedule(e alarms.Entry)
@@ -96,7 +98,7 @@ func (r *Room) alarmLoaded(a alarmState) {
 
 // serveAlarm delivers a room's alarm (a calls.Call with Alarm set): it
 // runs the handler if the alarm named is still the room's, and answers
-// alarms.Ran, alarms.Stale or alarms.Dropped once the room's state says
+// alarms.ReplyRan, alarms.ReplyStale or alarms.ReplyDropped once the room's state says
 // so durably, or an error (the handler crashed: StatusCrashed; its state
 // could not be written: StatusRefused).
 func (r *Room) serveAlarm(ev *event) calls.Result {
@@ -110,7 +112,7 @@ func (r *Room) serveAlarm(ev *event) calls.Result {
 	r.onlyStored = false
 	switch {
 	case errors.Is(err, errNotStored):
-		return calls.Result{Reply: []byte(alarms.Stale)}
+		return calls.Result{Reply: []byte(alarms.ReplyStale)}
 	case err != nil:
 		return callError(c, err)
 	}
@@ -123,7 +125,7 @@ func (r *Room) serveAlarm(ev *event) calls.Result {
 			// Woken for nothing and never stored: no room to keep.
 			r.dropInstance(life.EndDeleted)
 		}
-		return calls.Result{Reply: []byte(alarms.Stale)}
+		return calls.Result{Reply: []byte(alarms.ReplyStale)}
 	}
 	if a.Drop || !r.inst.Handles(engine.EventAlarm) {
 		// Cleared unrun, and durably: a class whose new version has no
@@ -131,7 +133,7 @@ func (r *Room) serveAlarm(ev *event) calls.Result {
 		r.alarm, r.alarmChanged = alarmState{}, true
 		r.wantCommit = true
 		r.pendingEvents++
-		return calls.Result{Reply: []byte(alarms.Dropped)}
+		return calls.Result{Reply: []byte(alarms.ReplyDropped)}
 	}
 	payload := abi.AppendAlarmEvent(nil, abi.AlarmEvent{At: a.At, Retry: a.Retry})
 	err = r.deliver(func(inst Instance) error {
@@ -148,9 +150,49 @@ func (r *Room) serveAlarm(ev *event) calls.Result {
 	case err != nil:
 		return callError(c, &CrashError{Cause: err})
 	}
-	return calls.Result{Reply: []byte(alarms.Ran)}
+	return calls.Result{Reply: []byte(alarms.ReplyRan)}
 }
 
 // errNotStored: an alarm's delivery found no stored state to wake (the
 // room was deleted): nothing to start.
 var errNotStored = errors.New("rooms: the room has no stored state")
+
+// AlarmMetrics is an alarms.Observer that keeps a node's alarm metrics
+// (docs/metrics.md, "Alarms") in set, and pending as its gauge of the
+// alarms the node will deliver.
+func AlarmMetrics(set *metrics.Set, pending func() int) alarms.Observer {
+	set.NewGauge(`wasmkeep_alarms_pending`, func() float64 { return float64(pending()) })
+	return alarmMetrics{
+		fired:   set.NewCounter(`wasmkeep_alarms_fired_total`),
+		late:    set.NewHistogram(`wasmkeep_alarms_late_seconds`),
+		retried: set.NewCounter(`wasmkeep_alarms_retried_total`),
+		dropped: set.NewCounter(`wasmkeep_alarms_dropped_total`),
+		stale:   set.NewCounter(`wasmkeep_alarms_stale_total`),
+		scans:   set.NewCounter(`wasmkeep_alarms_scans_total`),
+	}
+}
+
+type alarmMetrics struct {
+	fired, retried, dropped, stale, scans *metrics.Counter
+	late                                  *metrics.Histogram
+}
+
+// Observe implements alarms.Observer.
+func (a alarmMetrics) Observe(e alarms.Event) {
+	switch e.Kind {
+	case alarms.Delivering:
+		if e.Retry == 0 {
+			a.late.Update(e.Late.Seconds())
+		}
+	case alarms.Fired:
+		a.fired.Inc()
+	case alarms.Retried:
+		a.retried.Inc()
+	case alarms.Dropped:
+		a.dropped.Inc()
+	case alarms.Stale:
+		a.stale.Inc()
+	case alarms.Scanned:
+		a.scans.Inc()
+	}
+}

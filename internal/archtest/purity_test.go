@@ -48,7 +48,7 @@ func TestPurePackagesImportNoClockFilesOrNetwork(t *testing.T) {
 // clocked are the packages that read the time only through the injected
 // clock (internal/clock): nothing of package time that reads the clock or
 // arms a timer, outside the file that adapts the clock.
-var clocked = map[string]string{"host/fronts": "", "host/rooms": "", "host/rooms/life": "", "host/socket": "deadline.go", "host/engine": "", "cluster": "", "cluster/member": "", "cluster/sim": ""}
+var clocked = map[string]string{"alarms": "", "host/fronts": "", "host/rooms": "", "host/rooms/life": "", "host/socket": "deadline.go", "host/engine": "", "cluster": "", "cluster/member": "", "cluster/sim": ""}
 
 // clockReads are the package time functions that read the real clock or
 // arm real timers.

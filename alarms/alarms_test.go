@@ -45,26 +45,37 @@ func (r *fakeRouter) Route(_ context.Context, c *calls.Call) calls.Result {
 
 var t0 = time.UnixMilli(1_796_686_000_000)
 
-func newTestScheduler(bucket store.Bucket, answer func(*calls.Call) calls.Result) (*Scheduler, *clock.Manual, *fakeRouter) {
+// counts counts a duty's events by kind.
+type counts map[EventKind]int
+
+func (c counts) Observe(e Event) { c[e.Kind]++ }
+
+func newTestDuty(t *testing.T, bucket store.Bucket, answer func(*calls.Call) calls.Result) (*Duty, *clock.Manual, *fakeRouter, counts) {
+	t.Helper()
 	clk := clock.NewManual(t0)
 	r := &fakeRouter{answer: answer}
-	return New(Config{Bucket: bucket, Router: r, Clock: clk}), clk, r
+	seen := counts{}
+	d, err := NewDuty(Config{Bucket: bucket, Route: r.Route, Now: clk.Now, Wall: func() int64 { return clk.Wall().UnixMilli() },
+		Go: func(_ string, f func(context.Context)) { f(context.Background()) }, Observer: seen})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d, clk, r, seen
 }
 
-// step delivers what is due now, as Run does, but one at a time on the
-// test's goroutine.
-func step(s *Scheduler) int {
-	due := s.takeDue()
+// step delivers what is due now, as Pass does, but without a scan.
+func step(d *Duty) int {
+	due := d.takeDue()
 	for _, it := range due {
-		s.deliver(context.Background(), it)
+		d.deliver(context.Background(), it)
 	}
 	return len(due)
 }
 
-func ran(*calls.Call) calls.Result { return calls.Result{Reply: []byte(Ran)} }
+func ran(*calls.Call) calls.Result { return calls.Result{Reply: []byte(ReplyRan)} }
 
 func TestScheduledAlarmDeliveredOnTime(t *testing.T) {
-	s, clk, r := newTestScheduler(store.NewMem(), ran)
+	s, clk, r, seen := newTestDuty(t, store.NewMem(), ran)
 	e := Entry{Room: calls.Room{Class: "c", Name: "r"}, At: t0.Add(time.Second).UnixMilli(), Entry: "1.1"}
 	s.Schedule(e)
 	s.Schedule(e) // told twice: one alarm
@@ -79,8 +90,8 @@ func TestScheduledAlarmDeliveredOnTime(t *testing.T) {
 	if n := step(s); n != 1 || len(r.got) != 1 || r.got[0] != (calls.Alarm{At: e.At, Entry: e.Entry}) {
 		t.Fatalf("delivered %d: %+v", n, r.got)
 	}
-	if s.Pending() != 0 || s.fired.Get() != 1 {
-		t.Fatalf("pending %d, fired %d after it ran", s.Pending(), s.fired.Get())
+	if s.Pending() != 0 || seen[Fired] != 1 {
+		t.Fatalf("pending %d, fired %d after it ran", s.Pending(), seen[Fired])
 	}
 }
 
@@ -88,9 +99,9 @@ func TestScheduledAlarmDeliveredOnTime(t *testing.T) {
 // again after 2 s, 4 s, ... MaxRetries times, each with its retry count,
 // then once more to be dropped unrun.
 func TestRetriesBackOffThenDrop(t *testing.T) {
-	s, clk, r := newTestScheduler(store.NewMem(), func(c *calls.Call) calls.Result {
+	s, clk, r, seen := newTestDuty(t, store.NewMem(), func(c *calls.Call) calls.Result {
 		if c.Alarm.Drop {
-			return calls.Result{Reply: []byte(Dropped)}
+			return calls.Result{Reply: []byte(ReplyDropped)}
 		}
 		return calls.Fail(abi.StatusCrashed, "crashed")
 	})
@@ -118,8 +129,8 @@ func TestRetriesBackOffThenDrop(t *testing.T) {
 			t.Fatalf("delivery %d: %+v", i, a)
 		}
 	}
-	if s.Pending() != 0 || s.droppedN.Get() != 1 || s.retried.Get() != MaxRetries+1 {
-		t.Fatalf("pending %d, dropped %d, retried %d", s.Pending(), s.droppedN.Get(), s.retried.Get())
+	if s.Pending() != 0 || seen[Dropped] != 1 || seen[Retried] != MaxRetries+1 {
+		t.Fatalf("pending %d, dropped %d, retried %d", s.Pending(), seen[Dropped], seen[Retried])
 	}
 }
 
@@ -131,7 +142,7 @@ func TestStaleEntryDeleted(t *testing.T) {
 	if _, err := bucket.Put(context.Background(), e.Key(), []byte("x"), store.Cond{}); err != nil {
 		t.Fatal(err)
 	}
-	s, _, _ := newTestScheduler(bucket, func(*calls.Call) calls.Result { return calls.Result{Reply: []byte(Stale)} })
+	s, _, _, _ := newTestDuty(t, bucket, func(*calls.Call) calls.Result { return calls.Result{Reply: []byte(ReplyStale)} })
 	s.Schedule(e)
 	step(s)
 	if keys, _ := bucket.List(context.Background(), Prefix); len(keys) != 0 {
@@ -158,7 +169,7 @@ func TestScan(t *testing.T) {
 	if _, err := bucket.Put(ctx, Prefix+"junk", []byte("x"), store.Cond{}); err != nil {
 		t.Fatal(err)
 	}
-	s, clk, r := newTestScheduler(bucket, ran)
+	s, clk, r, _ := newTestDuty(t, bucket, ran)
 	if read, err := s.Scan(ctx); err != nil || read != 3 {
 		t.Fatalf("scan read %d, %v; want 3 (up to the first entry past the next scan)", read, err)
 	}

@@ -1,4 +1,5 @@
-// Package alarms fires the alarms rooms set (abi.ImportAlarmSet): it
+// Package alarms holds the rules of the alarms rooms set
+// (abi.ImportAlarmSet), once, for the servers and the simulation: it
 // finds them, delivers each to its room wherever in the cluster the room
 // runs, and retries those whose handler failed.
 //
@@ -113,13 +114,13 @@ func RetryAfter(n int) time.Duration {
 
 // The answers of a delivery (calls.Result.Reply).
 const (
-	// Ran: the handler ran and its room's state, the alarm cleared or set
-	// anew, is durable.
-	Ran = "ran"
-	// Stale: the room's alarm is not the one delivered (cleared, set
+	// ReplyRan: the handler ran and its room's state, the alarm cleared or
+	// set anew, is durable.
+	ReplyRan = "ran"
+	// ReplyStale: the room's alarm is not the one delivered (cleared, set
 	// again, or never made durable): nothing ran.
-	Stale = "stale"
-	// Dropped: the alarm was cleared without running (a drop after its
-	// last retry, or a class with no alarm handler).
-	Dropped = "dropped"
+	ReplyStale = "stale"
+	// ReplyDropped: the alarm was cleared without running (a drop after
+	// its last retry, or a class with no alarm handler).
+	ReplyDropped = "dropped"
 )
