@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -297,9 +299,11 @@ func (d *Duty) takeDue() []*item {
 	}
 	if d.cfg.Broken.RetryOverlaps {
 		// A retry timer set as each delivery started, whether or not it
-		// has answered.
-		for _, it := range d.items {
-			if it.running && d.cfg.Now()-it.since >= int64(FirstRetry) && it.retry == 0 {
+		// has answered (in the order of their keys: the simulation
+		// replays a seed exactly).
+		keys := slices.Sorted(maps.Keys(d.items))
+		for _, k := range keys {
+			if it := d.items[k]; it.running && d.cfg.Now()-it.since >= int64(FirstRetry) && it.retry == 0 {
 				cp := *it
 				cp.retry = 1
 				it.retry = 1

@@ -28,7 +28,12 @@
 // (Member.Call): the fake rooms run it one at a time in its room, where
 // it broadcasts to the room's sockets and may call another room, its
 // chain extended and its deadline kept; the calls meet slow legs,
-// connections that break after delivery, and lost answers.
+// connections that break after delivery, and lost answers. Clients ask
+// rooms to set and clear alarms (alarm.go); every process runs the real
+// alarm duty (package alarms) as its member's duty, which finds them in
+// the bucket's index and delivers each through the member as a call, to
+// a fake room that runs it in its turn, sometimes for seconds, sometimes
+// crashing, and sets the next.
 //
 // Every task is a goroutine, but only one runs at a time: each bucket
 // call, each call to another machine and each sleep blocks it and hands
@@ -52,9 +57,13 @@
 // nor after it was answered refused, nor where another node holds its
 // room, nor in a room waiting on its chain, nor after its caller gave up;
 // every call answered by its deadline, one in a cycle at once and as a
-// cycle. Each of
+// cycle; never an alarm run without a valid hold, nor two runs of one at
+// once on valid holds, nor a delivery of one from a process while another
+// from there is under way, and no alarm made durable left neither run,
+// cleared nor dropped. Each of
 // cluster.Variants breaks one rule of the core, each of member.Variants
-// one of the member's, and each of Variants one of the world's own
-// (its network, its operator); the tests show that some seed catches
-// each.
+// one of the member's, each of alarms.Variants one of the alarm duty's,
+// and each of Variants one of the world's own (its network, its
+// operator, its fake room manager); the tests show that some seed
+// catches each.
 package sim

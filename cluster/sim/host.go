@@ -65,10 +65,14 @@ type Variants struct {
 	// FencePaused has the operator fence by hand a process that is only
 	// paused, taking it for hung: it resumes.
 	FencePaused bool
+	// AlarmWithoutHold has the fake room manager run an alarm on the hold
+	// it has, without asking the member whether it is still valid (what
+	// host/rooms does before every event).
+	AlarmWithoutHold bool
 }
 
 // VariantNames are the names of Variants' fields.
-var VariantNames = []string{"ForwardWithoutTimeout", "FencePaused"}
+var VariantNames = []string{"ForwardWithoutTimeout", "FencePaused", "AlarmWithoutHold"}
 
 // variant returns the Variants with the one of that name switched on,
 // and whether there is one of that name.
@@ -79,6 +83,8 @@ func variant(name string) (Variants, bool) {
 		v.ForwardWithoutTimeout = true
 	case "FencePaused":
 		v.FencePaused = true
+	case "AlarmWithoutHold":
+		v.AlarmWithoutHold = true
 	default:
 		return v, false
 	}
@@ -323,6 +329,7 @@ func (w *World) serve(ctx context.Context, p *process, room cluster.Room) reply 
 	gens[h.Generation] = p.name
 	p.holds[room] = h
 	delete(p.exposed, room)
+	w.alarmWoken(p, room)
 	w.s.Spawn(p.group, "resident "+room.Name, func(ctx context.Context) { w.resident(ctx, p, h) })
 	return reply{answered: true, gen: h.Generation}
 }

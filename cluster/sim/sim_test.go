@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/wasmkeep/wasmkeep/alarms"
 	"github.com/wasmkeep/wasmkeep/cluster"
 	"github.com/wasmkeep/wasmkeep/cluster/member"
 )
@@ -18,7 +19,7 @@ import (
 // defaultSeeds is how many seeds TestSim runs unless WASMKEEP_SIM_SEEDS
 // says otherwise: enough to catch every broken variant and to exercise
 // every part of the protocol, in seconds. Under -race, which makes a run
-// ten times slower, a fifth of them (enough to catch every variant still):
+// ten times slower, a quarter of them (enough to catch every variant still):
 // each seed runs on one goroutine,
 // so what the race detector can find (state shared between runs, the
 // pool of runs itself) a few seeds find as well as many. CI runs the
@@ -27,7 +28,7 @@ var defaultSeeds uint64 = 200
 
 func init() {
 	if raceEnabled {
-		defaultSeeds /= 5
+		defaultSeeds /= 4
 		checkSeeds = 1
 	}
 }
@@ -89,14 +90,20 @@ func replay(seed uint64, variant string) string {
 // variants are the names of every broken variant: the core's (its
 // parked records' among them), the member's, then the world's.
 func variants() []string {
-	return slices.Concat(cluster.VariantNames, cluster.ParkVariantNames, member.VariantNames, VariantNames)
+	return slices.Concat(cluster.VariantNames, cluster.ParkVariantNames, member.VariantNames, VariantNames, []string{alarmRetryOverlaps})
 }
+
+// alarmRetryOverlaps names the alarm duty's variant (alarms.Variants).
+const alarmRetryOverlaps = "AlarmRetryOverlaps"
 
 // variantConfig is the Config with the variant of that name switched on
 // ("" for none).
 func variantConfig(name string) (Config, error) {
 	if v, ok := variant(name); ok {
 		return Config{World: v}, nil
+	}
+	if name == alarmRetryOverlaps {
+		return Config{Alarms: alarms.Variants{RetryOverlaps: true}}, nil
 	}
 	if v, err := member.Variant(name); err == nil {
 		return Config{Member: v}, nil
@@ -143,6 +150,8 @@ func TestSim(t *testing.T) {
 		"calls answered": total.CallOutcomes[callOK], "nested calls": total.NestedCalls, "calls run on another machine": total.CallRunsSent,
 		"cycles": total.CallOutcomes[callCycle], "calls timed out": total.CallOutcomes[callTimedOut], "calls refused": total.CallOutcomes[callRefused],
 		"broken call connections": total.CallBreaks, "lost call answers": total.CallAnswersLost, "calls' broadcasts": total.CallBroadcasts,
+		"alarms set": total.AlarmsSet, "alarm runs": total.AlarmRuns, "alarm retries": total.AlarmRetries,
+		"stale alarms": total.AlarmsStale, "alarm index scans": total.AlarmScans,
 	} {
 		if count == 0 {
 			t.Errorf("the runs never exercised %s: %+v", what, total)
@@ -183,6 +192,7 @@ func TestSim(t *testing.T) {
 		"%d calls by fronts (%d more on machines with no process), %d by rooms: %s, %d dropped with their process; "+
 		"%d runs (%d on another machine than the caller's, %d of them begun after their sender gave up, as the call reached the node late; %d broadcasts), %d calls sent to another node, %d dials in vain, %d found past their deadline unsent, "+
 		"%d broken connections, %d lost answers, %d slow legs; the latest answer %v past its deadline (slack %v); "+
+		"%d alarm requests answered, %d alarms made durable, %d deliveries, %d runs (%d crashed), %d retries, %d stale, %d dropped, %d scans of the index; "+
 		"%d violations; variants caught: %s",
 		n, total.Steps, total.Acquisitions, total.Releases, c.ReleaseRetries, c.ReleaseMoot, total.Uses,
 		total.Landed, total.Answered, total.AnsweredRelayed, total.Refused, strings.Join(reasons, ", "),
@@ -197,6 +207,8 @@ func TestSim(t *testing.T) {
 		total.Calls, total.CallsDown, total.NestedCalls, strings.Join(outcomes, ", "), total.CallsDropped,
 		total.CallRuns, total.CallRunsSent, total.CallRunsLateSent, total.CallBroadcasts, total.CallsSent, total.CallDials, total.CallsUnsent,
 		total.CallBreaks, total.CallAnswersLost, total.CallLegsSlow, total.LongestCallOver, callAnswerSlack,
+		total.AlarmRequests, total.AlarmsSet, total.AlarmDeliveries, total.AlarmRuns, total.AlarmCrashes, total.AlarmRetries,
+		total.AlarmsStale, total.AlarmsDropped, total.AlarmScans,
 		violations, strings.Join(caught, ", "))
 }
 

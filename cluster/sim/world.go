@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/wasmkeep/wasmkeep/alarms"
 	"github.com/wasmkeep/wasmkeep/cluster"
 	"github.com/wasmkeep/wasmkeep/cluster/member"
 	"github.com/wasmkeep/wasmkeep/host/store"
@@ -38,8 +39,11 @@ type Config struct {
 	// rules, as Broken does the core's.
 	Member member.Variants
 	// World breaks what the world does itself (its network, its
-	// operator).
+	// operator, its rooms).
 	World Variants
+	// Alarms is handed to every node's alarm duty: it breaks the duty's
+	// rules.
+	Alarms alarms.Variants
 	// SweepInterval is every member's owner sweep interval (5 s when
 	// zero: a minute would leave most runs without a sweep).
 	SweepInterval time.Duration
@@ -133,6 +137,15 @@ type Stats struct {
 	CallBroadcasts                              uint64
 	CallsSent, CallDials, CallsUnsent           uint64
 	CallBreaks, CallAnswersLost, CallLegsSlow   uint64
+	// Alarms (alarm.go): AlarmRequests the clients' requests to set or
+	// clear one that were answered; AlarmsSet the alarms made durable;
+	// AlarmDeliveries the duties' deliveries, AlarmRuns the runs they
+	// led to (AlarmCrashes of them crashed), AlarmRetries the deliveries
+	// tried again, AlarmsStale those that found the alarm gone,
+	// AlarmsDropped the alarms dropped after their last retry;
+	// AlarmScans the scans of the index.
+	AlarmRequests, AlarmsSet, AlarmDeliveries, AlarmRuns, AlarmCrashes uint64
+	AlarmRetries, AlarmsStale, AlarmsDropped, AlarmScans               uint64
 	// LongestCallOver is the longest a call was answered past its
 	// deadline, besides what its bound excuses (its origin's bucket calls
 	// and pauses).
@@ -202,6 +215,15 @@ func (s *Stats) Add(o Stats) {
 	s.CallBreaks += o.CallBreaks
 	s.CallAnswersLost += o.CallAnswersLost
 	s.CallLegsSlow += o.CallLegsSlow
+	s.AlarmRequests += o.AlarmRequests
+	s.AlarmsSet += o.AlarmsSet
+	s.AlarmDeliveries += o.AlarmDeliveries
+	s.AlarmRuns += o.AlarmRuns
+	s.AlarmCrashes += o.AlarmCrashes
+	s.AlarmRetries += o.AlarmRetries
+	s.AlarmsStale += o.AlarmsStale
+	s.AlarmsDropped += o.AlarmsDropped
+	s.AlarmScans += o.AlarmScans
 	s.LongestCallOver = max(s.LongestCallOver, o.LongestCallOver)
 	s.LongestEvent = max(s.LongestEvent, o.LongestEvent)
 	s.LongestDrain = max(s.LongestDrain, o.LongestDrain)
@@ -272,8 +294,17 @@ type World struct {
 	// handFenced are the instances an operator fenced by hand: none of
 	// them may run again.
 	handFenced map[string]bool
-	stats      Stats
-	failure    string
+	// Alarms (alarm.go): each room's alarm as its durable state has it,
+	// every alarm made durable by its index key, the runs under way by
+	// room, the deliveries under way by process and alarm, and the
+	// sequence that names new alarms.
+	alarmOf   map[cluster.Room]*alarms.Entry
+	alarmLog  map[string]*alarmRecord
+	alarmRuns map[cluster.Room][]*alarmRun
+	inFlight  map[flight]int
+	alarmSeq  uint64
+	stats     Stats
+	failure   string
 }
 
 type storedRecord struct {
@@ -342,6 +373,9 @@ type process struct {
 	// found another holder, until the room is taken or parked here again
 	// (checkTaken).
 	exposed map[cluster.Room]bool
+	// alarms is the process's alarm duty (alarm.go), over alarmBucket.
+	alarms      *alarms.Duty
+	alarmBucket store.Bucket
 }
 
 // nodeClock is a process's monotonic clock: its own origin, its
@@ -394,12 +428,17 @@ func Run(cfg Config) Result {
 	w.s.At(w.after(6*time.Second), "move", w.move)
 	w.s.At(w.after(socketEvery), "socket", w.connect)
 	w.s.At(w.after(callEvery), "call", w.callEvent)
+	w.s.At(w.after(alarmEvery), "alarm request", w.alarmEvent)
 	for w.failure == "" && w.step(end) {
 	}
 	// Nothing arrives any more; what is under way ends, answered,
 	// refused or caught by its deadline (each of which is bounded).
 	for w.failure == "" && w.busy() {
 		if !w.step(end + int64(tailMax)) {
+			if n := w.alarmsOpen(); n > 0 {
+				w.fail("%d alarms lost: made durable, due, and neither run, cleared nor dropped %v after the end: %s", n, tailMax, w.lostAlarms())
+				break
+			}
 			w.fail("%d events and %d calls still open, or drains or moves still under way, %v after the end", w.open, w.openCalls, tailMax)
 			break
 		}
@@ -442,7 +481,7 @@ const tailMax = 10 * time.Minute
 // busy reports whether an event, a call, a drain or a move is still
 // under way.
 func (w *World) busy() bool {
-	if w.open > 0 || w.openCalls > 0 {
+	if w.open > 0 || w.openCalls > 0 || w.alarmsOpen() > 0 {
 		return true
 	}
 	for _, m := range w.machines {
@@ -501,6 +540,8 @@ func newWorld(cfg Config) *World {
 		records: map[string]storedRecord{}, leases: map[string]cluster.Lease{},
 		roomOf: map[string]int{}, machineOf: map[string]*machine{}, machineNamed: map[string]*machine{},
 		procs: map[*Group]*process{}, granted: map[cluster.Room]map[uint64]string{}, handFenced: map[string]bool{},
+		alarmOf: map[cluster.Room]*alarms.Entry{}, alarmLog: map[string]*alarmRecord{},
+		alarmRuns: map[cluster.Room][]*alarmRun{}, inFlight: map[flight]int{},
 	}
 	w.net = NewNetwork(w.s, w.rng, store.NewMem(), cfg.Faults)
 	w.net.detail = cfg.Trace != nil
@@ -596,9 +637,10 @@ func (w *World) start(m *machine) {
 	if err != nil {
 		panic(err)
 	}
+	p.alarms = w.newAlarmDuty(p)
 	p.member, err = member.New(member.Config{
 		Core: core, Rooms: fakeRooms{w, p}, Peers: fakePeers{w, p}, Clock: p.clock, Sleeper: sleeper{p},
-		TTL: w.cfg.TTL, SweepInterval: w.cfg.SweepInterval, Observer: observer{w, p},
+		TTL: w.cfg.TTL, SweepInterval: w.cfg.SweepInterval, Observer: observer{w, p}, Alarms: p.alarms,
 		Logger: slog.New(slog.DiscardHandler), Broken: w.cfg.Member,
 	})
 	if err != nil {
