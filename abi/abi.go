@@ -492,4 +492,15 @@ const (
 	MaxCallDepth = 8
 	// MaxCallsInFlight is how many unanswered calls a room may have.
 	MaxCallsInFlight = 16
+
+	// MaxFetchURL bounds a fetch's URL, and MaxFetchHeaderBytes the
+	// bytes of its headers' names and values, each way (at most
+	// MaxHeaderCount lines): a guest's request is refused past them, a
+	// server's answer is refused past them.
+	MaxFetchURL         = 8 << 10
+	MaxFetchHeaderBytes = 64 << 10
+	// MaxFetchHandles is how many fetches an event may hold, started and
+	// not yet freed by ImportFetchResult: each may hold its answer, up to
+	// the host's response limit, until then.
+	MaxFetchHandles = 16
 )

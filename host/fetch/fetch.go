@@ -13,8 +13,14 @@
 // rebinding) gains nothing. Every redirect is checked the same way. No
 // proxy from the environment is used: it would dial for us, unchecked.
 //
-// The node does not use it yet: the ABI import, the SDKs' fetch and the
-// node's flags that will put it in rooms' and fronts' hands come next.
+// The request comes from a guest, which is not trusted: its method, URL,
+// headers and body are checked and bounded (Start) before anything is
+// sent, and the headers that steer the connection rather than describe
+// the request (Host, Connection, Transfer-Encoding...) are refused.
+//
+// The node makes one Fetcher from its --fetch-* flags and gives it to
+// the engine, whose fetch_start, fetch_wait and fetch_result imports put
+// it in rooms' and fronts' hands (docs/abi.md, docs/operations.md).
 package fetch
 
 import (
@@ -31,6 +37,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/wasmkeep/wasmkeep/abi"
 )
 
 // Config configures a Fetcher. A zero field means its Default*.
@@ -54,6 +62,9 @@ type Config struct {
 	Resolver interface {
 		LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
 	}
+	// Observe, if set, is told every fetch's outcome (Outcome) and how
+	// long it took, refusals included: the node's metrics.
+	Observe func(outcome string, took time.Duration)
 }
 
 // Defaults of Config.
@@ -102,7 +113,48 @@ var (
 	ErrTooMany = errors.New("fetch: too many fetches in flight")
 	// ErrBadRequest: not an http or https URL, or a malformed request.
 	ErrBadRequest = errors.New("fetch: bad request")
+	// ErrTimeout: no whole answer within the timeout.
+	ErrTimeout = errors.New("fetch: no answer within the timeout (--fetch-timeout)")
 )
+
+// Outcomes of a fetch, as Outcome names them.
+const (
+	OutcomeOK             = "ok"
+	OutcomeNotAllowed     = "not_allowed"
+	OutcomeAddressRefused = "address_refused"
+	OutcomeTooLarge       = "too_large"
+	OutcomeTooMany        = "too_many"
+	OutcomeBadRequest     = "bad_request"
+	OutcomeTimeout        = "timeout"
+	OutcomeCanceled       = "canceled"
+	OutcomeFailed         = "failed"
+)
+
+// Outcome names the kind of a fetch's error (nil: OutcomeOK): one of the
+// Outcome* constants, for metrics and for the status a guest is given.
+// OutcomeFailed is the rest: the name did not resolve, the connection or
+// TLS failed, the server broke the protocol.
+func Outcome(err error) string {
+	switch {
+	case err == nil:
+		return OutcomeOK
+	case errors.Is(err, ErrNotAllowed):
+		return OutcomeNotAllowed
+	case errors.Is(err, ErrAddressRefused):
+		return OutcomeAddressRefused
+	case errors.Is(err, ErrTooLarge):
+		return OutcomeTooLarge
+	case errors.Is(err, ErrTooMany):
+		return OutcomeTooMany
+	case errors.Is(err, ErrBadRequest):
+		return OutcomeBadRequest
+	case errors.Is(err, ErrTimeout):
+		return OutcomeTimeout
+	case errors.Is(err, context.Canceled):
+		return OutcomeCanceled
+	}
+	return OutcomeFailed
+}
 
 // Request is a fetch's request.
 type Request struct {
@@ -171,13 +223,14 @@ func New(cfg Config) (*Fetcher, error) {
 	}
 	f.client = &http.Client{
 		Transport: &http.Transport{
-			Proxy:                 nil, // a proxy would dial unchecked
-			DialContext:           f.dial,
-			ForceAttemptHTTP2:     true,
-			MaxIdleConns:          64,
-			IdleConnTimeout:       30 * time.Second,
-			TLSHandshakeTimeout:   cfg.Timeout,
-			ResponseHeaderTimeout: cfg.Timeout,
+			Proxy:               nil, // a proxy would dial unchecked
+			DialContext:         f.dial,
+			ForceAttemptHTTP2:   true,
+			MaxIdleConns:        64,
+			IdleConnTimeout:     30 * time.Second,
+			TLSHandshakeTimeout: cfg.Timeout,
+			// The response's headers reach the guest whole, in one record.
+			MaxResponseHeaderBytes: abi.MaxFetchHeaderBytes,
 		},
 		CheckRedirect: func(r *http.Request, via []*http.Request) error {
 			if len(via) >= maxRedirects {
@@ -302,29 +355,70 @@ func (f *Fetcher) dial(ctx context.Context, network, addr string) (net.Conn, err
 	return nil, last
 }
 
-// Do sends req for room and returns the answer, or why not.
-func (f *Fetcher) Do(ctx context.Context, room string, req Request) (*Response, error) {
-	u, err := url.Parse(req.URL)
+// Pending is a fetch under way (Start).
+type Pending struct {
+	done chan struct{}
+	resp *Response
+	err  error
+}
+
+// Done is closed once the fetch is answered or failed.
+func (p *Pending) Done() <-chan struct{} { return p.done }
+
+// Result is the answer, or why there is none; valid once Done is closed.
+func (p *Pending) Result() (*Response, error) { return p.resp, p.err }
+
+// Start checks req (check), takes one of the room's and the node's places
+// in flight, and sends it on a goroutine of its own. What is wrong with
+// the request, or too many fetches in flight, is known at once: the
+// Pending comes back done. The fetch holds its places until it is
+// answered or fails, the timeout or ctx's end at the latest. Start keeps
+// req: the caller must not change it afterwards.
+func (f *Fetcher) Start(ctx context.Context, room string, req Request) *Pending {
+	began := time.Now()
+	p := &Pending{done: make(chan struct{})}
+	if req.Method == "" {
+		req.Method = http.MethodGet
+	}
+	u, err := f.check(req)
+	if err == nil && !f.acquire(room) {
+		err = ErrTooMany
+	}
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrBadRequest, err)
+		f.finish(p, nil, err, began)
+		return p
 	}
-	if err := f.allowedURL(u); err != nil {
-		return nil, err
+	go func() {
+		resp, err := f.send(ctx, u, req)
+		// The places are free before the answer is seen: whoever waited
+		// for it may fetch again at once.
+		f.release(room)
+		f.finish(p, resp, err, began)
+	}()
+	return p
+}
+
+func (f *Fetcher) finish(p *Pending, resp *Response, err error, began time.Time) {
+	p.resp, p.err = resp, err
+	if f.cfg.Observe != nil {
+		f.cfg.Observe(Outcome(err), time.Since(began))
 	}
-	if len(req.Body) > f.cfg.MaxRequest {
-		return nil, fmt.Errorf("%w: a request body of %d bytes (at most %d)", ErrTooLarge, len(req.Body), f.cfg.MaxRequest)
-	}
-	if !f.acquire(room) {
-		return nil, ErrTooMany
-	}
-	defer f.release(room)
+	close(p.done)
+}
+
+// Do sends req for room and returns the answer, or why not: Start, and
+// the wait for its end.
+func (f *Fetcher) Do(ctx context.Context, room string, req Request) (*Response, error) {
+	p := f.Start(ctx, room, req)
+	<-p.Done()
+	return p.Result()
+}
+
+// send makes the request checked by check, within the timeout.
+func (f *Fetcher) send(ctx context.Context, u *url.URL, req Request) (*Response, error) {
 	ctx, cancel := context.WithTimeout(ctx, f.cfg.Timeout)
 	defer cancel()
-	method := req.Method
-	if method == "" {
-		method = http.MethodGet
-	}
-	hr, err := http.NewRequestWithContext(ctx, method, u.String(), bytes.NewReader(req.Body))
+	hr, err := http.NewRequestWithContext(ctx, req.Method, u.String(), bytes.NewReader(req.Body))
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrBadRequest, err)
 	}
@@ -333,19 +427,117 @@ func (f *Fetcher) Do(ctx context.Context, room string, req Request) (*Response, 
 			hr.Header.Add(k, v)
 		}
 	}
+	timedOut := func(err error) error {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return fmt.Errorf("%w: %v", ErrTimeout, f.cfg.Timeout)
+		}
+		return err
+	}
 	resp, err := f.client.Do(hr)
 	if err != nil {
-		return nil, unwrapURLError(err)
+		return nil, timedOut(unwrapURLError(err))
 	}
 	defer resp.Body.Close()
+	if n := headerLines(resp.Header); n > abi.MaxHeaderCount {
+		return nil, fmt.Errorf("%w: the response has %d header lines (at most %d)", ErrTooLarge, n, abi.MaxHeaderCount)
+	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, int64(f.cfg.MaxResponse)+1))
 	if err != nil {
-		return nil, err
+		return nil, timedOut(err)
 	}
 	if len(body) > f.cfg.MaxResponse {
 		return nil, fmt.Errorf("%w: the response is over %d bytes", ErrTooLarge, f.cfg.MaxResponse)
 	}
 	return &Response{Status: resp.StatusCode, Header: resp.Header, Body: body}, nil
+}
+
+func headerLines(h http.Header) int {
+	n := 0
+	for _, vs := range h {
+		n += len(vs)
+	}
+	return n
+}
+
+// methods a guest may send: not CONNECT, which would make the node a
+// tunnel, nor TRACE, which echoes what the node added.
+var methods = map[string]bool{
+	http.MethodGet: true, http.MethodHead: true, http.MethodPost: true, http.MethodPut: true,
+	http.MethodPatch: true, http.MethodDelete: true, http.MethodOptions: true,
+}
+
+// refusedHeaders steer the connection, its framing or a proxy rather than
+// describe the request; net/http sets those it needs itself, from the URL
+// and the body. A guest that sets one is refused rather than ignored.
+var refusedHeaders = map[string]bool{
+	"Host": true, "Connection": true, "Keep-Alive": true, "Proxy-Connection": true,
+	"Proxy-Authorization": true, "Te": true, "Trailer": true, "Transfer-Encoding": true,
+	"Upgrade": true, "Content-Length": true,
+}
+
+// check parses and checks a guest's request: every length bounded (the
+// URL, the headers, the body), the method one of methods, header names
+// tokens and values without control characters, no refusedHeaders, and
+// the URL allowed (allowedURL; the address is checked when dialled).
+func (f *Fetcher) check(req Request) (*url.URL, error) {
+	if len(req.URL) > abi.MaxFetchURL {
+		return nil, fmt.Errorf("%w: a URL of %d bytes (at most %d)", ErrTooLarge, len(req.URL), abi.MaxFetchURL)
+	}
+	if len(req.Body) > f.cfg.MaxRequest {
+		return nil, fmt.Errorf("%w: a request body of %d bytes (at most %d)", ErrTooLarge, len(req.Body), f.cfg.MaxRequest)
+	}
+	if !methods[req.Method] {
+		return nil, fmt.Errorf("%w: method %.32q (GET, HEAD, POST, PUT, PATCH, DELETE or OPTIONS)", ErrBadRequest, req.Method)
+	}
+	size := 0
+	for k, vs := range req.Header {
+		if !validToken(k) {
+			return nil, fmt.Errorf("%w: header name %.64q", ErrBadRequest, k)
+		}
+		if refusedHeaders[http.CanonicalHeaderKey(k)] || strings.HasPrefix(http.CanonicalHeaderKey(k), "Proxy-") {
+			return nil, fmt.Errorf("%w: header %s is the host's to set", ErrBadRequest, k)
+		}
+		for _, v := range vs {
+			if !validValue(v) {
+				return nil, fmt.Errorf("%w: header %s has a control character", ErrBadRequest, k)
+			}
+			size += len(k) + len(v)
+		}
+	}
+	if n := headerLines(req.Header); n > abi.MaxHeaderCount || size > abi.MaxFetchHeaderBytes {
+		return nil, fmt.Errorf("%w: %d header lines of %d bytes (at most %d lines, %d bytes)", ErrTooLarge, n, size, abi.MaxHeaderCount, abi.MaxFetchHeaderBytes)
+	}
+	u, err := url.Parse(req.URL)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadRequest, err)
+	}
+	return u, f.allowedURL(u)
+}
+
+// validToken reports whether s is an RFC 9110 token, as a header name
+// must be.
+func validToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return true
+}
+
+// validValue reports whether a header value has no control character
+// but tab: a CR or LF would end the header line where the guest chose.
+func validValue(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < ' ' && c != '\t' || c == 0x7f {
+			return false
+		}
+	}
+	return true
 }
 
 // unwrapURLError keeps the reason of a client error (a refused redirect

@@ -8,8 +8,11 @@ import (
 	"net/netip"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/wasmkeep/wasmkeep/abi"
 )
 
 // names resolves every name to the addresses given for it.
@@ -41,10 +44,11 @@ func loopbackServer(t *testing.T, h http.HandlerFunc) (*httptest.Server, string)
 
 var lo = []netip.Addr{netip.MustParseAddr("127.0.0.1")}
 
-// TestFetchRefusesLoopbackByDefault: with nothing allowed every fetch is
+// TestFetcherRefusesLoopbackByDefault: with nothing allowed every fetch is
 // refused; a name that is allowed but resolves to loopback is refused at
-// the dial; an address entry for loopback lets it through.
-func TestFetchRefusesLoopbackByDefault(t *testing.T) {
+// the dial; an address entry for loopback lets it through. (The node's
+// TestFetchRefusesLoopbackByDefault does the same from a room.)
+func TestFetcherRefusesLoopbackByDefault(t *testing.T) {
 	_, port := loopbackServer(t, func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("hello")) })
 	ctx := t.Context()
 
@@ -111,33 +115,72 @@ func TestFetchBounds(t *testing.T) {
 	if _, err := f.Do(ctx, "r", Request{Method: "POST", URL: base + "/", Body: make([]byte, 11)}); !errors.Is(err, ErrTooLarge) {
 		t.Fatalf("a request over the limit: %v", err)
 	}
-	if _, err := f.Do(ctx, "r", Request{URL: base + "/slow"}); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := f.Do(ctx, "r", Request{URL: base + "/slow"}); !errors.Is(err, ErrTimeout) || Outcome(err) != OutcomeTimeout {
 		t.Fatalf("past the timeout: %v", err)
 	}
-	// One fetch of room r in flight: the next is refused at once, another
-	// room's goes.
+	// One fetch of room r in flight (Start takes its place before it
+	// returns): the next is refused at once, another room's goes, and
+	// once the first is answered the room may fetch again.
 	long := newFetcher(t, Config{Allow: []string{"127.0.0.0/8"}, PerRoom: 1})
-	started := make(chan struct{})
-	done := make(chan error, 1)
-	go func() {
-		close(started)
-		_, err := long.Do(ctx, "r", Request{URL: base + "/slow"})
-		done <- err
-	}()
-	<-started
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		_, err := long.Do(ctx, "r", Request{URL: base + "/"})
-		if errors.Is(err, ErrTooMany) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("a second fetch of the room while one is in flight: %v, want ErrTooMany", err)
-		}
-		time.Sleep(time.Millisecond)
+	slowCtx, cancel := context.WithCancel(ctx)
+	first := long.Start(slowCtx, "r", Request{URL: base + "/slow"})
+	if _, err := long.Do(ctx, "r", Request{URL: base + "/"}); !errors.Is(err, ErrTooMany) {
+		t.Fatalf("a second fetch of the room while one is in flight: %v, want ErrTooMany", err)
 	}
 	if _, err := long.Do(ctx, "other", Request{URL: base + "/"}); err != nil {
 		t.Fatalf("another room's fetch: %v", err)
+	}
+	cancel()
+	<-first.Done()
+	if _, err := first.Result(); Outcome(err) != OutcomeCanceled {
+		t.Fatalf("a fetch whose context ended: %v", err)
+	}
+	if _, err := long.Do(ctx, "r", Request{URL: base + "/"}); err != nil {
+		t.Fatalf("the room's fetch once the first ended: %v", err)
+	}
+}
+
+// TestFetchChecksGuestRequests: what a guest may not send is refused
+// before anything is sent, each for its reason, and Observe hears of
+// every outcome.
+func TestFetchChecksGuestRequests(t *testing.T) {
+	var got []string
+	var mu sync.Mutex
+	srv, _ := loopbackServer(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte(r.Method + " " + r.Header.Get("X-Ok")))
+	})
+	f := newFetcher(t, Config{Allow: []string{"127.0.0.1"}, Observe: func(outcome string, _ time.Duration) {
+		mu.Lock()
+		got = append(got, outcome)
+		mu.Unlock()
+	}})
+	for _, c := range []struct {
+		req  Request
+		want error
+	}{
+		{Request{Method: "CONNECT", URL: srv.URL}, ErrBadRequest},
+		{Request{Method: "get", URL: srv.URL}, ErrBadRequest},
+		{Request{URL: srv.URL, Header: http.Header{"Host": {"elsewhere.test"}}}, ErrBadRequest},
+		{Request{URL: srv.URL, Header: http.Header{"transfer-encoding": {"chunked"}}}, ErrBadRequest},
+		{Request{URL: srv.URL, Header: http.Header{"Proxy-Foo": {"x"}}}, ErrBadRequest},
+		{Request{URL: srv.URL, Header: http.Header{"X-A": {"a\r\nHost: elsewhere.test"}}}, ErrBadRequest},
+		{Request{URL: srv.URL, Header: http.Header{"X A": {"a"}}}, ErrBadRequest},
+		{Request{URL: srv.URL, Header: http.Header{"X-A": {strings.Repeat("a", abi.MaxFetchHeaderBytes)}}}, ErrTooLarge},
+		{Request{URL: srv.URL + "/" + strings.Repeat("a", abi.MaxFetchURL)}, ErrTooLarge},
+		{Request{URL: "file:///etc/passwd"}, ErrBadRequest},
+	} {
+		if _, err := f.Do(t.Context(), "r", c.req); !errors.Is(err, c.want) {
+			t.Errorf("%s %.60s %v: %v, want %v", c.req.Method, c.req.URL, c.req.Header, err, c.want)
+		}
+	}
+	resp, err := f.Do(t.Context(), "r", Request{URL: srv.URL, Header: http.Header{"X-Ok": {"yes"}}})
+	if err != nil || string(resp.Body) != "GET yes" {
+		t.Fatalf("a good request: %+v, %v", resp, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 11 || got[0] != OutcomeBadRequest || got[7] != OutcomeTooLarge || got[10] != OutcomeOK {
+		t.Fatalf("observed %v", got)
 	}
 }
 
