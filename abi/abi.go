@@ -306,6 +306,46 @@ const (
 	// secrets.
 	ImportSecretGet = "secret_get"
 
+	// ImportFetchStart is (ptr i32, len i32) -> i32: during an event of a
+	// room or a front, starts an HTTP request to another service, given
+	// as a Fetch record (method, URL, headers, body), and returns its
+	// handle (1 or more). The request goes out while the guest goes on;
+	// ImportFetchWait waits for it. It fails at once only with
+	// StatusInvalid (a malformed record), StatusTooMany (MaxFetchHandles
+	// handles of this event not yet freed), StatusUnsupported (the host
+	// makes no fetches) or StatusState (outside an event, or during
+	// ExportOnIdle, ExportOnUpgrade or ExportOnStartFrom); every other
+	// refusal comes from ImportFetchWait, with a message.
+	//
+	// ImportFetchWait is (handle i32) -> i32: waits until the fetch is
+	// answered and returns Success (whatever the HTTP status) or why not:
+	// StatusNotAllowed (the operator allows no such host, or the address
+	// it resolved to is of this machine or a private network), StatusInvalid
+	// (a method, header or URL the host does not send), StatusTooLarge (the
+	// request's or the answer's body, URL or headers over the host's
+	// limits), StatusTooMany (the room's or the node's fetches in flight
+	// at their limit: refused before it was sent), StatusTimeout (no whole
+	// answer within the host's fetch timeout: it may have arrived),
+	// StatusFailed (DNS, connection, TLS or protocol: it may have
+	// arrived). The time spent waiting does not count toward the event's
+	// time limit; the fetch timeout bounds it. StatusInvalid for a handle
+	// that is not one of this event's.
+	//
+	// ImportFetchResult is (handle i32, ptr i32, cap i32) -> i32: after
+	// ImportFetchWait, writes the answer as a Response record (or, after
+	// an error, a message saying what went wrong) at ptr if it fits in
+	// cap, frees the handle, and returns its length; if it does not fit,
+	// it writes nothing, keeps the handle, and returns the length needed.
+	//
+	// Handles are an event's, as calls' are: a fetch the event did not
+	// wait for goes on when it returns, its answer dropped, and counts as
+	// in flight until it ends. The request leaves the host mid-event,
+	// before the state of that event is durable. Rooms and fronts. Added
+	// in v1 after its first release, with fetches.
+	ImportFetchStart  = "fetch_start"
+	ImportFetchWait   = "fetch_wait"
+	ImportFetchResult = "fetch_result"
+
 	// ImportAlarmSet is (at_ms i64) -> i32: sets the room's one alarm to
 	// at_ms (Unix milliseconds), replacing the one set before. The host
 	// runs ExportOnAlarm at that time (at once if it is past), on
@@ -416,7 +456,12 @@ const (
 	StatusCrashed  Status = -10 // the callee crashed handling it; its state rolled back
 	StatusCycle    Status = -11 // the callee is already in the call's chain
 	StatusTooDeep  Status = -12 // the chain is MaxCallDepth rooms long already
-	StatusTooMany  Status = -13 // MaxCallsInFlight calls of this room are unanswered
+	StatusTooMany  Status = -13 // MaxCallsInFlight calls of this room are unanswered (for a fetch: its limit in flight)
+
+	// The errors of a fetch (ImportFetchWait), besides StatusInvalid,
+	// StatusTooLarge, StatusTooMany and StatusTimeout.
+	StatusNotAllowed Status = -14 // the operator does not allow the host, or the address it resolved to
+	StatusFailed     Status = -15 // DNS, connection, TLS or protocol failure: the request may have arrived
 )
 
 // String names a status for error messages.
@@ -450,6 +495,10 @@ func (s Status) String() string {
 		return "call chain too deep"
 	case StatusTooMany:
 		return "too many calls in flight"
+	case StatusNotAllowed:
+		return "not allowed"
+	case StatusFailed:
+		return "failed"
 	}
 	if s > 0 {
 		return "ok"

@@ -23,6 +23,7 @@ import (
 // Presence       = topic:str key:str meta:bytes           (meta: a JSON object)
 // Call           = class:str name:str payload:bytes       (the callee in call_start, the caller in on_call)
 // HandOver       = class:str name:str headers             (a front's upgrade handed to a room)
+// Fetch          = method:str url:str headers body:bytes  (fetch_start; its answer is a Response)
 //
 // binary is 0 for a JSON payload, 1 for raw bytes (Phoenix's binary frames).
 //
@@ -316,6 +317,28 @@ func DecodeHandOver(b []byte) (HandOver, error) {
 	d := decoder{b: b}
 	h := HandOver{Class: d.str(), Name: d.str(), Headers: d.headers()}
 	return h, d.finish()
+}
+
+// Fetch is an HTTP request a room or a front sends to another service
+// (ImportFetchStart); its answer is a Response record.
+type Fetch struct {
+	// Method is empty for GET.
+	Method, URL string
+	Headers     []Header
+	Body        []byte
+}
+
+// AppendFetch appends f's encoding to dst.
+func AppendFetch(dst []byte, f *Fetch) []byte {
+	dst = appendHeaders(appendStr(appendStr(dst, f.Method), f.URL), f.Headers)
+	return appendBytes(dst, f.Body)
+}
+
+// DecodeFetch decodes a Fetch record. Body aliases b.
+func DecodeFetch(b []byte) (Fetch, error) {
+	d := decoder{b: b}
+	f := Fetch{Method: d.str(), URL: d.str(), Headers: d.headers(), Body: d.bytes()}
+	return f, d.finish()
 }
 
 func appendStr(dst []byte, s string) []byte {

@@ -47,6 +47,13 @@ func TestRecordsRoundTrip(t *testing.T) {
 	if _, err := DecodeStartFrom(AppendStartFrom(nil, &sf)[:10]); !errors.Is(err, ErrMalformed) {
 		t.Errorf("truncated start from: %v", err)
 	}
+	f := Fetch{Method: "POST", URL: "https://api.example.com/x?y=1", Headers: []Header{{"Content-Type", "text/plain"}}, Body: []byte("hi")}
+	if got, err := DecodeFetch(AppendFetch(nil, &f)); err != nil || !reflect.DeepEqual(got, f) {
+		t.Errorf("fetch: %+v %v", got, err)
+	}
+	if _, err := DecodeFetch(AppendFetch(nil, &f)[:20]); !errors.Is(err, ErrMalformed) {
+		t.Errorf("truncated fetch: %v", err)
+	}
 	if got, err := DecodeTopic(AppendTopic(nil, "t")); err != nil || got != "t" {
 		t.Errorf("topic: %q %v", got, err)
 	}
