@@ -101,9 +101,8 @@ func callStart(ctx context.Context, mod api.Module, stack []uint64) {
 	ret(stack, abi.Status(inst.nextCall))
 }
 
-// callWait waits for a call's answer (see abi.ImportCallWait). The wait
-// does not count toward the event's time limit: the watchdog skips the
-// instance meanwhile, and the event's start moves on by the wait.
+// callWait waits for a call's answer (see abi.ImportCallWait), out of the
+// event's time limit (waitOutside).
 func callWait(ctx context.Context, _ api.Module, stack []uint64) {
 	inst := eventInstance(ctx, stack)
 	if inst == nil {
@@ -115,24 +114,9 @@ func callWait(ctx context.Context, _ api.Module, stack []uint64) {
 		return
 	}
 	if !slot.waited {
-		select {
-		case <-slot.p.Done():
-		default:
-			e := inst.class.e
-			inst.waiting.Store(true)
-			began := e.nanotime()
-			select {
-			case <-slot.p.Done():
-			case <-inst.ctx.Done(): // the instance is being closed
-			}
-			inst.callStart.Add(e.nanotime() - began)
-			inst.waiting.Store(false)
-			select {
-			case <-slot.p.Done():
-			default:
-				ret(stack, abi.StatusState) // interrupted: the event ends now
-				return
-			}
+		if !inst.waitOutside(slot.p.Done()) {
+			ret(stack, abi.StatusState) // interrupted: the event ends now
+			return
 		}
 		slot.res, slot.waited = slot.p.Result(), true
 	}
@@ -160,16 +144,52 @@ func callResult(ctx context.Context, mod api.Module, stack []uint64) {
 	if slot.res.Err != nil {
 		out = []byte(slot.res.Err.Msg)
 	}
+	if writeResult(mod, stack, out) {
+		delete(inst.calls, handle)
+	}
+}
+
+// waitOutside waits for done out of the event's time limit: the watchdog
+// skips the instance meanwhile, and the event's start moves on by the
+// wait. It reports false if the instance was closed first (the event
+// ends now).
+func (i *Instance) waitOutside(done <-chan struct{}) bool {
+	select {
+	case <-done:
+		return true
+	default:
+	}
+	e := i.class.e
+	i.waiting.Store(true)
+	began := e.nanotime()
+	select {
+	case <-done:
+	case <-i.ctx.Done(): // the instance is being closed
+	}
+	i.callStart.Add(e.nanotime() - began)
+	i.waiting.Store(false)
+	select {
+	case <-done:
+		return true
+	default:
+		return false
+	}
+}
+
+// writeResult answers a result import (handle, ptr, cap): out at ptr if
+// it fits in cap, and its length in any case. It reports whether it
+// wrote it: the handle is free then.
+func writeResult(mod api.Module, stack []uint64, out []byte) bool {
 	if uint64(len(out)) > uint64(uint32(stack[2])) {
 		ret(stack, abi.Status(len(out)))
-		return
+		return false
 	}
 	if len(out) > 0 && !mod.Memory().Write(uint32(stack[1]), out) {
 		ret(stack, abi.StatusInvalid)
-		return
+		return false
 	}
-	delete(inst.calls, handle)
 	ret(stack, abi.Status(len(out)))
+	return true
 }
 
 // callReply takes the reply to the call being handled (see

@@ -80,6 +80,9 @@ type Config struct {
 	// Secrets reads the app's secrets for guests (abi.ImportSecretGet).
 	// Nil: the app has none.
 	Secrets SecretSource
+	// Fetcher makes the guests' fetches (abi.ImportFetchStart). Nil: the
+	// host makes none (StatusUnsupported).
+	Fetcher Fetcher
 	// Clock is the host's clock (default clock.Real()): guests' monotonic
 	// and wall clocks and their sleeps, the event timeout's watchdog, and
 	// the wall time a snapshot records and a restore measures the sleep by.

@@ -94,8 +94,9 @@ type Instance struct {
 	host Host
 
 	callStart atomic.Int64 // host nanotime when the running call began; 0 when idle
-	// waiting: the guest waits on a call to another room (call_wait),
-	// which the event's time limit does not count.
+	// waiting: the guest waits on a call to another room (call_wait) or
+	// on a fetch (fetch_wait), which the event's time limit does not
+	// count.
 	waiting  atomic.Bool
 	timedOut atomic.Bool
 	dead     bool
@@ -132,6 +133,9 @@ type Instance struct {
 	callReply                      []byte
 	calls                          map[int32]*callSlot
 	nextCall                       int32
+	// The fetches the event made, by handle.
+	fetches   map[int32]*fetchSlot
+	nextFetch int32
 
 	// State of a front's request (FrontRequest): an upgrade it may hand
 	// to a room. front: the instance is a front's, which has no state to
@@ -695,6 +699,7 @@ func (i *Instance) call(fn api.Function) error {
 	err := fn.CallWithStack(i.ctx, i.stack[:])
 	i.callStart.Store(0)
 	i.endCalls()
+	i.endFetches()
 	if err == nil && !i.timedOut.Load() {
 		return nil
 	}
