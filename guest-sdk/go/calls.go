@@ -96,7 +96,7 @@ func (p *PendingCall) Wait() ([]byte, error) {
 	}
 	p.done = true
 	st := hostCallWait(p.handle)
-	out, rst := p.result()
+	out, rst := hostResult(p.handle, hostCallResult)
 	if rst < 0 {
 		p.err = &CallError{Class: p.class, Name: p.name, Status: abi.Status(rst)}
 		return nil, p.err
@@ -109,15 +109,16 @@ func (p *PendingCall) Wait() ([]byte, error) {
 	return out, nil
 }
 
-// result copies the call's reply (or error message) out of the host.
-func (p *PendingCall) result() ([]byte, int32) {
+// hostResult copies a call's or a fetch's answer (or error message) out
+// of the host with result, the import that frees the handle.
+func hostResult(handle int32, result func(handle int32, ptr unsafe.Pointer, capacity uint32) int32) ([]byte, int32) {
 	buf := make([]byte, 256)
 	for {
-		n := hostCallResult(p.handle, bytesPtr(buf), uint32(len(buf)))
-		if n < 0 || int(n) <= len(buf) {
-			if n < 0 {
-				return nil, n
-			}
+		n := result(handle, bytesPtr(buf), uint32(len(buf)))
+		if n < 0 {
+			return nil, n
+		}
+		if int(n) <= len(buf) {
 			return buf[:n], n
 		}
 		buf = make([]byte, n)

@@ -30,6 +30,9 @@ type nativeHost interface {
 	CallWait(handle int32) int32
 	CallResult(handle int32, buf []byte) int32
 	CallReply(b []byte) int32
+	FetchStart(b []byte) int32
+	FetchWait(handle int32) int32
+	FetchResult(handle int32, buf []byte) int32
 	HTTPHandOver(b []byte) int32
 	// Channel stands for the channel functions: name is the import's
 	// name, arg its first argument (a status, socket or except), b the record.
@@ -217,6 +220,27 @@ func hostCallResult(handle int32, ptr unsafe.Pointer, capacity uint32) int32 {
 		return unsupported
 	}
 	return native.CallResult(handle, bytesAt(ptr, capacity))
+}
+
+func hostFetchStart(ptr unsafe.Pointer, n uint32) int32 {
+	if native == nil {
+		return unsupported
+	}
+	return native.FetchStart(bytesAt(ptr, n))
+}
+
+func hostFetchWait(handle int32) int32 {
+	if native == nil {
+		return unsupported
+	}
+	return native.FetchWait(handle)
+}
+
+func hostFetchResult(handle int32, ptr unsafe.Pointer, capacity uint32) int32 {
+	if native == nil {
+		return unsupported
+	}
+	return native.FetchResult(handle, bytesAt(ptr, capacity))
 }
 
 func hostCallReply(ptr unsafe.Pointer, n uint32) int32 {

@@ -84,5 +84,14 @@ func hostCallResult(handle int32, ptr unsafe.Pointer, capacity uint32) int32
 //go:wasmimport wasmkeep call_reply
 func hostCallReply(ptr unsafe.Pointer, n uint32) int32
 
+//go:wasmimport wasmkeep fetch_start
+func hostFetchStart(ptr unsafe.Pointer, n uint32) int32
+
+//go:wasmimport wasmkeep fetch_wait
+func hostFetchWait(handle int32) int32
+
+//go:wasmimport wasmkeep fetch_result
+func hostFetchResult(handle int32, ptr unsafe.Pointer, capacity uint32) int32
+
 //go:wasmimport wasmkeep http_hand_over
 func hostHTTPHandOver(ptr unsafe.Pointer, n uint32) int32

@@ -499,6 +499,10 @@ func statusError(st abi.Status) error {
 		return ErrTooDeep
 	case abi.StatusTooMany:
 		return ErrTooMany
+	case abi.StatusNotAllowed:
+		return ErrNotAllowed
+	case abi.StatusFailed:
+		return ErrFailed
 	}
 	return ErrUnknownStatus
 }

@@ -38,7 +38,33 @@ type fakeHost struct {
 	answers   map[int32][]byte
 	replies   [][]byte
 	handOvers []abi.HandOver
+
+	// Fetches: each started fetch is answered by fetchAnswer; its
+	// answer waits in answers, as a call's does.
+	fetches     []abi.Fetch
+	fetchAnswer func(f abi.Fetch) (status int32, out []byte)
 }
+
+func (h *fakeHost) FetchStart(b []byte) int32 {
+	f, err := abi.DecodeFetch(b)
+	if err != nil {
+		return int32(abi.StatusInvalid)
+	}
+	f.Body = append([]byte(nil), f.Body...)
+	h.fetches = append(h.fetches, f)
+	return int32(len(h.fetches))
+}
+
+func (h *fakeHost) FetchWait(handle int32) int32 {
+	st, out := h.fetchAnswer(h.fetches[handle-1])
+	if h.answers == nil {
+		h.answers = map[int32][]byte{}
+	}
+	h.answers[handle] = out
+	return st
+}
+
+func (h *fakeHost) FetchResult(handle int32, buf []byte) int32 { return h.CallResult(handle, buf) }
 
 func (h *fakeHost) CallStart(b []byte) int32 {
 	c, err := abi.DecodeCall(b)

@@ -342,6 +342,7 @@ func TestAssemblyScriptNames(t *testing.T) {
 		abi.ImportChannelClose: true, abi.ImportPresenceTrack: true, abi.ImportPresenceUntrack: true,
 		abi.ImportHTTPHandOver: true, abi.ImportCallStart: true, abi.ImportCallWait: true,
 		abi.ImportCallResult: true, abi.ImportCallReply: true, abi.ImportSecretGet: true,
+		abi.ImportFetchStart: true, abi.ImportFetchWait: true, abi.ImportFetchResult: true,
 	}
 	declared := regexp.MustCompile(`@external\("`+abi.ImportModule+`", "([a-z_]+)"\)`).FindAllStringSubmatch(read("host.ts"), -1)
 	for _, m := range declared {
@@ -377,7 +378,7 @@ func TestAssemblyScriptNames(t *testing.T) {
 		"State": abi.StatusState, "Overloaded": abi.StatusOverloaded,
 		"NotFound": abi.StatusNotFound, "Refused": abi.StatusRefused, "Timeout": abi.StatusTimeout,
 		"Crashed": abi.StatusCrashed, "Cycle": abi.StatusCycle, "TooDeep": abi.StatusTooDeep,
-		"TooMany": abi.StatusTooMany,
+		"TooMany": abi.StatusTooMany, "NotAllowed": abi.StatusNotAllowed, "Failed": abi.StatusFailed,
 	} {
 		if !strings.Contains(index, fmt.Sprintf("\n  %s = %d,\n", name, st)) {
 			t.Errorf("index.ts: Status.%s is not %d", name, st)

@@ -87,6 +87,9 @@ var (
 		abi.ImportCallResult:    "(i32,i32,i32)->(i32)",
 		abi.ImportCallReply:     "(i32,i32)->(i32)",
 		abi.ImportSecretGet:     "(i32,i32,i32,i32)->(i32)",
+		abi.ImportFetchStart:    "(i32,i32)->(i32)",
+		abi.ImportFetchWait:     "(i32)->(i32)",
+		abi.ImportFetchResult:   "(i32,i32,i32)->(i32)",
 
 		abi.ImportChannelReply:     "(i32,i32,i32)->(i32)",
 		abi.ImportChannelPush:      "(i32,i32,i32)->(i32)",

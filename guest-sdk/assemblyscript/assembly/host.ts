@@ -89,6 +89,24 @@ export declare function call_result(handle: i32, ptr: usize, cap: u32): i32;
 @external("wasmkeep", "call_reply")
 export declare function call_reply(ptr: usize, len: usize): i32;
 
+// Fetches: HTTP requests to other services. fetch_start takes a Fetch
+// record (method, URL, headers, body) and answers a handle or a negative
+// status; fetch_wait blocks until the answer (not counted toward the
+// event time limit); fetch_result copies the Response record (or the
+// host's message after an error) as call_result does.
+
+// @ts-ignore: decorator
+@external("wasmkeep", "fetch_start")
+export declare function fetch_start(ptr: usize, len: usize): i32;
+
+// @ts-ignore: decorator
+@external("wasmkeep", "fetch_wait")
+export declare function fetch_wait(handle: i32): i32;
+
+// @ts-ignore: decorator
+@external("wasmkeep", "fetch_result")
+export declare function fetch_result(handle: i32, ptr: usize, cap: u32): i32;
+
 // @ts-ignore: decorator
 @external("wasmkeep", "channel_reply")
 export declare function channel_reply(status: i32, ptr: usize, len: usize): i32;

@@ -58,8 +58,12 @@ export enum Status {
   Cycle = -11,
   /** The chain of calls is as long as it may be (abi.MaxCallDepth rooms). */
   TooDeep = -12,
-  /** The room has as many calls unanswered as it may (abi.MaxCallsInFlight). */
+  /** The room has as many calls unanswered as it may (abi.MaxCallsInFlight); or a fetch past the fetches in flight the node allows. */
   TooMany = -13,
+  /** A fetch the operator does not allow: its host (--fetch-allow), or the address it resolved to. */
+  NotAllowed = -14,
+  /** A fetch failed on the way (DNS, connection, TLS, protocol): it may have reached the server. */
+  Failed = -15,
 }
 
 /** Names a status for log lines, as the Go SDK's errors do. */
@@ -79,6 +83,8 @@ export function statusText(st: i32): string {
     case Status.Cycle: return "call cycle";
     case Status.TooDeep: return "call chain too deep";
     case Status.TooMany: return "too many calls in flight";
+    case Status.NotAllowed: return "not allowed";
+    case Status.Failed: return "failed";
   }
   return "unknown status";
 }
@@ -669,8 +675,6 @@ const resultGuess: u32 = 256;
 export class PendingCall {
   /** The answer, once known: at once for a call the host refused to start. */
   private result: CallResult | null = null;
-  /** The status call_result failed with, when take() answers null. */
-  private takeStatus: i32 = 0;
 
   /** handle is call_start's answer: a handle, or a negative status (the call failed at once). */
   constructor(
@@ -694,13 +698,13 @@ export class PendingCall {
     let st = host.call_wait(this.handle);
     // After a success the result is the reply, after an error the host's
     // message: copied out either way, which also frees the handle.
-    let got = this.take();
+    let got = takeResult(false, this.handle);
     let r: CallResult;
     if (st < 0) {
       // The wait's status is the call's, even if the message is lost.
       r = new CallResult(this.className, this.name, st, new Uint8Array(0), got === null ? "" : decodeUTF8(got));
     } else if (got === null) {
-      r = new CallResult(this.className, this.name, this.takeStatus, new Uint8Array(0), "");
+      r = new CallResult(this.className, this.name, takeStatus, new Uint8Array(0), "");
     } else {
       r = new CallResult(this.className, this.name, Status.OK, got, "");
     }
@@ -708,30 +712,42 @@ export class PendingCall {
     return r;
   }
 
-  /** Copies the call's result out of the host (see resultGuess); null if the host refuses. */
-  private take(): Uint8Array | null {
-    out.reset();
-    let p = out.reserve(resultGuess);
-    let n = host.call_result(this.handle, p, resultGuess);
-    if (n < 0) {
-      this.takeStatus = n;
-      return null;
-    }
-    if (<u32>n <= resultGuess) {
-      let b = new Uint8Array(n);
-      memory.copy(b.dataStart, p, <usize>n);
-      return b;
-    }
-    // Too large for the first try: the host kept the handle and said how
-    // much room the result needs.
-    let b = new Uint8Array(n);
-    let m = host.call_result(this.handle, b.dataStart, <u32>n);
-    if (m < 0 || m > n) {
-      this.takeStatus = m < 0 ? m : Status.Invalid;
-      return null;
-    }
-    return m == n ? b : b.slice(0, m);
+}
+
+/** The status call_result or fetch_result failed with, when takeResult answers null. */
+let takeStatus: i32 = 0;
+
+function hostResult(fetch: bool, handle: i32, p: usize, cap: u32): i32 {
+  return fetch ? host.fetch_result(handle, p, cap) : host.call_result(handle, p, cap);
+}
+
+/**
+ * Copies a call's (or, with fetch, a fetch's) result out of the host (see
+ * resultGuess), which frees the handle; null if the host refuses
+ * (takeStatus says why).
+ */
+function takeResult(fetch: bool, handle: i32): Uint8Array | null {
+  out.reset();
+  let p = out.reserve(resultGuess);
+  let n = hostResult(fetch, handle, p, resultGuess);
+  if (n < 0) {
+    takeStatus = n;
+    return null;
   }
+  if (<u32>n <= resultGuess) {
+    let b = new Uint8Array(n);
+    memory.copy(b.dataStart, p, <usize>n);
+    return b;
+  }
+  // Too large for the first try: the host kept the handle and said how
+  // much room the result needs.
+  let b = new Uint8Array(n);
+  let m = hostResult(fetch, handle, b.dataStart, <u32>n);
+  if (m < 0 || m > n) {
+    takeStatus = m < 0 ? m : Status.Invalid;
+    return null;
+  }
+  return m == n ? b : b.slice(0, m);
 }
 
 /**
@@ -769,6 +785,120 @@ export function call(className: string, name: string, payload: Uint8Array): Call
 /** call with a text payload, sent as UTF-8; the reply's text is result.text(). */
 export function callText(className: string, name: string, payload: string): CallResult {
   return startCallText(className, name, payload).wait();
+}
+
+// ---------------------------------------------------------------------------
+// Fetches: HTTP requests to other services (docs/abi.md, "Fetches")
+//
+// Like a call, a fetch answers a result rather than throwing: ok (the
+// service answered, whatever its HTTP status), or a negative Status with
+// the host's message saying why not.
+
+/** The answer to a fetch: the service's response, or the status it failed with. */
+export class FetchResult {
+  constructor(
+    /** The URL fetched. */
+    public readonly url: string,
+    /** Status.OK, or the negative Status the fetch failed with (Status.NotAllowed, Status.Timeout, …). */
+    public readonly status: i32,
+    /** The service's HTTP status (0 after an error). */
+    public readonly httpStatus: i32,
+    /** The response's header lines, by name. */
+    public readonly headers: Header[],
+    /** The response's body (empty after an error). The room may keep it. */
+    public readonly body: Uint8Array,
+    /** After an error, what the host said went wrong: why it was not allowed, which limit. */
+    public readonly message: string,
+  ) {}
+
+  /** Tells whether the service answered: status is Status.OK. */
+  get ok(): bool {
+    return this.status == Status.OK;
+  }
+
+  /** The first header named name (ignoring case), or "". */
+  header(name: string): string {
+    let v = lookupHeader(this.headers, name);
+    return v === null ? "" : v;
+  }
+
+  /** The body decoded as UTF-8. */
+  text(): string {
+    return decodeUTF8(this.body);
+  }
+
+  /** Describes the outcome for a log line: "fetch http://…: not allowed: fetch: host not allowed (--fetch-allow): …". */
+  describe(): string {
+    let s = "fetch " + this.url + ": " + statusText(this.status);
+    if (this.message != "") s += ": " + this.message;
+    return s;
+  }
+}
+
+/** A fetch under way (startFetch); wait() collects its answer. */
+export class PendingFetch {
+  private result: FetchResult | null = null;
+
+  /** handle is fetch_start's answer: a handle, or a negative status (the fetch failed at once). */
+  constructor(public readonly url: string, private handle: i32) {
+    if (handle < 0) this.result = new FetchResult(url, handle, 0, [], new Uint8Array(0), "");
+  }
+
+  /**
+   * Waits for the fetch's answer and returns it; later calls return the
+   * same result. The time the room waits does not count toward its event
+   * time limit; the node's fetch timeout bounds it.
+   */
+  wait(): FetchResult {
+    let done = this.result;
+    if (done !== null) return done;
+    let st = host.fetch_wait(this.handle);
+    let got = takeResult(true, this.handle);
+    let r: FetchResult;
+    if (st < 0) {
+      r = new FetchResult(this.url, st, 0, [], new Uint8Array(0), got === null ? "" : decodeUTF8(got));
+    } else if (got === null) {
+      r = new FetchResult(this.url, takeStatus, 0, [], new Uint8Array(0), "");
+    } else {
+      let rd = new Reader(got.dataStart, <usize>got.byteLength);
+      let status = <i32>rd.u32();
+      let headers = rd.headers();
+      let body = rd.bytes();
+      r = rd.finish()
+        ? new FetchResult(this.url, Status.OK, status, headers, body, "")
+        : new FetchResult(this.url, Status.Invalid, 0, [], new Uint8Array(0), "a malformed answer from the host");
+    }
+    this.result = r;
+    return r;
+  }
+}
+
+/**
+ * Sends an HTTP request to another service and returns it under way:
+ * the room's code goes on, and wait() collects the answer, so that
+ * several fetches run at once. method "" is GET. The request leaves
+ * mid-event, before the event's state is durable: make it safe to repeat.
+ * A fetch the event does not wait for still runs; its answer is dropped.
+ */
+export function startFetch(url: string, method: string = "GET", headers: Header[] = [], body: Uint8Array | null = null): PendingFetch {
+  out.reset();
+  out.str(method);
+  out.str(url);
+  out.headers(headers);
+  out.bytes(body === null ? new Uint8Array(0) : body);
+  return new PendingFetch(url, host.fetch_start(out.ptr(), out.len()));
+}
+
+/**
+ * Sends an HTTP request to another service and waits for its answer:
+ * startFetch(…).wait(). Only hosts the operator allows (--fetch-allow)
+ * are fetched; the others answer Status.NotAllowed with the reason.
+ *
+ *	let r = wk.fetch("https://api.example.com/rates");
+ *	if (!r.ok) return wk.text(502, r.describe());
+ */
+export function fetch(url: string, method: string = "GET", headers: Header[] = [], body: Uint8Array | null = null): FetchResult {
+  return startFetch(url, method, headers, body).wait();
 }
 
 /** Who made a call: a room, or a front (name ""). */

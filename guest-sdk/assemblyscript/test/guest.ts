@@ -12,6 +12,7 @@
 //	POST /broadcast          broadcasts the body as text to every socket; answers the count
 //	GET  /room               "class/name"
 //	GET  /secret/NAME        secret(NAME), or 404 and secretStatus()
+//	POST /fetch              fetch(the body, a URL): "<HTTP status> <body>", or 502 "<Status> <message>"
 //	POST /checkpoint         checkpoint()'s status
 //	POST /alarm              setAlarm()'s status
 //	GET  /query?...          queryValue of "k x", "a", "flag" and "none", one a line
@@ -73,6 +74,11 @@ wk.handleRequest((r: wk.Request): wk.Response | null => {
   if (p == "/room") {
     let info = wk.room();
     return wk.text(200, info.className + "/" + info.name);
+  }
+  if (p == "/fetch") {
+    let f = wk.fetch(r.text());
+    if (!f.ok) return wk.text(502, f.status.toString() + " " + f.message);
+    return wk.text(200, f.httpStatus.toString() + " " + f.text());
   }
   if (p.startsWith("/secret/")) {
     let v = wk.secret(p.substring(8));

@@ -10,6 +10,10 @@
 //	                         answers "ok" or the error
 //	GET  /room               "class/name"
 //	GET  /secret/NAME        the app's secret NAME, or 404 and the error
+//	POST /fetch?n=N          fetches the URL in the body N times at once (1
+//	                         if no n), one line each: "<HTTP status> <body>"
+//	                         or "<wasmkeep status> <the host's message>"; a
+//	                         single fetch that fails answers 502
 //	POST /log?level=L        logs the body at level L (0–3); answers "ok"
 //	POST /checkpoint         answers "ok" or the error Checkpoint returned
 //	POST /alarm              answers "ok" or the error SetAlarm returned
@@ -34,6 +38,7 @@
 package main
 
 import (
+	"errors"
 	"strconv"
 	"strings"
 	"time"
@@ -86,6 +91,8 @@ func serve(r *wk.Request) *wk.Response {
 			return wk.Text(404, err.Error())
 		}
 		return wk.Text(200, v)
+	case r.Method == "POST" && r.Path == "/fetch":
+		return fetchAll(string(r.Body), r.QueryValue("n"))
 	case r.Method == "POST" && r.Path == "/log":
 		level, _ := strconv.Atoi(r.QueryValue("level"))
 		wk.Log(wk.Level(level), string(r.Body))
@@ -113,6 +120,35 @@ func serve(r *wk.Request) *wk.Response {
 		status = s
 	}
 	return wk.Text(status, b.String()).SetHeader("X-Echo", "1")
+}
+
+// fetchAll starts n fetches of url, then waits for each (see POST /fetch).
+func fetchAll(url, n string) *wk.Response {
+	count, _ := strconv.Atoi(n)
+	ps := make([]*wk.PendingFetch, max(count, 1))
+	for i := range ps {
+		ps[i] = wk.StartFetch(wk.FetchRequest{URL: url})
+	}
+	lines := make([]string, len(ps))
+	status := 200
+	for i, p := range ps {
+		resp, err := p.Wait()
+		var fe *wk.FetchError
+		switch {
+		case errors.As(err, &fe):
+			lines[i] = strconv.Itoa(int(fe.Status)) + " " + fe.Message
+			status = 502
+		case err != nil:
+			lines[i] = err.Error()
+			status = 502
+		default:
+			lines[i] = strconv.Itoa(resp.Status) + " " + string(resp.Body)
+		}
+	}
+	if len(ps) > 1 {
+		status = 200
+	}
+	return wk.Text(status, strings.Join(lines, "\n"))
 }
 
 // garbage holds the last allocation of POST /garbage, which the next one

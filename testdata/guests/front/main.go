@@ -7,6 +7,9 @@
 //	GET  .../call?to=<class>/<name>&payload=<p>  calls that room with p;
 //	                                   answers 200 and the reply, or 502
 //	                                   "<status>: <message>"
+//	GET  .../fetch?url=<u>             fetches u; answers 200 "<HTTP
+//	                                   status> <body>", or 502 "<status>:
+//	                                   <message>"
 //	GET  .../id                        this instance's id: 16 hex digits
 //	                                   drawn when the instance started
 //	GET  .../slow?room=<name>&ms=N     calls caller/<name> with "sleep:N"
@@ -60,6 +63,12 @@ func serve(r *wk.Request) *wk.Response {
 			return wk.Text(502, describe(err))
 		}
 		return wk.Data(200, "text/plain", reply)
+	case cmd == "fetch":
+		resp, err := wk.Fetch(wk.FetchRequest{URL: r.QueryValue("url")})
+		if err != nil {
+			return wk.Text(502, describe(err))
+		}
+		return wk.Text(200, strconv.Itoa(resp.Status)+" "+string(resp.Body))
 	case cmd == "id":
 		return wk.Text(200, id)
 	case cmd == "slow":
