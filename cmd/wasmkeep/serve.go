@@ -15,6 +15,7 @@ import (
 
 	"github.com/wasmkeep/wasmkeep/host/classes"
 	"github.com/wasmkeep/wasmkeep/host/engine"
+	"github.com/wasmkeep/wasmkeep/host/fetch"
 	"github.com/wasmkeep/wasmkeep/host/fronts"
 	"github.com/wasmkeep/wasmkeep/host/node"
 	"github.com/wasmkeep/wasmkeep/host/rooms"
@@ -76,6 +77,12 @@ func serveFlags() []cli.Flag {
 		&cli.IntFlag{Name: "mailbox-size", Value: rooms.DefaultMailboxSize, Usage: "pending events per room", EnvVars: env("mailbox-size")},
 		&cli.IntFlag{Name: "front-instances", Value: fronts.DefaultInstances, Usage: "instances of each front (a class uploaded with --front) a node runs at most, each serving one request at a time", EnvVars: env("front-instances")},
 		&cli.IntFlag{Name: "front-queue", Value: fronts.DefaultQueue, Usage: "requests of one front that may wait for an instance; the next is answered HTTP 503", EnvVars: env("front-queue")},
+		&cli.StringSliceFlag{Name: "fetch-allow", Usage: "hosts rooms and fronts may fetch from (repeat it, or comma-separated): a name (api.example.com, *.example.com for its subdomains, either with :port) or an address or CIDR prefix, the only way to allow this machine's or a private network's addresses; none by default: every fetch is refused", EnvVars: env("fetch-allow")},
+		&cli.DurationFlag{Name: "fetch-timeout", Value: fetch.DefaultTimeout, Usage: "time a fetch, redirects included, has to get its whole answer (not counted toward --event-timeout)", EnvVars: env("fetch-timeout")},
+		&cli.IntFlag{Name: "fetch-max-request", Value: fetch.DefaultMaxRequest, Usage: "largest body a room may send in a fetch, in bytes", EnvVars: env("fetch-max-request")},
+		&cli.IntFlag{Name: "fetch-max-response", Value: fetch.DefaultMaxResponse, Usage: "largest body a fetch may bring back, in bytes; a larger answer is refused \"too large\"", EnvVars: env("fetch-max-response")},
+		&cli.IntFlag{Name: "fetch-per-room", Value: fetch.DefaultPerRoom, Usage: "fetches one room (or one front) may have in flight; the next is refused at once \"too many\"", EnvVars: env("fetch-per-room")},
+		&cli.IntFlag{Name: "fetch-per-node", Value: fetch.DefaultPerNode, Usage: "fetches the node's rooms and fronts may have in flight in all; the next is refused at once \"too many\"", EnvVars: env("fetch-per-node")},
 		&cli.IntFlag{Name: "image-cache", Value: rooms.DefaultImageBytes / mib, Usage: "MiB of memory images of rooms hibernated here, kept in files under --data (cache/images) so that a room wakes here by mapping its memory rather than decoding its snapshot (0: none)", EnvVars: env("image-cache")},
 		&cli.IntFlag{Name: "image-files", Value: rooms.DefaultImageFiles, Usage: "memory images kept at most, each a file under --data", EnvVars: env("image-files")},
 		&cli.IntFlag{Name: "compile-cache", Value: engine.DefaultCacheBytes / mib, Usage: "MiB of machine code compiled from class modules, kept under --data (cache/) so that a restart does not compile again; past it a start removes the least recently used (0: none, every start compiles)", EnvVars: env("compile-cache")},
@@ -119,6 +126,11 @@ func nodeConfig(c *cli.Context) (node.Config, error) {
 			err = fmt.Errorf("--allowed-origins: %w", err)
 		}
 	}
+	if err == nil {
+		if _, err = fetch.New(fetch.Config{Allow: c.StringSlice("fetch-allow")}); err != nil {
+			err = fmt.Errorf("--fetch-allow: %w", err)
+		}
+	}
 	if err != nil {
 		return node.Config{}, cli.Exit("wasmkeep: "+err.Error(), 2)
 	}
@@ -151,6 +163,14 @@ func nodeConfig(c *cli.Context) (node.Config, error) {
 			MaxEventOutput: c.Int("max-event-output"),
 			CallTimeout:    c.Duration("call-timeout"),
 			CommitWindow:   commitWindow(c, bucket != nil),
+		},
+		Fetch: fetch.Config{
+			Allow:       c.StringSlice("fetch-allow"),
+			Timeout:     c.Duration("fetch-timeout"),
+			MaxRequest:  c.Int("fetch-max-request"),
+			MaxResponse: c.Int("fetch-max-response"),
+			PerRoom:     c.Int("fetch-per-room"),
+			PerNode:     c.Int("fetch-per-node"),
 		},
 		Fronts: fronts.Config{
 			Instances: c.Int("front-instances"),
@@ -252,7 +272,7 @@ func checkLimits(c *cli.Context) error {
 	}
 	for _, name := range []string{"max-resident", "max-module-size", "max-event-output", "max-response", "max-message", "max-sockets", "mailbox-size",
 		"upgrade-burst-per-ip", "socket-message-burst", "socket-queue-frames", "socket-queue-bytes", "upload-min-rate", "max-bodies-per-ip",
-		"image-files", "front-instances", "front-queue"} {
+		"image-files", "front-instances", "front-queue", "fetch-max-request", "fetch-max-response", "fetch-per-room", "fetch-per-node"} {
 		if v := c.Int(name); v < 1 {
 			return fmt.Errorf("--%s must be at least 1, not %d", name, v)
 		}
@@ -262,7 +282,7 @@ func checkLimits(c *cli.Context) error {
 			return fmt.Errorf("--%s must be 0 (no limit) or more, not %d", name, v)
 		}
 	}
-	for _, name := range []string{"handshake-timeout", "socket-slow-timeout", "socket-write-timeout", "wake-wait", "body-timeout"} {
+	for _, name := range []string{"handshake-timeout", "socket-slow-timeout", "socket-write-timeout", "wake-wait", "body-timeout", "fetch-timeout"} {
 		if v := c.Duration(name); v <= 0 {
 			return fmt.Errorf("--%s must be more than 0, not %s", name, v)
 		}

@@ -130,6 +130,11 @@ const (
 	OutcomeFailed         = "failed"
 )
 
+// Outcomes are every name Outcome gives, OutcomeOK first, for metrics to
+// register up front.
+var Outcomes = []string{OutcomeOK, OutcomeNotAllowed, OutcomeAddressRefused, OutcomeTooLarge, OutcomeTooMany,
+	OutcomeBadRequest, OutcomeTimeout, OutcomeCanceled, OutcomeFailed}
+
 // Outcome names the kind of a fetch's error (nil: OutcomeOK): one of the
 // Outcome* constants, for metrics and for the status a guest is given.
 // OutcomeFailed is the rest: the name did not resolve, the connection or

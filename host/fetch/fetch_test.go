@@ -138,6 +138,14 @@ func TestFetchBounds(t *testing.T) {
 	if _, err := long.Do(ctx, "r", Request{URL: base + "/"}); err != nil {
 		t.Fatalf("the room's fetch once the first ended: %v", err)
 	}
+	// One fetch of the node in flight: any room's next is refused.
+	node := newFetcher(t, Config{Allow: []string{"127.0.0.0/8"}, PerNode: 1})
+	slowCtx, cancel = context.WithCancel(ctx)
+	defer cancel()
+	node.Start(slowCtx, "a", Request{URL: base + "/slow"})
+	if _, err := node.Do(ctx, "b", Request{URL: base + "/"}); !errors.Is(err, ErrTooMany) {
+		t.Fatalf("another room's fetch while the node's one is in flight: %v, want ErrTooMany", err)
+	}
 }
 
 // TestFetchChecksGuestRequests: what a guest may not send is refused

@@ -27,6 +27,10 @@ func TestMetricsDocumented(t *testing.T) {
 	putClass(t, n, "alarm", "./testdata/guests/alarm")
 	expect(t, 200, "POST", n.URL()+"/actor/alarm/a/set?in=-1", nil)
 	waitFor(t, "the alarm to fire", func() bool { return metric(t, n, "wasmkeep_alarms_fired_total") == 1 })
+	// A fetch, refused (nothing is allowed), which times one.
+	if got := expect(t, 200, "POST", n.URL()+"/actor/echo/e/fetch?n=2", []byte("http://127.0.0.1:1/")); !strings.Contains(got, "--fetch-allow") {
+		t.Fatalf("fetch: %q", got)
+	}
 	// And a front's request.
 	putFront(t, n, "web", frontGuest, "/app")
 	expect(t, 200, "GET", n.URL()+"/app", nil)

@@ -22,6 +22,7 @@ import (
 	"github.com/wasmkeep/wasmkeep/calls"
 	"github.com/wasmkeep/wasmkeep/host/classes"
 	"github.com/wasmkeep/wasmkeep/host/engine"
+	"github.com/wasmkeep/wasmkeep/host/fetch"
 	"github.com/wasmkeep/wasmkeep/host/fronts"
 	"github.com/wasmkeep/wasmkeep/host/rooms"
 	"github.com/wasmkeep/wasmkeep/host/secrets"
@@ -79,6 +80,10 @@ type Config struct {
 	// Secrets are the keys the app's secrets are sealed and opened with
 	// (none: the node runs while the app has no secrets).
 	Secrets secrets.Keys
+
+	// Fetch is where and how rooms and fronts may fetch from other
+	// services (none allowed: every fetch is refused, saying so).
+	Fetch fetch.Config
 
 	Engine  engine.Config
 	Rooms   rooms.Config
@@ -293,6 +298,9 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 
 	ecfg := cfg.Engine
 	ecfg.Secrets = engineSecrets{n.Secrets}
+	if ecfg.Fetcher, err = n.newFetcher(cfg.Fetch); err != nil {
+		return nil, err
+	}
 	if ecfg.CacheDir == "" {
 		ecfg.CacheDir = filepath.Join(cfg.DataDir, "cache")
 	}
@@ -437,6 +445,23 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	cfg.Logger.Info("wasmkeep node serving", attrs...)
 	return n, nil
+}
+
+// newFetcher makes the fetcher of the node's rooms and fronts, counting
+// their fetches by outcome and timing them. It always makes one, even
+// with nothing allowed: a guest's fetch is then refused with the reason
+// (--fetch-allow), not answered "unsupported".
+func (n *Node) newFetcher(cfg fetch.Config) (*fetch.Fetcher, error) {
+	counts := map[string]*metrics.Counter{}
+	for _, o := range fetch.Outcomes {
+		counts[o] = n.Metrics.NewCounter(`wasmkeep_fetches_total{outcome="` + o + `"}`)
+	}
+	took := n.Metrics.NewHistogram(`wasmkeep_fetch_seconds`)
+	cfg.Observe = func(outcome string, d time.Duration) {
+		counts[outcome].Inc()
+		took.Update(d.Seconds())
+	}
+	return fetch.New(cfg)
 }
 
 // httpServer makes the http.Server of one of the node's listeners.

@@ -114,6 +114,10 @@ func describe(err error) string {
 	if errors.As(err, &ce) {
 		return ce.Status.String() + ": " + ce.Message
 	}
+	var fe *wk.FetchError
+	if errors.As(err, &fe) {
+		return fe.Status.String() + ": " + fe.Message
+	}
 	return err.Error()
 }
 
