@@ -96,6 +96,23 @@
 // counts what it did. runtime/debug's settings still apply to the runtime's
 // own collections, which remain a backstop.
 //
+// # Fetches
+//
+// Fetch sends an HTTP request to another service and waits for the
+// answer; StartFetch starts one without waiting, so that several run at
+// once:
+//
+//	resp, err := wk.Fetch(wk.FetchRequest{URL: "https://api.example.com/rates"})
+//	if errors.Is(err, wk.ErrNotAllowed) {
+//		// the operator did not allow it: err says why (--fetch-allow)
+//	}
+//
+// Only the hosts the operator allows with --fetch-allow are fetched, and
+// never an address of the node's machine or a private network unless
+// allowed by address (docs/operations.md, "Fetches to other services").
+// The wait does not count toward the event time limit. The request leaves
+// mid-event, before the event's state is durable: make it safe to repeat.
+//
 // # Errors
 //
 // Host functions answer a status; the SDK turns failures into a *HostError
