@@ -54,11 +54,58 @@ func (i *Instance) Call(payload []byte) ([]byte, error) {
 	return i.callReply, nil
 }
 
-// endCalls forgets the handles of the event that ended: calls it did not
-// wait for go on, their answers dropped.
-func (i *Instance) endCalls() {
-	clear(i.calls)
-	i.nextCall = 0
+// handles are an event's calls or fetches under way, by handle (1 or
+// more). They are the event's only: the host forgets them when it
+// returns (end), and what they stand for goes on, its answer dropped.
+type handles[T any] struct {
+	byHandle map[int32]*T
+	next     int32
+}
+
+// add keeps v and returns its handle, as the guest is given it.
+func (h *handles[T]) add(v *T) abi.Status {
+	if h.byHandle == nil {
+		h.byHandle = map[int32]*T{}
+	}
+	h.next++
+	h.byHandle[h.next] = v
+	return abi.Status(h.next)
+}
+
+// get returns the value of the handle a guest passed (an i32 argument,
+// whose upper half wazero leaves undefined), nil if it is none.
+func (h *handles[T]) get(arg uint64) (*T, int32) {
+	handle := int32(uint32(arg))
+	return h.byHandle[handle], handle
+}
+
+func (h *handles[T]) free(handle int32) { delete(h.byHandle, handle) }
+
+func (h *handles[T]) end() {
+	clear(h.byHandle)
+	h.next = 0
+}
+
+// await is the start of a wait import (call_wait, fetch_wait): the value
+// of the handle in stack[0] once done is closed, waited for out of the
+// event's time limit (waitOutside). Without one it has answered the guest
+// itself: StatusInvalid for a handle that is not one, StatusState when
+// the instance closed first (the event ends now).
+func await[T any](ctx context.Context, stack []uint64, table func(*Instance) *handles[T], done func(*T) <-chan struct{}) *T {
+	inst := eventInstance(ctx, stack)
+	if inst == nil {
+		return nil
+	}
+	v, _ := table(inst).get(stack[0])
+	switch {
+	case v == nil:
+		ret(stack, abi.StatusInvalid)
+	case !inst.waitOutside(done(v)):
+		ret(stack, abi.StatusState)
+	default:
+		return v
+	}
+	return nil
 }
 
 // callStart starts a call (see abi.ImportCallStart).
@@ -93,31 +140,17 @@ func callStart(ctx context.Context, mod api.Module, stack []uint64) {
 		ret(stack, cerr.Status)
 		return
 	}
-	if inst.calls == nil {
-		inst.calls = map[int32]*callSlot{}
-	}
-	inst.nextCall++
-	inst.calls[inst.nextCall] = &callSlot{p: p}
-	ret(stack, abi.Status(inst.nextCall))
+	ret(stack, inst.calls.add(&callSlot{p: p}))
 }
 
 // callWait waits for a call's answer (see abi.ImportCallWait), out of the
 // event's time limit (waitOutside).
 func callWait(ctx context.Context, _ api.Module, stack []uint64) {
-	inst := eventInstance(ctx, stack)
-	if inst == nil {
-		return
-	}
-	slot := inst.calls[int32(uint32(stack[0]))]
+	slot := await(ctx, stack, callTable, func(s *callSlot) <-chan struct{} { return s.p.Done() })
 	if slot == nil {
-		ret(stack, abi.StatusInvalid)
 		return
 	}
 	if !slot.waited {
-		if !inst.waitOutside(slot.p.Done()) {
-			ret(stack, abi.StatusState) // interrupted: the event ends now
-			return
-		}
 		slot.res, slot.waited = slot.p.Result(), true
 	}
 	if slot.res.Err != nil {
@@ -130,22 +163,37 @@ func callWait(ctx context.Context, _ api.Module, stack []uint64) {
 // callResult copies a call's reply or error message out (see
 // abi.ImportCallResult).
 func callResult(ctx context.Context, mod api.Module, stack []uint64) {
+	answer(ctx, mod, stack, callTable, func(s *callSlot) ([]byte, bool) {
+		if s.res.Err != nil {
+			return []byte(s.res.Err.Msg), s.waited
+		}
+		return s.res.Reply, s.waited
+	})
+}
+
+func callTable(i *Instance) *handles[callSlot] { return &i.calls }
+
+// answer is a result import (call_result, fetch_result): out gives the
+// answer of the handle in stack[0], or false before its wait
+// (StatusInvalid, as for a handle that is none); writeResult writes it,
+// and the handle is freed once it has.
+func answer[T any](ctx context.Context, mod api.Module, stack []uint64, table func(*Instance) *handles[T], out func(*T) ([]byte, bool)) {
 	inst := eventInstance(ctx, stack)
 	if inst == nil {
 		return
 	}
-	handle := int32(uint32(stack[0]))
-	slot := inst.calls[handle]
-	if slot == nil || !slot.waited {
+	slot, handle := table(inst).get(stack[0])
+	var b []byte
+	ok := slot != nil
+	if ok {
+		b, ok = out(slot)
+	}
+	if !ok {
 		ret(stack, abi.StatusInvalid)
 		return
 	}
-	out := slot.res.Reply
-	if slot.res.Err != nil {
-		out = []byte(slot.res.Err.Msg)
-	}
-	if writeResult(mod, stack, out) {
-		delete(inst.calls, handle)
+	if writeResult(mod, stack, b) {
+		table(inst).free(handle)
 	}
 }
 

@@ -48,13 +48,6 @@ func fetchRoom(inst *Instance) string {
 	return info.Class + "/" + info.Name
 }
 
-// endFetches forgets the handles of the event that ended: fetches it did
-// not wait for go on, their answers dropped.
-func (i *Instance) endFetches() {
-	clear(i.fetches)
-	i.nextFetch = 0
-}
-
 // fetchStart starts a fetch (see abi.ImportFetchStart).
 func (e *Engine) fetchStart(ctx context.Context, mod api.Module, stack []uint64) {
 	inst := eventInstance(ctx, stack)
@@ -75,7 +68,7 @@ func (e *Engine) fetchStart(ctx context.Context, mod api.Module, stack []uint64)
 		ret(stack, abi.StatusInvalid)
 		return
 	}
-	if len(inst.fetches) >= abi.MaxFetchHandles {
+	if len(inst.fetches.byHandle) >= abi.MaxFetchHandles {
 		ret(stack, abi.StatusTooMany)
 		return
 	}
@@ -92,31 +85,17 @@ func (e *Engine) fetchStart(ctx context.Context, mod api.Module, stack []uint64)
 	// The instance's context: a fetch the event abandoned ends with the
 	// instance at the latest.
 	p := e.cfg.Fetcher.Start(inst.ctx, fetchRoom(inst), req)
-	if inst.fetches == nil {
-		inst.fetches = map[int32]*fetchSlot{}
-	}
-	inst.nextFetch++
-	inst.fetches[inst.nextFetch] = &fetchSlot{p: p}
-	ret(stack, abi.Status(inst.nextFetch))
+	ret(stack, inst.fetches.add(&fetchSlot{p: p}))
 }
 
 // fetchWait waits for a fetch's answer (see abi.ImportFetchWait), out of
 // the event's time limit as callWait waits.
 func fetchWait(ctx context.Context, _ api.Module, stack []uint64) {
-	inst := eventInstance(ctx, stack)
-	if inst == nil {
-		return
-	}
-	slot := inst.fetches[int32(uint32(stack[0]))]
+	slot := await(ctx, stack, fetchTable, func(s *fetchSlot) <-chan struct{} { return s.p.Done() })
 	if slot == nil {
-		ret(stack, abi.StatusInvalid)
 		return
 	}
 	if !slot.waited {
-		if !inst.waitOutside(slot.p.Done()) {
-			ret(stack, abi.StatusState) // interrupted: the event ends now
-			return
-		}
 		resp, err := slot.p.Result()
 		slot.status, slot.waited = fetchStatus[fetch.Outcome(err)], true
 		if err != nil {
@@ -143,18 +122,7 @@ func abiHeaders(h http.Header) []abi.Header {
 // fetchResult copies a fetch's answer or error message out (see
 // abi.ImportFetchResult).
 func fetchResult(ctx context.Context, mod api.Module, stack []uint64) {
-	inst := eventInstance(ctx, stack)
-	if inst == nil {
-		return
-	}
-	handle := int32(uint32(stack[0]))
-	slot := inst.fetches[handle]
-	if slot == nil || !slot.waited {
-		ret(stack, abi.StatusInvalid)
-		return
-	}
-	if !writeResult(mod, stack, slot.out) {
-		return
-	}
-	delete(inst.fetches, handle)
+	answer(ctx, mod, stack, fetchTable, func(s *fetchSlot) ([]byte, bool) { return s.out, s.waited })
 }
+
+func fetchTable(i *Instance) *handles[fetchSlot] { return &i.fetches }

@@ -131,11 +131,9 @@ type Instance struct {
 	// event made, by handle.
 	inCall, replied, replyTooLarge bool
 	callReply                      []byte
-	calls                          map[int32]*callSlot
-	nextCall                       int32
+	calls                          handles[callSlot]
 	// The fetches the event made, by handle.
-	fetches   map[int32]*fetchSlot
-	nextFetch int32
+	fetches handles[fetchSlot]
 
 	// State of a front's request (FrontRequest): an upgrade it may hand
 	// to a room. front: the instance is a front's, which has no state to
@@ -698,8 +696,8 @@ func (i *Instance) call(fn api.Function) error {
 	i.callStart.Store(i.class.e.nanotime())
 	err := fn.CallWithStack(i.ctx, i.stack[:])
 	i.callStart.Store(0)
-	i.endCalls()
-	i.endFetches()
+	i.calls.end()
+	i.fetches.end()
 	if err == nil && !i.timedOut.Load() {
 		return nil
 	}
