@@ -51,6 +51,7 @@ bench:
     go test -run '^$' -bench DevSave -benchtime 8x -count 3 ./cmd/wasmkeep/
     go test -run '^$' -bench AssemblyScriptHandoff -benchtime 1000x -count 2 ./host/node/
     go test -run '^$' -bench 'BenchmarkCall$' -benchtime 5x ./host/node/
+    go test -run '^$' -bench 'BenchmarkFetch$' -benchtime 3x ./host/node/
     WASMKEEP_UPGRADE_ROOMS=400 go test -run TestUpgradeNowAtScale -count 1 -v ./host/node/
     WASMKEEP_TEST_STORE=s3 go test -run '^$' -bench '^Benchmark(Wake|Hibernate)$' -benchtime 300x ./host/node/
     WASMKEEP_RESIDENT_NAMES=10000 go test -run TestMaxResidentUnderConcurrency -count 1 -v ./host/node/
