@@ -14,8 +14,8 @@ import (
 
 // Fetcher makes the HTTP requests guests send to other services
 // (host/fetch: *fetch.Fetcher). Start checks the request, counts it
-// against room's fetches in flight, and returns it under way; ctx's end
-// cancels it.
+// against room's fetches in flight, copies its body, and returns it
+// under way; ctx's end cancels it.
 type Fetcher interface {
 	Start(ctx context.Context, room string, req fetch.Request) *fetch.Pending
 }
@@ -73,9 +73,9 @@ func (e *Engine) fetchStart(ctx context.Context, mod api.Module, stack []uint64)
 		return
 	}
 	// The record's strings are copies; its body aliases the guest's
-	// memory, which is the guest's again once this returns. The fetcher
-	// bounds every length before it sends anything.
-	req := fetch.Request{Method: rec.Method, URL: rec.URL, Body: append([]byte(nil), rec.Body...)}
+	// memory, which the fetcher copies once it has bounded it (the guest
+	// may use it again when this returns).
+	req := fetch.Request{Method: rec.Method, URL: rec.URL, Body: rec.Body}
 	if len(rec.Headers) > 0 {
 		req.Header = make(http.Header, len(rec.Headers))
 		for _, h := range rec.Headers {

@@ -377,8 +377,9 @@ func (p *Pending) Result() (*Response, error) { return p.resp, p.err }
 // in flight, and sends it on a goroutine of its own. What is wrong with
 // the request, or too many fetches in flight, is known at once: the
 // Pending comes back done. The fetch holds its places until it is
-// answered or fails, the timeout or ctx's end at the latest. Start keeps
-// req: the caller must not change it afterwards.
+// answered or fails, the timeout or ctx's end at the latest. req's body
+// may alias memory the caller reuses once Start returns (a guest's): Start
+// copies it, once it is checked and bounded.
 func (f *Fetcher) Start(ctx context.Context, room string, req Request) *Pending {
 	began := time.Now()
 	p := &Pending{done: make(chan struct{})}
@@ -393,6 +394,7 @@ func (f *Fetcher) Start(ctx context.Context, room string, req Request) *Pending 
 		f.finish(p, nil, err, began)
 		return p
 	}
+	req.Body = bytes.Clone(req.Body)
 	go func() {
 		resp, err := f.send(ctx, u, req)
 		// The places are free before the answer is seen: whoever waited

@@ -3,6 +3,7 @@ package fetch
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -217,3 +218,20 @@ func TestAllowEntries(t *testing.T) {
 }
 
 func parse(s string) (*url.URL, error) { return url.Parse(s) }
+
+// TestStartCopiesTheBody: the body may alias memory its caller reuses as
+// soon as Start returns (a guest's): what is sent is what it was then.
+func TestStartCopiesTheBody(t *testing.T) {
+	srv, _ := loopbackServer(t, func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		w.Write(b)
+	})
+	f := newFetcher(t, Config{Allow: []string{"127.0.0.1"}})
+	body := []byte("as it was")
+	p := f.Start(t.Context(), "r", Request{Method: "POST", URL: srv.URL, Body: body})
+	copy(body, "overwrite")
+	<-p.Done()
+	if resp, err := p.Result(); err != nil || string(resp.Body) != "as it was" {
+		t.Fatalf("sent %+v, %v; want the body as it was when Start returned", resp, err)
+	}
+}
