@@ -178,7 +178,7 @@ func TestRoomsCommands(t *testing.T) {
 		return ""
 	}
 	// Durable per event: its first event wrote its snapshot.
-	if got := facts("counter/x"); !regexp.MustCompile(`^recent [0-9.]+MiB [0-9]+s [0-9.]+KiB$`).MatchString(got) {
+	if got := facts("counter/x"); !regexp.MustCompile(`^recent [0-9.]+MiB [0-9]+s [0-9.]+KiB -$`).MatchString(got) {
 		t.Fatalf("counter/x, resident with the snapshot of its last event: %q", got)
 	}
 
@@ -186,7 +186,7 @@ func TestRoomsCommands(t *testing.T) {
 		t.Fatalf("rooms hibernate printed %q", got)
 	}
 	expectState("counter/x", "hibernated 0")
-	if got := facts("counter/x"); !regexp.MustCompile(`^- [0-9.]+MiB [0-9]+s [0-9.]+KiB$`).MatchString(got) {
+	if got := facts("counter/x"); !regexp.MustCompile(`^- [0-9.]+MiB [0-9]+s [0-9.]+KiB -$`).MatchString(got) {
 		t.Fatalf("counter/x, hibernated: %q", got)
 	}
 	n.ok("rooms", "hibernate", "chat", "lobby")
@@ -345,7 +345,7 @@ func TestAdminToken(t *testing.T) {
 }
 
 // roomsHeader is the header line of `wasmkeep rooms`.
-var roomsHeader = []string{"CLASS", "NAME", "STATE", "SOCKETS", "AWAKE", "MEMORY", "LAST-EVENT", "SNAPSHOT"}
+var roomsHeader = []string{"CLASS", "NAME", "STATE", "SOCKETS", "AWAKE", "MEMORY", "LAST-EVENT", "SNAPSHOT", "ALARM"}
 
 // TestAdminListen: with --admin-listen the client commands talk to that
 // address (given with --server, or found in WASMKEEP_ADMIN_LISTEN, the

@@ -160,15 +160,16 @@ type classRecord struct {
 }
 
 type roomRecord struct {
-	Class         string   `json:"class"`
-	Name          string   `json:"name"`
-	State         string   `json:"state"`
-	Sockets       int      `json:"sockets"`
-	Memory        uint64   `json:"memory_bytes"`
-	IdleSeconds   *float64 `json:"idle_seconds"`
-	SnapshotBytes uint64   `json:"snapshot_bytes"`
-	Awake         string   `json:"awake"`
-	Version       string   `json:"version"`
+	Class         string     `json:"class"`
+	Name          string     `json:"name"`
+	State         string     `json:"state"`
+	Sockets       int        `json:"sockets"`
+	Memory        uint64     `json:"memory_bytes"`
+	IdleSeconds   *float64   `json:"idle_seconds"`
+	SnapshotBytes uint64     `json:"snapshot_bytes"`
+	Alarm         *time.Time `json:"alarm"`
+	Awake         string     `json:"awake"`
+	Version       string     `json:"version"`
 	// Where is where the room runs, in a cluster.
 	Where   *server.RoomPlace `json:"where"`
 	Upgrade *struct {
@@ -427,7 +428,7 @@ func writeRooms(w io.Writer, client *adminClient, versions bool) error {
 	if clustered {
 		head += "\tWHERE\tNODE"
 	}
-	head += "\tSOCKETS\tAWAKE\tMEMORY\tLAST-EVENT\tSNAPSHOT"
+	head += "\tSOCKETS\tAWAKE\tMEMORY\tLAST-EVENT\tSNAPSHOT\tALARM"
 	if versions {
 		head += "\tVERSION\tUPGRADE"
 	}
@@ -442,7 +443,15 @@ func writeRooms(w io.Writer, client *adminClient, versions bool) error {
 			place, node := r.whereWords()
 			fmt.Fprintf(tw, "\t%s\t%s", place, node)
 		}
-		fmt.Fprintf(tw, "\t%d\t%s\t%s\t%s\t%s", r.Sockets, awake, size(r.Memory), last, size(r.SnapshotBytes))
+		alarm := "-"
+		if r.Alarm != nil {
+			if in := time.Until(*r.Alarm); in >= 0 {
+				alarm = "in " + shortDuration(in)
+			} else {
+				alarm = shortDuration(-in) + " late"
+			}
+		}
+		fmt.Fprintf(tw, "\t%d\t%s\t%s\t%s\t%s\t%s", r.Sockets, awake, size(r.Memory), last, size(r.SnapshotBytes), alarm)
 		if versions {
 			fmt.Fprintf(tw, "\t%s\t%s", dash(shortHash(r.Version)), r.upgradeWord())
 		}

@@ -308,7 +308,7 @@ func TestRoomsWhere(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("rooms: %v", r)
 	}
-	rows := table(t, r.stdout, "CLASS", "NAME", "STATE", "WHERE", "NODE", "SOCKETS", "AWAKE", "MEMORY", "LAST-EVENT", "SNAPSHOT")
+	rows := table(t, r.stdout, "CLASS", "NAME", "STATE", "WHERE", "NODE", "SOCKETS", "AWAKE", "MEMORY", "LAST-EVENT", "SNAPSHOT", "ALARM")
 	var got [][]string
 	for _, row := range rows {
 		got = append(got, row[1:5])

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"encoding/json"
 	"strconv"
 	"strings"
 	"testing"
@@ -42,6 +43,21 @@ func TestAlarmWakesHibernatedRoom(t *testing.T) {
 		t.Fatalf("index after set: %q", keys)
 	}
 	hibernate(t, n, "alarm", "r")
+	// The listing and the room's details show it, from its stored state.
+	var rows []struct {
+		Class, Name string
+		Alarm       *time.Time
+	}
+	if err := json.Unmarshal([]byte(expect(t, 200, "GET", n.AdminURL()+"/admin/rooms", nil)), &rows); err != nil {
+		t.Fatal(err)
+	}
+	var detail struct{ Alarm *time.Time }
+	if err := json.Unmarshal([]byte(expect(t, 200, "GET", n.AdminURL()+"/admin/rooms/alarm/r", nil)), &detail); err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 1 || rows[0].Alarm == nil || rows[0].Alarm.UnixMilli() != at || detail.Alarm == nil || detail.Alarm.UnixMilli() != at {
+		t.Fatalf("listed %+v, detail %+v; want the alarm at %d", rows, detail, at)
+	}
 	waitFor(t, "the alarm to fire", func() bool { return metric(t, n, "wasmkeep_alarms_fired_total") == 1 })
 	if fired := time.Now().UnixMilli(); fired < at {
 		t.Fatalf("fired %d ms early", at-fired)

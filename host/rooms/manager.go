@@ -989,6 +989,9 @@ type RoomInfo struct {
 	// SnapshotAt is when it was written.
 	SnapshotBytes uint64     `json:"snapshot_bytes"`
 	SnapshotAt    *time.Time `json:"snapshot_at,omitempty"`
+	// Alarm is the room's alarm, as its stored state has it (none:
+	// unset).
+	Alarm *time.Time `json:"alarm,omitempty"`
 	// Awake says why a resident room is in memory (empty for others).
 	Awake AwakeReason `json:"awake,omitempty"`
 	// Pending counts the events in its mailbox; OpenRequests the HTTP

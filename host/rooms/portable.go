@@ -266,7 +266,6 @@ type RoomDetail struct {
 	Idle        string    `json:"idle,omitempty"`
 	Module      string    `json:"module,omitempty"`
 	Snapshot    *SnapInfo `json:"snapshot,omitempty"`
-	Alarm       string    `json:"alarm"`
 }
 
 // SnapInfo describes a room's stored snapshot.
@@ -291,7 +290,7 @@ type SegRefJS struct {
 // Inspect describes one room: its state, why it is awake, its snapshot
 // chain.
 func (m *Manager) Inspect(ctx context.Context, key Key) (*RoomDetail, error) {
-	d := &RoomDetail{RoomInfo: RoomInfo{Class: key.Class, Name: key.Name, State: StateHibernated}, Alarm: "none (alarms are not in this version)"}
+	d := &RoomDetail{RoomInfo: RoomInfo{Class: key.Class, Name: key.Name, State: StateHibernated}}
 	m.mu.Lock()
 	r := m.rooms[key]
 	if r != nil {
@@ -322,6 +321,10 @@ func (m *Manager) Inspect(ctx context.Context, key Key) (*RoomDetail, error) {
 			break
 		}
 		d.Module = man.ModuleHash
+		if st, err := decodeState(man.RoomState); err == nil && st.Alarm.set() {
+			at := time.UnixMilli(st.Alarm.At).UTC()
+			d.Alarm = &at
+		}
 		si.Seq, si.Generation, si.Memory = man.Seq, man.Generation, man.MemorySize()
 		si.Taken = time.Unix(0, man.WallUnixNano).UTC()
 		si.Pages[0], si.Pages[1], si.Pages[2] = man.Pages()
