@@ -150,8 +150,19 @@ func TestAssemblyScriptSDK(t *testing.T) {
 		if got := expect(t, 200, "POST", room+"/checkpoint", nil); got != "0" {
 			t.Fatalf("checkpoint: %q", got)
 		}
-		if got := expect(t, 200, "POST", room+"/alarm", nil); got != "-4" {
-			t.Fatalf("alarm: %q, want -4 (unsupported)", got)
+		if got := expect(t, 200, "POST", room+"/alarm", nil); got != "0" {
+			t.Fatalf("alarm: %q, want 0", got)
+		}
+		if f := strings.Fields(expect(t, 200, "GET", room+"/alarm", nil)); len(f) != 3 || f[0] == "0" || f[1] != "0" {
+			t.Fatalf("alarm set a minute ahead: %q, want its time and no run", f)
+		}
+		fired := metric(t, n, "wasmkeep_alarms_fired_total")
+		if got := expect(t, 200, "POST", room+"/alarm/now", nil); got != "0" {
+			t.Fatalf("alarm/now: %q", got)
+		}
+		waitFor(t, "the alarm to run", func() bool { return metric(t, n, "wasmkeep_alarms_fired_total") == fired+1 })
+		if got := expect(t, 200, "GET", room+"/alarm", nil); got != "0 1 0" {
+			t.Fatalf("after the alarm ran: %q, want none set, one run, retry 0", got)
 		}
 	})
 
@@ -343,6 +354,7 @@ func TestAssemblyScriptNames(t *testing.T) {
 		abi.ImportHTTPHandOver: true, abi.ImportCallStart: true, abi.ImportCallWait: true,
 		abi.ImportCallResult: true, abi.ImportCallReply: true, abi.ImportSecretGet: true,
 		abi.ImportFetchStart: true, abi.ImportFetchWait: true, abi.ImportFetchResult: true,
+		abi.ImportAlarmGet: true,
 	}
 	declared := regexp.MustCompile(`@external\("`+abi.ImportModule+`", "([a-z_]+)"\)`).FindAllStringSubmatch(read("host.ts"), -1)
 	for _, m := range declared {
@@ -359,7 +371,7 @@ func TestAssemblyScriptNames(t *testing.T) {
 		abi.VersionExport: true, abi.ExportAlloc: true, abi.ExportOnRequest: true,
 		abi.ExportOnSocketOpen: true, abi.ExportOnSocketMessage: true, abi.ExportOnSocketMessages: true, abi.ExportOnSocketClose: true,
 		abi.ExportOnJoin: true, abi.ExportOnChannelMessage: true, abi.ExportOnLeave: true,
-		abi.ExportOnUpgrade: true, abi.ExportOnStartFrom: true, abi.ExportOnCall: true,
+		abi.ExportOnUpgrade: true, abi.ExportOnStartFrom: true, abi.ExportOnCall: true, abi.ExportOnAlarm: true,
 	}
 	for _, m := range regexp.MustCompile(`export function (wasmkeep_[a-z0-9_]+)\(`).FindAllStringSubmatch(read("exports.ts"), -1) {
 		if !exports[m[1]] {

@@ -15,7 +15,7 @@ import * as host from "./host";
 import { Reader, out, readCall } from "./records";
 import * as state from "./state";
 import {
-  Caller, ChannelMessage, Join, Message, MessageKind, Request, Response, Socket, SocketOpen, Reply,
+  Alarm, Caller, ChannelMessage, Join, Message, MessageKind, Request, Response, Socket, SocketOpen, Reply,
   error, text, statusText,
 } from "./index";
 
@@ -314,5 +314,21 @@ export function wasmkeep_on_call(ptr: usize, len: u32): void {
     let st = host.call_reply(reply.dataStart, <usize>reply.byteLength);
     if (st < 0) error("wasmkeep: call_reply: " + statusText(st));
   }
+  endEvent();
+}
+
+/**
+ * The room's alarm is due (handleAlarm): an AlarmEvent record, the time
+ * it was set for (i64) and the failed runs before this one (u32).
+ * Exported whatever the room registers, as wasmkeep_on_call is.
+ */
+export function wasmkeep_on_alarm(ptr: usize, len: u32): void {
+  if (len != 12) {
+    error("wasmkeep: malformed alarm record from the host");
+    endEvent();
+    return;
+  }
+  let h = state.onAlarm;
+  if (h !== null) h(new Alarm(load<i64>(ptr), <i32>load<u32>(ptr + 8)));
   endEvent();
 }

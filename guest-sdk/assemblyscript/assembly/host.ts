@@ -66,6 +66,12 @@ export declare function alarm_set(atMs: i64): i32;
 @external("wasmkeep", "alarm_clear")
 export declare function alarm_clear(): i32;
 
+// alarm_get writes the alarm's time (i64 LE) at ptr, or answers
+// Status.NotFound.
+// @ts-ignore: decorator
+@external("wasmkeep", "alarm_get")
+export declare function alarm_get(ptr: usize): i32;
+
 // Calls between rooms. call_start takes a Call record naming the callee
 // and answers a handle (1 or more) or a negative status; call_wait blocks
 // until the call is answered; call_result copies the reply (or the host's

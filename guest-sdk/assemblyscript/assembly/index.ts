@@ -1099,14 +1099,50 @@ export function handleStartFrom(h: (prev: Uint8Array, fromVersion: string) => vo
   state.setOnStartFrom(h);
 }
 
-/** Reserved: v1 hosts answer Status.Unsupported. */
+/**
+ * Sets the room's one alarm to atMs (Unix milliseconds, as now() gives),
+ * replacing the one set before: at that time the host runs the handler
+ * given to handleAlarm, waking the room wherever it sleeps, on whichever
+ * node runs it then; a time in the past runs it at once. The alarm is made
+ * durable with the event that set it, before any of its output leaves the
+ * host, whatever the class's durability. Answers Status.OK, or
+ * Status.Invalid for a time before 2001 or after 2286.
+ */
 export function setAlarm(atMs: i64): i32 {
   return host.alarm_set(atMs);
 }
 
-/** Reserved like setAlarm. */
+/** Clears the room's alarm, if one is set. */
 export function clearAlarm(): i32 {
   return host.alarm_clear();
+}
+
+/** The time of the room's alarm (Unix ms), or 0 if none is set. */
+export function getAlarm(): i64 {
+  let at = memory.data(8);
+  if (host.alarm_get(at) < 0) return 0;
+  return load<i64>(at);
+}
+
+/**
+ * What the alarm handler is told: the time the alarm was set for (Unix
+ * ms), and how many runs of it failed before this one (0 the first time).
+ */
+export class Alarm {
+  constructor(public at: i64, public retry: i32) {}
+}
+
+/**
+ * Registers the handler that runs when the room's alarm is due, replacing
+ * any earlier one. The alarm is cleared when it returns, unless it called
+ * setAlarm (a recurring alarm sets the next one there). An abort in it is
+ * a crash like any other: the room rolls back and the host runs it again
+ * later, after 2 s, then twice as long each time, at most 6 times
+ * (Alarm.retry counts them); so it may run more than once for one alarm.
+ * Without a handler an alarm that comes due is cleared.
+ */
+export function handleAlarm(h: (a: Alarm) => void): void {
+  state.setOnAlarm(h);
 }
 
 /**

@@ -1,7 +1,7 @@
 // Handlers the room registered, and the hand-over a request handler asked
 // for, read by exports.ts. Internal to the SDK.
 
-import { Request, Response, Socket, SocketOpen, Message, Join, ChannelMessage, Reply, Caller, text } from "./index";
+import { Request, Response, Socket, SocketOpen, Message, Join, ChannelMessage, Reply, Caller, Alarm, text } from "./index";
 import { HandOverRecord } from "./records";
 
 export let onRequest: ((r: Request) => Response | null) | null = null;
@@ -14,6 +14,7 @@ export let onLeave: ((s: Socket, topic: string, reason: string) => void) | null 
 export let onUpgrade: (() => Uint8Array | null) | null = null;
 export let onStartFrom: ((prev: Uint8Array, fromVersion: string) => void) | null = null;
 export let onCall: ((from: Caller, payload: Uint8Array) => Uint8Array) | null = null;
+export let onAlarm: ((a: Alarm) => void) | null = null;
 
 export function setOnRequest(h: (r: Request) => Response | null): void { onRequest = h; }
 export function setOnSocketOpen(h: (s: Socket, o: SocketOpen) => void): void { onSocketOpen = h; }
@@ -25,6 +26,7 @@ export function setOnLeave(h: (s: Socket, topic: string, reason: string) => void
 export function setOnUpgrade(h: () => Uint8Array | null): void { onUpgrade = h; }
 export function setOnStartFrom(h: (prev: Uint8Array, fromVersion: string) => void): void { onStartFrom = h; }
 export function setOnCall(h: (from: Caller, payload: Uint8Array) => Uint8Array): void { onCall = h; }
+export function setOnAlarm(h: (a: Alarm) => void): void { onAlarm = h; }
 
 // A hand-over works as the Go SDK's does: handOver (index.ts) records the
 // room in handOverTo and returns handOverResponse, one Response the SDK

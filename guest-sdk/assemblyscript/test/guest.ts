@@ -14,7 +14,9 @@
 //	GET  /secret/NAME        secret(NAME), or 404 and secretStatus()
 //	POST /fetch              fetch(the body, a URL): "<HTTP status> <body>", or 502 "<Status> <message>"
 //	POST /checkpoint         checkpoint()'s status
-//	POST /alarm              setAlarm()'s status
+//	POST /alarm              setAlarm()'s status, for a minute from now
+//	POST /alarm/now          sets the alarm in the past: it runs at once; answers the status
+//	GET  /alarm              getAlarm() (0: none), then the handler's runs: "<at> <runs> <last retry>"
 //	GET  /query?...          queryValue of "k x", "a", "flag" and "none", one a line
 //	GET  /misc               checks of Math.random, now, nanotime and trace; "ok" or what failed
 //	GET  /closes             the socket closes seen, one "id code reason" a line
@@ -46,6 +48,13 @@ export * from "../exports";
 let counter = 0;
 let closes = new Array<string>();
 let leaves = new Array<string>();
+let alarmRuns = 0;
+let alarmRetry = -1;
+
+wk.handleAlarm((a: wk.Alarm): void => {
+  alarmRuns++;
+  alarmRetry = a.retry;
+});
 
 wk.handleRequest((r: wk.Request): wk.Response | null => {
   let p = r.path;
@@ -86,7 +95,9 @@ wk.handleRequest((r: wk.Request): wk.Response | null => {
     return wk.text(200, v);
   }
   if (p == "/checkpoint") return wk.text(200, wk.checkpoint().toString());
-  if (p == "/alarm") return wk.text(200, wk.setAlarm(wk.now() + 60000).toString());
+  if (p == "/alarm" && r.method == "POST") return wk.text(200, wk.setAlarm(wk.now() + 60000).toString());
+  if (p == "/alarm/now") return wk.text(200, wk.setAlarm(wk.now() - 1).toString());
+  if (p == "/alarm") return wk.text(200, wk.getAlarm().toString() + " " + alarmRuns.toString() + " " + alarmRetry.toString());
   if (p == "/query") {
     let keys = ["k x", "a", "flag", "none"];
     let lines = new Array<string>();
