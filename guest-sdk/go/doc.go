@@ -76,8 +76,8 @@
 // is inside one of the room's events: a goroutine started by a handler does
 // not run until that handler (or a later event) yields, by blocking,
 // sleeping or calling runtime.Gosched, and a timer that falls due while the
-// room is idle cannot wake it. The monotonic clock continues across
-// hibernation; wall time is real.
+// room is idle cannot wake it (an alarm can: see Alarms). The monotonic
+// clock continues across hibernation; wall time is real.
 //
 // # Memory and garbage collection
 //
@@ -95,6 +95,21 @@
 // SetCollectBudget changes the budget or turns this off; Collections
 // counts what it did. runtime/debug's settings still apply to the runtime's
 // own collections, which remain a backstop.
+//
+// # Alarms
+//
+// A room has one alarm. SetAlarm sets it to a time; at that time the host
+// runs the handler given to HandleAlarm as an event, waking the room
+// wherever it sleeps. A recurring job sets its next time there:
+//
+//	wk.HandleAlarm(func(a wk.Alarm) {
+//		sendDigest() // safe to run twice: a handler runs at least once
+//		wk.SetAlarm(a.At.Add(time.Hour))
+//	})
+//
+// The alarm is durable with the event that set it, cleared when its
+// handler returns unless the handler set it again, retried after a panic
+// (Alarm.Retry counts the failed runs), and never run twice at once.
 //
 // # Fetches
 //

@@ -1,0 +1,214 @@
+//go:build unix
+
+package main
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Alarms at scale: benchAlarms rooms each set one alarm, through the
+// three nodes in turn, due over alarmsWindow starting alarmsLead after the
+// last is set. While every alarm is pending the nodes idle for a minute
+// (what 10,000 pending alarms cost an idle node); then they fire. The
+// figures (docs/PERFORMANCE.md, "Alarms"): how late the alarms ran, from
+// the nodes' histograms of their deliveries and from the handlers' own
+// reading of a sample of rooms, and the bucket requests an idle node makes
+// a minute and a fired alarm costs.
+const (
+	benchAlarms  = 10000
+	alarmsLead   = 90 * time.Second
+	alarmsWindow = 2 * time.Minute
+	alarmsSample = 1000
+)
+
+// BenchmarkClusterAlarms runs once per -benchtime (1x); on versitygw:
+//
+//	WASMKEEP_TEST_STORE=s3 go test -run '^$' -bench 'BenchmarkClusterAlarms$' -benchtime 1x -timeout 30m ./cmd/wasmkeep/
+func BenchmarkClusterAlarms(b *testing.B) {
+	c, proxies := benchCluster(b, "--idle-timeout", "3s", "--max-resident", "300")
+	c.putClass(c.nodes[0], "alarm", "./testdata/guests/alarm", false)
+	for b.Loop() {
+		set := time.Now()
+		first := set.Add(alarmsLead + 40*time.Second) // the setting takes well under 40 s
+		var (
+			wg      sync.WaitGroup
+			next    = make(chan int)
+			errOnce firstErr
+		)
+		for range 32 {
+			wg.Go(func() {
+				for i := range next {
+					n := c.nodes[i%len(c.nodes)]
+					at := first.Add(time.Duration(i) * alarmsWindow / benchAlarms).UnixMilli()
+					resp, err := e2eClient.Post(n.url+"/actor/alarm/a"+strconv.Itoa(i)+"/set?at="+strconv.FormatInt(at, 10), "", nil)
+					if err == nil {
+						body, _ := io.ReadAll(resp.Body)
+						resp.Body.Close()
+						if resp.StatusCode != 200 {
+							err = fmt.Errorf("%d %s", resp.StatusCode, body)
+						}
+					}
+					if err != nil {
+						errOnce.set(fmt.Errorf("setting alarm %d: %w", i, err))
+					}
+				}
+			})
+		}
+		for i := range benchAlarms {
+			next <- i
+		}
+		close(next)
+		wg.Wait()
+		if errOnce.err != nil {
+			b.Fatal(errOnce.err)
+		}
+		b.Logf("%d alarms set through 3 nodes in %v", benchAlarms, time.Since(set).Round(time.Millisecond))
+
+		// A minute with every alarm pending, once the rooms hibernated.
+		time.Sleep(10 * time.Second)
+		before := map[string]map[string]float64{}
+		keysBefore := map[string]map[string]int{}
+		for _, n := range c.nodes {
+			before[n.name] = mustMetrics(b, n)
+			if k := proxies[n.name]; k != nil {
+				keysBefore[n.name] = k.snapshot()
+			}
+		}
+		start := time.Now()
+		time.Sleep(idleWindow)
+		minutes := time.Since(start).Minutes()
+		var idle bucketOps
+		for _, n := range c.nodes {
+			after := mustMetrics(b, n)
+			d := opsOf(after).minus(opsOf(before[n.name]))
+			b.Logf("%s idle with %d alarms pending, a minute: %.1f GET, %.1f PUT, %.1f LIST, %.1f DELETE; pending here %v",
+				n.name, benchAlarms, d.get/minutes, d.put/minutes, d.list/minutes, d.del/minutes, after["wasmkeep_alarms_pending"])
+			if k := proxies[n.name]; k != nil {
+				b.Logf("%s by key, a minute:%s", n.name, formatCounts(countsDelta(keysBefore[n.name], k.snapshot()), minutes))
+			}
+			idle = bucketOps{idle.get + d.get, idle.put + d.put, idle.del + d.del, idle.list + d.list}
+		}
+		if time.Now().After(first) {
+			b.Fatalf("the idle minute ended %v after the first alarm was due", time.Since(first))
+		}
+
+		// The alarms fire.
+		firing := map[string]map[string]float64{}
+		for _, n := range c.nodes {
+			firing[n.name] = mustMetrics(b, n)
+			if k := proxies[n.name]; k != nil {
+				keysBefore[n.name] = k.snapshot()
+			}
+		}
+		fireStart := time.Now()
+		deadline := first.Add(alarmsWindow + 2*time.Minute)
+		var fired float64
+		for {
+			fired = 0
+			for _, n := range c.nodes {
+				fired += mustMetrics(b, n)["wasmkeep_alarms_fired_total"] - before[n.name]["wasmkeep_alarms_fired_total"]
+			}
+			if fired >= benchAlarms || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+		took := time.Since(fireStart)
+		var spent bucketOps
+		late := map[string]float64{}
+		var retried, stale float64
+		for _, n := range c.nodes {
+			after := mustMetrics(b, n)
+			spent = spent.plus(opsOf(after).minus(opsOf(firing[n.name])))
+			for k, v := range after {
+				if rng, ok := strings.CutPrefix(k, `wasmkeep_alarms_late_seconds_bucket{vmrange="`); ok {
+					late[strings.TrimSuffix(rng, `"}`)] += v - firing[n.name][k]
+				}
+			}
+			retried += after["wasmkeep_alarms_retried_total"] - firing[n.name]["wasmkeep_alarms_retried_total"]
+			stale += after["wasmkeep_alarms_stale_total"] - firing[n.name]["wasmkeep_alarms_stale_total"]
+			if k := proxies[n.name]; k != nil {
+				b.Logf("%s by key while the alarms fired, per alarm:%s", n.name, formatCounts(countsDelta(keysBefore[n.name], k.snapshot()), fired))
+			}
+		}
+		if fired < benchAlarms {
+			b.Fatalf("%v of %d alarms fired within %v of the last one's time", fired, benchAlarms, 2*time.Minute)
+		}
+		// What the firing cost beyond the nodes' idle requests.
+		idleShare := bucketOps{idle.get / minutes * took.Minutes(), idle.put / minutes * took.Minutes(),
+			idle.del / minutes * took.Minutes(), idle.list / minutes * took.Minutes()}
+		per := spent.minus(idleShare)
+		b.Logf("%v alarms fired in %v: %.2f GET, %.2f PUT, %.2f LIST, %.2f DELETE per alarm beyond the idle requests; %v retries, %v stale deliveries",
+			fired, took.Round(time.Second), per.get/fired, per.put/fired, per.list/fired, per.del/fired, retried, stale)
+		p50, p99 := vmPercentile(late, 0.5), vmPercentile(late, 0.99)
+		b.Logf("lateness of the deliveries (the nodes' histograms, bucket upper bounds): p50 %v, p99 %v", p50, p99)
+
+		// The handlers' own reading, for a sample of rooms.
+		var handler []time.Duration
+		rng := rand.New(rand.NewPCG(1, 2))
+		for range alarmsSample {
+			i := rng.IntN(benchAlarms)
+			n := c.nodes[rng.IntN(len(c.nodes))]
+			resp, err := e2eClient.Get(n.url + "/actor/alarm/a" + strconv.Itoa(i) + "/runs")
+			if err != nil {
+				b.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			f := strings.Fields(string(body))
+			if len(f) != 6 || f[1] != "1" {
+				b.Fatalf("room a%d: %q, want one run", i, f)
+			}
+			ms, _ := strconv.Atoi(f[5])
+			handler = append(handler, time.Duration(ms)*time.Millisecond)
+		}
+		slices.Sort(handler)
+		b.Logf("lateness the handlers saw (%d rooms): p50 %v, p99 %v, max %v", alarmsSample,
+			handler[len(handler)/2], handler[len(handler)*99/100], handler[len(handler)-1])
+		b.ReportMetric(p50.Seconds()*1000, "late-p50-ms")
+		b.ReportMetric(p99.Seconds()*1000, "late-p99-ms")
+		b.ReportMetric(float64(handler[len(handler)*99/100].Milliseconds()), "handler-late-p99-ms")
+		b.ReportMetric((per.get+per.put+per.list+per.del)/fired, "requests/alarm")
+		b.ReportMetric((idle.get+idle.put+idle.list+idle.del)/minutes/float64(len(c.nodes)), "requests/idle-node/min")
+	}
+}
+
+func (o bucketOps) plus(p bucketOps) bucketOps {
+	return bucketOps{o.get + p.get, o.put + p.put, o.del + p.del, o.list + p.list}
+}
+
+// vmPercentile is the q quantile of a VictoriaMetrics histogram's counts by
+// vmrange ("1.000e-03...1.136e-03"): the upper bound of the range it falls
+// in.
+func vmPercentile(counts map[string]float64, q float64) time.Duration {
+	type bucket struct{ hi, n float64 }
+	var bs []bucket
+	total := 0.0
+	for rng, n := range counts {
+		_, hi, ok := strings.Cut(rng, "...")
+		v, err := strconv.ParseFloat(hi, 64)
+		if !ok || err != nil || n <= 0 {
+			continue
+		}
+		bs = append(bs, bucket{v, n})
+		total += n
+	}
+	slices.SortFunc(bs, func(a, b bucket) int { return int(math.Copysign(1, a.hi-b.hi)) })
+	seen := 0.0
+	for _, x := range bs {
+		seen += x.n
+		if seen >= q*total {
+			return time.Duration(x.hi * float64(time.Second))
+		}
+	}
+	return 0
+}
