@@ -181,33 +181,13 @@ func (w *World) alarmEvent() {
 // machine, which routes it as forwarded there.
 func (w *World) alarmSend(p *process) member.CallSend {
 	return func(ctx context.Context, node, _ string, c *calls.Call) (calls.Result, bool) {
-		to := w.machineNamed[node]
-		now := w.s.Now()
-		giveUp := min(p.clock.trueAt(c.Deadline), now+p.clock.global(headerTimeout))
-		if giveUp <= now {
+		giveUp := min(p.clock.trueAt(c.Deadline), w.s.Now()+p.clock.global(headerTimeout))
+		if giveUp <= w.s.Now() {
 			return calls.Expired(c), false
 		}
-		wire := calls.AppendWire(nil, c, p.clock.Now())
-		r, err := w.exchange(ctx, p, to, "alarm call to "+c.To.Name, giveUp, true, func(ctx context.Context, q *process) reply {
-			dc, err := calls.DecodeWire(wire, q.clock.Now())
-			if err != nil {
-				w.fail("%s cannot read the alarm call %s sent it: %v", q.name, p.name, err)
-				return reply{}
-			}
-			res := q.member.Call(ctx, &dc, true, w.alarmServe(q), w.alarmSend(q))
-			return reply{body: calls.AppendResult(nil, res)}
+		return w.sendCall(ctx, p, node, c, giveUp, "alarm call to "+c.To.Name, func(ctx context.Context, q *process, dc *calls.Call) (calls.Result, bool) {
+			return q.member.Call(ctx, dc, true, w.alarmServe(q), w.alarmSend(q)), true
 		})
-		switch {
-		case errors.Is(err, errUnreachable):
-			return calls.Fail(abi.StatusRefused, "%s cannot be reached", node), false
-		case err != nil:
-			return calls.Fail(abi.StatusTimeout, "no answer from %s (%v); it may have run", node, err), true
-		}
-		res, err := calls.DecodeResult(r.body)
-		if err != nil {
-			w.fail("%s cannot read the answer of %s to an alarm call: %v", p.name, node, err)
-		}
-		return res, true
 	}
 }
 
@@ -244,21 +224,9 @@ func (w *World) alarmServe(p *process) func(context.Context, *calls.Call) calls.
 				return calls.Fail(abi.StatusRefused, "%s is not resident here any more", c.To)
 			}
 		}
-		run := &runWait{caller: TaskOf(ctx), waiting: true}
-		w.s.Spawn(p.group, "run alarm call in "+room.Name, func(ctx context.Context) {
-			defer w.giveTurn(p, room)
-			res := w.alarmRun(ctx, p, h, room, c)
-			run.res, run.done = res, true
-			if run.waiting {
-				w.s.Unpark(run.caller)
-			}
+		return w.runInTurn(ctx, p, room, c, "run alarm call in "+room.Name, func(ctx context.Context) calls.Result {
+			return w.alarmRun(ctx, p, h, room, c)
 		})
-		run.caller.BlockUntil(p.clock.trueAt(c.Deadline))
-		run.waiting = false
-		if !run.done {
-			return calls.Expired(c)
-		}
-		return run.res
 	}
 }
 

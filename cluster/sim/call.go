@@ -258,43 +258,59 @@ func (w *World) makeCall(ctx context.Context, p *process, rc *roomCall, deadline
 // is not sent.
 func (w *World) callSend(p *process, cp callCopy) member.CallSend {
 	return func(ctx context.Context, node, _ string, c *calls.Call) (calls.Result, bool) {
-		to := w.machineNamed[node]
-		now := w.s.Now()
-		giveUp := min(p.clock.trueAt(cp.deadline), now+p.clock.global(headerTimeout))
-		if giveUp <= now {
+		giveUp := min(p.clock.trueAt(cp.deadline), w.s.Now()+p.clock.global(headerTimeout))
+		if giveUp <= w.s.Now() {
 			w.stats.CallsUnsent++
 			return calls.Expired(c), false
 		}
-		wire := calls.AppendWire(nil, c, p.clock.Now())
 		// The time its caller meant it to have left, on p's clock.
 		left := max(p.clock.at(cp.due)-p.clock.Now(), 0)
 		what := fmt.Sprintf("call %d to %s", cp.rc.id, c.To.Name)
-		r, err := w.exchange(ctx, p, to, what, giveUp, true, func(ctx context.Context, q *process) reply {
-			now := q.clock.Now()
-			dc, err := calls.DecodeWire(wire, now)
+		return w.sendCall(ctx, p, node, c, giveUp, what, func(ctx context.Context, q *process, dc *calls.Call) (calls.Result, bool) {
 			rc := w.callOf(dc.Payload)
-			if err != nil || rc == nil {
-				w.fail("%s cannot read the call %s sent it: %v", q.name, p.name, err)
-				return reply{}
+			if rc == nil {
+				return calls.Result{}, false
 			}
 			w.stats.CallsSent++
-			there := callCopy{rc: rc, due: q.clock.trueAt(now + left), sentDue: cp.due, deadline: dc.Deadline}
-			res := q.member.Call(ctx, &dc, true, w.callServe(q, there), w.callSend(q, there))
-			return reply{body: calls.AppendResult(nil, res)}
+			there := callCopy{rc: rc, due: q.clock.trueAt(q.clock.Now() + left), sentDue: cp.due, deadline: dc.Deadline}
+			return q.member.Call(ctx, dc, true, w.callServe(q, there), w.callSend(q, there)), true
 		})
-		switch {
-		case errors.Is(err, errUnreachable):
-			w.stats.CallDials++
-			return calls.Fail(abi.StatusRefused, "%s cannot be reached", node), false
-		case err != nil:
-			return calls.Fail(abi.StatusTimeout, "no answer from %s (%v); it may have run", node, err), true
-		}
-		res, err := calls.DecodeResult(r.body)
-		if err != nil {
-			w.fail("%s cannot read the answer of %s to call %d: %v", p.name, node, cp.rc.id, err)
-		}
-		return res, true
 	}
+}
+
+// sendCall sends c from p to node over the machines' network, as a
+// server's peer client does, giving up at giveUp (virtual time): the
+// process there decodes it and serves it (false: it cannot read it). It
+// returns the answer, and whether the call was sent (false: it could not
+// connect). what names it in the trace.
+func (w *World) sendCall(ctx context.Context, p *process, node string, c *calls.Call, giveUp int64, what string,
+	serve func(ctx context.Context, q *process, dc *calls.Call) (calls.Result, bool)) (calls.Result, bool) {
+	wire := calls.AppendWire(nil, c, p.clock.Now())
+	r, err := w.exchange(ctx, p, w.machineNamed[node], what, giveUp, true, func(ctx context.Context, q *process) reply {
+		dc, err := calls.DecodeWire(wire, q.clock.Now())
+		var res calls.Result
+		ok := err == nil
+		if ok {
+			res, ok = serve(ctx, q, &dc)
+		}
+		if !ok {
+			w.fail("%s cannot read the %s %s sent it: %v", q.name, what, p.name, err)
+			return reply{}
+		}
+		return reply{body: calls.AppendResult(nil, res)}
+	})
+	switch {
+	case errors.Is(err, errUnreachable):
+		w.stats.CallDials++
+		return calls.Fail(abi.StatusRefused, "%s cannot be reached", node), false
+	case err != nil:
+		return calls.Fail(abi.StatusTimeout, "no answer from %s (%v); it may have run", node, err), true
+	}
+	res, err := calls.DecodeResult(r.body)
+	if err != nil {
+		w.fail("%s cannot read the answer of %s to the %s: %v", p.name, node, what, err)
+	}
+	return res, true
 }
 
 // callServe is p's serve of its copy cp of a call, the fake of the room
@@ -327,22 +343,32 @@ func (w *World) callServe(p *process, cp callCopy) func(context.Context, *calls.
 			return calls.Fail(abi.StatusRefused, "%s is not resident here any more", c.To)
 		}
 		w.checkCallRun(cp, p, h)
-		run := &runWait{caller: TaskOf(ctx), waiting: true}
-		w.s.Spawn(p.group, fmt.Sprintf("run call %d in %s", cp.rc.id, room.Name), func(ctx context.Context) {
-			defer w.giveTurn(p, room)
-			res := w.runCall(ctx, p, cp, c)
-			run.res, run.done = res, true
-			if run.waiting {
-				w.s.Unpark(run.caller)
-			}
+		return w.runInTurn(ctx, p, room, c, fmt.Sprintf("run call %d in %s", cp.rc.id, room.Name), func(ctx context.Context) calls.Result {
+			return w.runCall(ctx, p, cp, c)
 		})
-		run.caller.BlockUntil(p.clock.trueAt(c.Deadline))
-		run.waiting = false
-		if !run.done {
-			return calls.Expired(c)
-		}
-		return run.res
 	}
+}
+
+// runInTurn runs run in a task of its own on p, as the room's worker
+// would, in the turn its caller took (given back when run ends), and
+// waits for its answer until c's deadline: StatusTimeout past it (the
+// run goes on, its answer dropped).
+func (w *World) runInTurn(ctx context.Context, p *process, room cluster.Room, c *calls.Call, name string, run func(ctx context.Context) calls.Result) calls.Result {
+	wait := &runWait{caller: TaskOf(ctx), waiting: true}
+	w.s.Spawn(p.group, name, func(ctx context.Context) {
+		defer w.giveTurn(p, room)
+		res := run(ctx)
+		wait.res, wait.done = res, true
+		if wait.waiting {
+			w.s.Unpark(wait.caller)
+		}
+	})
+	wait.caller.BlockUntil(p.clock.trueAt(c.Deadline))
+	wait.waiting = false
+	if !wait.done {
+		return calls.Expired(c)
+	}
+	return wait.res
 }
 
 // runWait is a serve waiting for its run.
