@@ -63,6 +63,7 @@ bench:
     WASMKEEP_TEST_STORE=s3 go test -run '^$' -bench 'ClusterWake' -benchtime 300x -v ./cmd/wasmkeep/
     go test -run '^$' -bench 'ClusterIdle' -benchtime 1x -v ./cmd/wasmkeep/
     WASMKEEP_TEST_STORE=s3 go test -run '^$' -bench 'ClusterIdle' -benchtime 1x -v ./cmd/wasmkeep/
+    WASMKEEP_TEST_STORE=s3 go test -run '^$' -bench 'BenchmarkClusterAlarms$' -benchtime 1x -v -timeout 30m ./cmd/wasmkeep/
     go test -count=1 -run 'TestClusterFailover$' -v ./cmd/wasmkeep/
 
 # Build the example classes to ./build/*.wasm.

@@ -150,18 +150,19 @@ func TestStaleEntryDeleted(t *testing.T) {
 	}
 }
 
-// TestScan: a scan queues the entries due before the next one, at their
-// time plus the grace; one whose entry is gone by then (delivered by the
-// node that was told of it) is not delivered; one due later waits for a
-// later scan.
+// TestScan: in a cluster a scan takes only the entries overdue by more
+// than the grace (those no live node was told of), and delivers them at
+// once; a node alone takes those due before its next scan, and delivers
+// each at its time.
 func TestScan(t *testing.T) {
 	ctx := context.Background()
 	bucket := store.NewMem()
 	room := func(n string) calls.Room { return calls.Room{Class: "c", Name: n} }
+	old := Entry{Room: room("old"), At: t0.Add(-DefaultGrace - time.Second).UnixMilli(), Entry: "1.1"}
+	recent := Entry{Room: room("recent"), At: t0.Add(-time.Second).UnixMilli(), Entry: "1.1"}
 	soon := Entry{Room: room("soon"), At: t0.Add(time.Second).UnixMilli(), Entry: "1.1"}
-	gone := Entry{Room: room("gone"), At: t0.Add(2 * time.Second).UnixMilli(), Entry: "1.1"}
 	later := Entry{Room: room("later"), At: t0.Add(DefaultScanInterval + time.Second).UnixMilli(), Entry: "1.1"}
-	for _, e := range []Entry{soon, gone, later} {
+	for _, e := range []Entry{old, recent, soon, later} {
 		if _, err := bucket.Put(ctx, e.Key(), []byte("x"), store.Cond{}); err != nil {
 			t.Fatal(err)
 		}
@@ -169,26 +170,29 @@ func TestScan(t *testing.T) {
 	if _, err := bucket.Put(ctx, Prefix+"junk", []byte("x"), store.Cond{}); err != nil {
 		t.Fatal(err)
 	}
-	s, clk, r, _ := newTestDuty(t, bucket, ran)
-	if read, err := s.Scan(ctx); err != nil || read != 3 {
-		t.Fatalf("scan read %d, %v; want 3 (up to the first entry past the next scan)", read, err)
+
+	d, _, r, _ := newTestDuty(t, bucket, ran)
+	if read, err := d.Scan(ctx); err != nil || read != 2 || d.Pending() != 1 {
+		t.Fatalf("scan read %d, %v, queued %d; want 2 read (up to the first entry within the grace), 1 queued", read, err, d.Pending())
 	}
-	if s.Pending() != 2 {
-		t.Fatalf("%d pending after the scan, want 2", s.Pending())
+	if step(d) != 1 || len(r.got) != 1 || r.got[0].At != old.At {
+		t.Fatalf("delivered %+v, want only %+v at once", r.got, old)
 	}
-	if err := bucket.Delete(ctx, gone.Key(), ""); err != nil {
-		t.Fatal(err)
+
+	alone, clk, r, _ := newTestDuty(t, bucket, ran)
+	alone.cfg.Alone = true
+	if read, err := alone.Scan(ctx); err != nil || read != 4 || alone.Pending() != 3 {
+		t.Fatalf("alone, scan read %d, %v, queued %d; want 4 read (up to the first past the next scan), 3 queued", read, err, alone.Pending())
 	}
-	clk.Advance(time.Second + DefaultGrace - time.Millisecond)
-	if step(s) != 0 {
-		t.Fatal("a scanned alarm delivered within its grace")
+	if step(alone) != 2 {
+		t.Fatal("the entries due were not delivered at once")
 	}
-	clk.Advance(time.Second + time.Millisecond)
-	step(s)
-	if len(r.got) != 1 || r.got[0].At != soon.At {
-		t.Fatalf("delivered %+v, want only %+v", r.got, soon)
+	clk.Advance(time.Second - time.Millisecond)
+	if step(alone) != 0 {
+		t.Fatal("an entry delivered before its time")
 	}
-	if s.Pending() != 0 {
-		t.Fatalf("%d pending", s.Pending())
+	clk.Advance(time.Millisecond)
+	if step(alone) != 1 || r.got[2].At != soon.At {
+		t.Fatalf("delivered %+v", r.got)
 	}
 }

@@ -19,10 +19,11 @@ const (
 	// DefaultScanInterval is how often a node reads the index for alarms
 	// it was not told of.
 	DefaultScanInterval = 10 * time.Second
-	// DefaultGrace is how long after its time a node delivers an alarm
-	// its scan found (unless it is the only node, Config.Alone): the node
-	// that last ran the room was told of it and delivers it on time, so
-	// that the others find its entry gone.
+	// DefaultGrace is how overdue an alarm must be before a node's scan
+	// takes it (unless it is the only node, Config.Alone): the node told
+	// of it delivers it on time and deletes its entry within this, so a
+	// scan of any other node finds only the alarms no live node was told
+	// of, and costs no request an alarm.
 	DefaultGrace = 5 * time.Second
 	// DefaultDeliveryTimeout bounds a delivery: routing, a wake, the
 	// handler and the commit after it.
@@ -158,8 +159,7 @@ type Observer interface {
 
 // Duty delivers the alarms of a node: those its rooms' commits and wakes
 // tell it of (Schedule), on time, and those its scans of the index find
-// (another node's, whose node died or stopped), at their time plus the
-// grace. It decides; Pass, run in a loop by its node, acts. One delivery
+// overdue by the grace (another node's, whose node died or stopped). It decides; Pass, run in a loop by its node, acts. One delivery
 // of an alarm at a time, and a retry only once the delivery before it has
 // answered; runs reaching different nodes are kept apart by the room,
 // which runs one event at a time on the one node that holds it.
@@ -328,12 +328,6 @@ func (d *Duty) nextDue() (time.Duration, bool) {
 // deliver delivers it once and decides what follows from the answer.
 func (d *Duty) deliver(ctx context.Context, it *item) {
 	drop := it.retry > MaxRetries
-	if !it.told && it.retry == 0 && !d.cfg.Alone && !d.exists(ctx, it) {
-		// Delivered by the node that was told of it, most likely: a read
-		// of its entry costs less than waking the room for nothing.
-		d.finish(it, true)
-		return
-	}
 	ev := Event{Kind: Delivering, Entry: it.e, Retry: it.retry}
 	if it.retry == 0 {
 		ev.Late = time.Duration(max(0, d.cfg.Wall()-it.e.At)) * time.Millisecond
@@ -386,13 +380,6 @@ func (d *Duty) deliver(ctx context.Context, it *item) {
 	}
 }
 
-// exists reports whether it's entry is still in the index (true when the
-// bucket cannot tell).
-func (d *Duty) exists(ctx context.Context, it *item) bool {
-	page, _, err := d.cfg.Bucket.ListPage(ctx, it.key, "", 1)
-	return err != nil || (len(page) == 1 && page[0].Key == it.key)
-}
-
 // finish ends a delivery: the item goes (done) or waits again.
 func (d *Duty) finish(it *item, done bool) {
 	d.mu.Lock()
@@ -409,16 +396,17 @@ func (d *Duty) finish(it *item, done bool) {
 	}
 }
 
-// Scan reads the index's first entries, those due before the next scan,
-// and queues each to be delivered at its time plus the grace, at most
-// scanPages pages a pass. It reports the entries it read, or the
-// bucket's error.
+// Scan reads the index's first entries and queues those it is to
+// deliver, at most scanPages pages a pass: in a cluster those overdue by
+// more than the grace (no live node was told of them, or it would have
+// delivered them and deleted their entry by then), at once; on a node
+// alone, those due before its next scan, at their time. It reports the
+// entries it read, or the bucket's error.
 func (d *Duty) Scan(ctx context.Context) (read int, err error) {
 	defer func() { d.observe(Event{Kind: Scanned, Read: read, Err: err}) }()
-	cutoff := d.cfg.Wall() + d.cfg.ScanInterval.Milliseconds()
-	grace := d.cfg.Grace.Milliseconds()
+	cutoff := d.cfg.Wall() - d.cfg.Grace.Milliseconds()
 	if d.cfg.Alone {
-		grace = 0
+		cutoff = d.cfg.Wall() + d.cfg.ScanInterval.Milliseconds()
 	}
 	after := ""
 	for range scanPages {
@@ -435,7 +423,7 @@ func (d *Duty) Scan(ctx context.Context) (read int, err error) {
 			if e.At > cutoff {
 				return read, nil
 			}
-			d.add(e, e.At+grace, false)
+			d.add(e, e.At, false)
 		}
 		if !more || len(page) == 0 {
 			return read, nil

@@ -147,6 +147,8 @@ func (k *keyCounts) kind(r *http.Request) string {
 		what = "segment"
 	case strings.HasPrefix(key, "classes/"):
 		what = "class"
+	case strings.HasPrefix(key, "alarms/"):
+		what = "alarm entry"
 	default:
 		what = path.Dir(key) + "/…"
 	}
