@@ -37,6 +37,7 @@ const (
 //
 //	WASMKEEP_TEST_STORE=s3 go test -run '^$' -bench 'BenchmarkClusterAlarms$' -benchtime 1x -v -timeout 30m ./cmd/wasmkeep/
 func BenchmarkClusterAlarms(b *testing.B) {
+	started := time.Now()
 	c, proxies := benchCluster(b, "--idle-timeout", "3s", "--max-resident", "300")
 	c.putClass(c.nodes[0], "alarm", "./testdata/guests/alarm", false)
 	for b.Loop() {
@@ -83,6 +84,7 @@ func BenchmarkClusterAlarms(b *testing.B) {
 		// the nodes' first orphan sweep (which reads every room's record
 		// and manifest, a minute after a start and then every 30 minutes)
 		// is over.
+		time.Sleep(time.Until(started.Add(75 * time.Second)))
 		quiet(b, c)
 		before := map[string]map[string]float64{}
 		keysBefore := map[string]map[string]int{}

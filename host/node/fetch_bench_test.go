@@ -25,16 +25,17 @@ import (
 // It reports each one's p50 and p99, the ratio of request+fetch's p50 to
 // direct's (fetch-ratio), and what the fetch adds to the request at p50
 // against direct's p50 (added-ratio: (request+fetch - request) / direct).
-// 1,000 of each a run; the room is resident, its store in memory.
+// 1,000 of each a run; the room is resident, its store in memory, its
+// class durable at hibernation.
 //
 //	go test -run '^$' -bench 'BenchmarkFetch$' -benchtime 3x ./host/node/
 func BenchmarkFetch(b *testing.B) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("hello")) }))
 	b.Cleanup(srv.Close)
-	// An in-memory store, as BenchmarkCall's: the event's commit is not
-	// what is measured.
+	// An in-memory store, and a class durable at hibernation: the
+	// event's commit is not what is measured.
 	n := startNode(b, Config{Bucket: store.NewMem(), Fetch: fetch.Config{Allow: []string{"127.0.0.1"}}})
-	putClassB(b, n, "echo", buildGuest(b, "./testdata/guests/echo"))
+	putClassB(b, n, "echo?durability=hibernate", buildGuest(b, "./testdata/guests/echo"))
 	room, fetchURL := n.URL()+"/actor/echo/r", n.URL()+"/actor/echo/r/fetch"
 	if got := doB(b, "POST", fetchURL, srv.URL); got != "200 hello" {
 		b.Fatalf("the room's fetch: %q", got)
