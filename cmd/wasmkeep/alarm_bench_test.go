@@ -86,48 +86,21 @@ func BenchmarkClusterAlarms(b *testing.B) {
 		// is over.
 		time.Sleep(time.Until(started.Add(75 * time.Second)))
 		quiet(b, c)
-		before := map[string]map[string]float64{}
-		keysBefore := map[string]map[string]int{}
-		for _, n := range c.nodes {
-			before[n.name] = mustMetrics(b, n)
-			if k := proxies[n.name]; k != nil {
-				keysBefore[n.name] = k.snapshot()
-			}
-		}
-		start := time.Now()
-		time.Sleep(idleWindow)
-		minutes := time.Since(start).Minutes()
-		var idle bucketOps
-		for _, n := range c.nodes {
-			after := mustMetrics(b, n)
-			d := opsOf(after).minus(opsOf(before[n.name]))
-			b.Logf("%s idle with %d alarms pending, a minute: %.1f GET, %.1f PUT, %.1f LIST, %.1f DELETE; pending here %v",
-				n.name, benchAlarms, d.get/minutes, d.put/minutes, d.list/minutes, d.del/minutes, after["wasmkeep_alarms_pending"])
-			if k := proxies[n.name]; k != nil {
-				b.Logf("%s by key, a minute:%s", n.name, formatCounts(countsDelta(keysBefore[n.name], k.snapshot()), minutes))
-			}
-			idle = bucketOps{idle.get + d.get, idle.put + d.put, idle.del + d.del, idle.list + d.list}
-		}
+		idle, minutes := idleMinute(b, c, proxies)
 		if time.Now().After(first) {
 			b.Fatalf("the idle minute ended %v after the first alarm was due", time.Since(first))
 		}
 
 		// The first ones fire.
 		time.Sleep(time.Until(first) - time.Second)
-		firing := map[string]map[string]float64{}
-		for _, n := range c.nodes {
-			firing[n.name] = mustMetrics(b, n)
-			if k := proxies[n.name]; k != nil {
-				keysBefore[n.name] = k.snapshot()
-			}
-		}
+		firing := countNow(b, c, proxies)
 		fireStart := time.Now()
 		deadline := first.Add(firingWindow + 2*time.Minute)
 		var fired float64
 		for {
 			fired = 0
 			for _, n := range c.nodes {
-				fired += mustMetrics(b, n)["wasmkeep_alarms_fired_total"] - before[n.name]["wasmkeep_alarms_fired_total"]
+				fired += mustMetrics(b, n)["wasmkeep_alarms_fired_total"] - firing.metrics[n.name]["wasmkeep_alarms_fired_total"]
 			}
 			if fired >= benchFiring || time.Now().After(deadline) {
 				break
@@ -140,16 +113,16 @@ func BenchmarkClusterAlarms(b *testing.B) {
 		var retried, stale float64
 		for _, n := range c.nodes {
 			after := mustMetrics(b, n)
-			spent = spent.plus(opsOf(after).minus(opsOf(firing[n.name])))
+			spent = spent.plus(opsOf(after).minus(opsOf(firing.metrics[n.name])))
 			for k, v := range after {
 				if rng, ok := strings.CutPrefix(k, `wasmkeep_alarms_late_seconds_bucket{vmrange="`); ok {
-					late[strings.TrimSuffix(rng, `"}`)] += v - firing[n.name][k]
+					late[strings.TrimSuffix(rng, `"}`)] += v - firing.metrics[n.name][k]
 				}
 			}
-			retried += after["wasmkeep_alarms_retried_total"] - firing[n.name]["wasmkeep_alarms_retried_total"]
-			stale += after["wasmkeep_alarms_stale_total"] - firing[n.name]["wasmkeep_alarms_stale_total"]
+			retried += after["wasmkeep_alarms_retried_total"] - firing.metrics[n.name]["wasmkeep_alarms_retried_total"]
+			stale += after["wasmkeep_alarms_stale_total"] - firing.metrics[n.name]["wasmkeep_alarms_stale_total"]
 			if k := proxies[n.name]; k != nil {
-				b.Logf("%s by key while the alarms fired, per alarm:%s", n.name, formatCounts(countsDelta(keysBefore[n.name], k.snapshot()), fired))
+				b.Logf("%s by key while the alarms fired, per alarm:%s", n.name, formatCounts(countsDelta(firing.keys[n.name], k.snapshot()), fired))
 			}
 		}
 		if fired < benchFiring {

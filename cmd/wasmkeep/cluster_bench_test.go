@@ -755,35 +755,58 @@ func wakes(b *testing.B, c *testCluster, proxies map[string]*keyCounts, next fun
 func BenchmarkClusterIdle(b *testing.B) {
 	c, proxies := benchCluster(b)
 	for b.Loop() {
-		before := map[string]map[string]float64{}
-		keysBefore := map[string]map[string]int{}
-		for _, n := range c.nodes {
-			before[n.name] = mustMetrics(b, n)
-			if k := proxies[n.name]; k != nil {
-				keysBefore[n.name] = k.snapshot()
-			}
-		}
-		start := time.Now()
-		time.Sleep(idleWindow) // the measurement: a minute of an idle node
-		minutes := time.Since(start).Minutes()
-		var all bucketOps
-		for _, n := range c.nodes {
-			after := mustMetrics(b, n)
-			d := opsOf(after).minus(opsOf(before[n.name]))
-			renewals := sumOf(after, "wasmkeep_cluster_lease_renewals_total") - sumOf(before[n.name], "wasmkeep_cluster_lease_renewals_total")
-			b.Logf("%s, a minute: %.1f GET, %.1f PUT, %.1f LIST, %.1f DELETE (%.1f lease writes counted)",
-				n.name, d.get/minutes, d.put/minutes, d.list/minutes, d.del/minutes, renewals/minutes)
-			if k := proxies[n.name]; k != nil {
-				b.Logf("%s by key, a minute:%s", n.name, formatCounts(countsDelta(keysBefore[n.name], k.snapshot()), minutes))
-			}
-			all = bucketOps{all.get + d.get, all.put + d.put, all.del + d.del, all.list + d.list}
-		}
+		all, minutes := idleMinute(b, c, proxies)
 		per := minutes * float64(len(c.nodes))
 		b.ReportMetric(all.get/per, "gets/node/min")
 		b.ReportMetric(all.put/per, "puts/node/min")
 		b.ReportMetric(all.list/per, "lists/node/min")
 		b.ReportMetric(all.del/per, "deletes/node/min")
 	}
+}
+
+// counted is every node's metrics and requests by key at one time.
+type counted struct {
+	metrics map[string]map[string]float64
+	keys    map[string]map[string]int
+}
+
+// countNow reads every node's metrics, and its requests by key where a
+// proxy counts them.
+func countNow(b *testing.B, c *testCluster, proxies map[string]*keyCounts) counted {
+	b.Helper()
+	now := counted{metrics: map[string]map[string]float64{}, keys: map[string]map[string]int{}}
+	for _, n := range c.nodes {
+		now.metrics[n.name] = mustMetrics(b, n)
+		if k := proxies[n.name]; k != nil {
+			now.keys[n.name] = k.snapshot()
+		}
+	}
+	return now
+}
+
+// idleMinute watches the nodes for idleWindow, logs each one's bucket
+// requests a minute (and by key, where counted), and returns them all
+// with the minutes watched.
+func idleMinute(b *testing.B, c *testCluster, proxies map[string]*keyCounts) (bucketOps, float64) {
+	b.Helper()
+	before := countNow(b, c, proxies)
+	start := time.Now()
+	time.Sleep(idleWindow) // the measurement: a minute of an idle node
+	minutes := time.Since(start).Minutes()
+	var all bucketOps
+	for _, n := range c.nodes {
+		after := mustMetrics(b, n)
+		was := before.metrics[n.name]
+		d := opsOf(after).minus(opsOf(was))
+		renewals := sumOf(after, "wasmkeep_cluster_lease_renewals_total") - sumOf(was, "wasmkeep_cluster_lease_renewals_total")
+		b.Logf("%s, a minute: %.1f GET, %.1f PUT, %.1f LIST, %.1f DELETE (%.1f lease writes counted); %v alarms pending",
+			n.name, d.get/minutes, d.put/minutes, d.list/minutes, d.del/minutes, renewals/minutes, after["wasmkeep_alarms_pending"])
+		if k := proxies[n.name]; k != nil {
+			b.Logf("%s by key, a minute:%s", n.name, formatCounts(countsDelta(before.keys[n.name], k.snapshot()), minutes))
+		}
+		all = all.plus(d)
+	}
+	return all, minutes
 }
 
 // snapshotReads is how many objects a wake of the counter room reads for
