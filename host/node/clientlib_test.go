@@ -62,7 +62,7 @@ func TestClientLibraryAcrossARestart(t *testing.T) {
 		defer mu.Unlock()
 		_ = n.Stop(context.Background())
 	})
-	out := driver.run(t, 2*time.Minute, "client", "client.mjs", "http://"+addr, ctl.URL, filepath.Join(driver.root, "clients", "js", "index.js"))
+	out := driver.run(t, 2*time.Minute, "client", "client.mjs", "http://"+addr, ctl.URL, filepath.Join(driver.root, "clients", "js", "index.js"), "restart")
 	t.Log(out)
 	mu.Lock()
 	defer mu.Unlock()

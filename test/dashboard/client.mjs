@@ -1,22 +1,22 @@
-// Drives the client library (clients/js) in headless Chromium against a
-// real node across a clean restart: host/node's Go test serves the node
-// and a control endpoint, and runs
+// Drives the client library (clients/js) in headless Chromium against
+// real nodes: a Go test serves them and a control endpoint, and runs
 //
-//   node client.mjs <node URL> <control URL> <path of clients/js/index.js>
+//   node client.mjs <node URL> <control URL> <clients/js/index.js> <step>...
 //
-// The page (served as the node's own origin, so that the node takes its
-// socket as same-origin) connects to the echo room, sends, fetches the
-// room's HTTP, then asks the control endpoint to restart the node cleanly:
-// the socket closes with 1012, the library reconnects (backing off while
-// the node is down), and a message sent meanwhile is queued and echoed
-// once the socket is open again. Prints "ok client" and exits 0, or why it
-// failed and exits 1.
+// The page (served as the node URL's own origin, so that the node takes
+// its socket as same-origin) connects to the echo room, sends, fetches the
+// room's HTTP; then for each step (restart, drain, kill) it POSTs
+// <control URL>/<step>, which does it to the node that runs the room: the
+// socket closes, the library reconnects (backing off while no node can
+// take the room), and a message sent while it is closed is queued and
+// echoed once the socket is open again. Prints "ok client" and exits 0,
+// or why it failed and exits 1.
 import { readFile } from "node:fs/promises";
 import { launch } from "./chromium.mjs";
 
-const [node, control, lib] = process.argv.slice(2);
-if (!node || !control || !lib) {
-  console.error("usage: node client.mjs <node URL> <control URL> <clients/js/index.js>");
+const [node, control, lib, ...steps] = process.argv.slice(2);
+if (!node || !control || !lib || steps.length === 0) {
+  console.error("usage: node client.mjs <node URL> <control URL> <clients/js/index.js> <step>...");
   process.exit(2);
 }
 
@@ -24,10 +24,11 @@ const page_ = `<!doctype html><meta charset="utf-8"><title>client</title>
 <script type="module">
 import { connect, roomURL } from "./index.js";
 window.log = [];
+window.closes = 0;
 const room = connect(roomURL(location.origin, "echo", "r"));
 room.addEventListener("open", (e) => log.push("open " + e.reconnected));
 room.addEventListener("message", (e) => log.push("msg " + e.data));
-room.addEventListener("close", (e) => log.push("close " + e.code + " " + (e.retryIn >= 0 ? "retry" : "stop")));
+room.addEventListener("close", (e) => { closes++; log.push("close " + e.code + " " + (e.retryIn >= 0 ? "retry" : "stop")); });
 window.room = room;
 </script>`;
 
@@ -62,19 +63,24 @@ try {
   const http = await page.evaluate(async () => (await room.fetch("/room")).text());
   if (http !== "echo/r") throw new Error(`room.fetch("/room"): ${JSON.stringify(http)}`);
 
-  // A clean restart of the node: 1012, then the library reconnects.
-  const restarting = fetch(control + "/restart", { method: "POST" });
-  await waitLog("close 1012 retry");
-  await page.evaluate(() => room.send("queued"));
-  const resp = await restarting;
-  if (resp.status !== 200) throw new Error(`restart: ${resp.status} ${await resp.text()}`);
-  await waitLog("open true", 30000);
-  await waitLog("msg queued");
-  const log = await page.evaluate(() => window.log);
-  const i = log.indexOf("close 1012 retry"), j = log.indexOf("open true"), k = log.indexOf("msg queued");
-  if (!(i < j && j < k)) throw new Error(`out of order: ${JSON.stringify(log)}`);
+  for (const step of steps) {
+    // The step is under way while the page sees its socket close; what
+    // the page sends from then on waits in the library's queue.
+    const opens = await page.evaluate(() => log.filter((l) => l === "open true").length);
+    const closes = await page.evaluate(() => window.closes);
+    const doing = fetch(control + "/" + step, { method: "POST" });
+    await page.waitForFunction((n) => window.closes > n, closes, { timeout: 60000 });
+    const msg = "after " + step;
+    await page.evaluate((m) => room.send(m), msg);
+    const resp = await doing;
+    if (resp.status !== 200) throw new Error(`${step}: ${resp.status} ${await resp.text()}`);
+    await page.waitForFunction((n) => log.filter((l) => l === "open true").length > n, opens, { timeout: 90000 })
+      .catch(async () => { throw new Error(`no reconnect after ${step}: ${JSON.stringify(await page.evaluate(() => window.log))}`); });
+    await waitLog("msg " + msg, 30000);
+    console.log(step + ":", JSON.stringify(await page.evaluate(() => window.log.slice(-6))));
+  }
   if (errors.length) throw new Error(`page errors: ${errors.join("; ")}`);
-  console.log("log:", JSON.stringify(log));
+  console.log("log:", JSON.stringify(await page.evaluate(() => window.log)));
   console.log("ok client");
 } catch (err) {
   console.log("FAIL", err && err.stack ? err.stack : err);
