@@ -334,7 +334,9 @@ func (d *devLoop) run(ctx context.Context) {
 // working directory when it is below it.
 func (d *devLoop) shown() string {
 	if wd, err := os.Getwd(); err == nil {
-		if rel, err := filepath.Rel(wd, d.proj.dir); err == nil && !strings.HasPrefix(rel, "..") {
+		if rel, err := filepath.Rel(wd, d.proj.dir); err == nil && rel == "." {
+			return "."
+		} else if err == nil && !strings.HasPrefix(rel, "..") {
 			return "./" + filepath.ToSlash(rel)
 		}
 	}

@@ -457,6 +457,43 @@ func (r *docRunner) stopNode() error {
 	return nil
 }
 
+// embedded are the top-level directories whose files the module's root
+// package embeds (sdks.go): go:embed takes no file through a symbolic
+// link, so docDir copies them.
+var embedded = map[string]bool{"abi": true, "guest-sdk": true, "go.mod": true}
+
+// mirror copies the tree (or file) src to dst, but for node_modules
+// directories, which it links.
+func mirror(t *testing.T, src, dst string) {
+	t.Helper()
+	err := filepath.WalkDir(src, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		to := filepath.Join(dst, rel)
+		switch {
+		case d.IsDir() && d.Name() == "node_modules":
+			if err := os.Symlink(p, to); err != nil {
+				return err
+			}
+			return filepath.SkipDir
+		case d.IsDir():
+			return os.MkdirAll(to, 0o755)
+		case d.Type().IsRegular():
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			return os.WriteFile(to, b, 0o644)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 // docDir makes a directory that looks like the repository to the docs'
 // commands: a symbolic link to each top-level entry, except what git
 // ignores there (the docs' own outputs, like ./wasmkeep and
@@ -477,6 +514,10 @@ func docDir(t *testing.T, root string) (dir, bin string) {
 		case name == ".git", name == "wasmkeep", name == "wasmkeep-data", name == ".build",
 			strings.HasSuffix(name, ".test"), strings.HasSuffix(name, ".prof"):
 			continue // see .gitignore
+		}
+		if embedded[name] {
+			mirror(t, filepath.Join(root, name), filepath.Join(dir, name))
+			continue
 		}
 		if err := os.Symlink(filepath.Join(root, name), filepath.Join(dir, name)); err != nil {
 			t.Fatal(err)

@@ -38,6 +38,7 @@ func newApp() *cli.App {
 			clusterCommand(),
 			benchCommand(),
 			devCommand(),
+			initCommand(),
 		},
 		// Without it urfave/cli answers an unknown command with "No help
 		// topic for ..." and exit code 3.
