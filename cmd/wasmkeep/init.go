@@ -22,7 +22,7 @@ func initCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "init",
 		Usage:     "write a new room project in DIR (Go or AssemblyScript) that `wasmkeep dev DIR` runs, the SDK included",
-		ArgsUsage: "--lang go|as DIR",
+		ArgsUsage: "DIR",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "lang", Usage: "the room's language: go (needs Go) or as (AssemblyScript: needs Node and npm); required", EnvVars: env("lang")},
 		},
