@@ -23,7 +23,7 @@ func TestAlarmWakesHibernatedRoomOnAnotherNode(t *testing.T) {
 	}
 	c.putClass(c.nodes[0], "alarm", "./testdata/guests/alarm", false)
 	n1 := c.node("n1")
-	at := time.Now().Add(3 * time.Second)
+	at := time.Now().Add(6 * time.Second) // room for a slow machine to kill n1 first
 	expectHTTP(t, 200, "POST", n1.url+"/actor/alarm/a/set?at="+strconv.FormatInt(at.UnixMilli(), 10))
 	if owner := c.owner("alarm", "a"); owner != n1 {
 		t.Fatalf("the room runs on %s, want n1", owner.name)
