@@ -159,10 +159,11 @@ type Observer interface {
 
 // Duty delivers the alarms of a node: those its rooms' commits and wakes
 // tell it of (Schedule), on time, and those its scans of the index find
-// overdue by the grace (another node's, whose node died or stopped). It decides; Pass, run in a loop by its node, acts. One delivery
-// of an alarm at a time, and a retry only once the delivery before it has
-// answered; runs reaching different nodes are kept apart by the room,
-// which runs one event at a time on the one node that holds it.
+// overdue by the grace (another node's, whose node died, stopped or
+// drains). It decides; Pass, run in a loop by its node, acts. One
+// delivery of an alarm at a time, and a retry only once the delivery
+// before it has answered; runs reaching different nodes are kept apart by
+// the room, which runs one event at a time on the one node that holds it.
 type Duty struct {
 	cfg Config
 
@@ -195,9 +196,7 @@ type item struct {
 	// when it started (monotonic), for the RetryOverlaps variant.
 	running bool
 	since   int64
-	// told: a room here told of it (else a scan found it).
-	told  bool
-	index int
+	index   int
 }
 
 // NewDuty returns a duty; its node runs Pass in a loop.
@@ -249,14 +248,12 @@ func (d *Duty) add(e Entry, at int64, told bool) {
 	switch {
 	case it == nil && told && len(d.items) >= d.cfg.MaxPending:
 	case it == nil:
-		it = &item{e: e, key: key, at: at, told: told}
+		it = &item{e: e, key: key, at: at}
 		d.items[key] = it
 		heap.Push(&d.due, it)
 	case !it.running && at < it.at && it.retry == 0:
-		it.at, it.told = at, it.told || told
+		it.at = at
 		heap.Fix(&d.due, it.index)
-	case told:
-		it.told = true
 	}
 }
 

@@ -358,28 +358,25 @@ func (w *World) checkAlarmRun(p *process, h cluster.Hold, room cluster.Room, a *
 	}
 }
 
-// alarmsOpen counts the alarms made durable, due by now, that have not
-// ended: the run's tail waits for them.
-func (w *World) alarmsOpen() int {
+// openAlarms are the alarms made durable, due by now, that have not
+// ended: the run's tail waits for them, and those left after it are lost.
+func (w *World) openAlarms() []*alarmRecord {
 	now := alarmEpochMs + w.s.Now()/1e6
-	n := 0
+	var open []*alarmRecord
 	for _, rec := range w.alarmLog {
 		if rec.ended == "" && rec.e.At <= now {
-			n++
+			open = append(open, rec)
 		}
 	}
-	return n
+	return open
 }
 
 // lostAlarms describes the alarms still open.
 func (w *World) lostAlarms() string {
-	now := alarmEpochMs + w.s.Now()/1e6
 	var out []string
-	for _, rec := range w.alarmLog {
-		if rec.ended == "" && rec.e.At <= now {
-			out = append(out, fmt.Sprintf("%s's %s, due %v and durable since %v", rec.e.Room, rec.e.Entry,
-				time.Duration(rec.e.At-alarmEpochMs)*time.Millisecond, time.Duration(rec.durableAt)))
-		}
+	for _, rec := range w.openAlarms() {
+		out = append(out, fmt.Sprintf("%s's %s, due %v and durable since %v", rec.e.Room, rec.e.Entry,
+			time.Duration(rec.e.At-alarmEpochMs)*time.Millisecond, time.Duration(rec.durableAt)))
 	}
 	slices.Sort(out)
 	return strings.Join(out, "; ")

@@ -435,7 +435,7 @@ func Run(cfg Config) Result {
 	// refused or caught by its deadline (each of which is bounded).
 	for w.failure == "" && w.busy() {
 		if !w.step(end + int64(tailMax)) {
-			if n := w.alarmsOpen(); n > 0 {
+			if n := len(w.openAlarms()); n > 0 {
 				w.fail("%d alarms lost: made durable, due, and neither run, cleared nor dropped %v after the end: %s", n, tailMax, w.lostAlarms())
 				break
 			}
@@ -481,7 +481,7 @@ const tailMax = 10 * time.Minute
 // busy reports whether an event, a call, a drain or a move is still
 // under way.
 func (w *World) busy() bool {
-	if w.open > 0 || w.openCalls > 0 || w.alarmsOpen() > 0 {
+	if w.open > 0 || w.openCalls > 0 || len(w.openAlarms()) > 0 {
 		return true
 	}
 	for _, m := range w.machines {

@@ -2,6 +2,7 @@ package rooms
 
 import (
 	"errors"
+	"time"
 
 	"github.com/VictoriaMetrics/metrics"
 
@@ -10,10 +11,11 @@ import (
 	"github.com/wasmkeep/wasmkeep/calls"
 	"github.com/wasmkeep/wasmkeep/host/engine"
 	"github.com/wasmkeep/wasmkeep/host/rooms/life"
+	"github.com/wasmkeep/wasmkeep/host/snapshot"
 	"github.com/wasmkeep/wasmkeep/host/store"
 )
 
-// Alarms (host/alarms): a room keeps one alarm with its state (savedState),
+// Alarms (package alarms): a room keeps one alarm with its state (savedState),
 // its index entry created by the commit that makes it durable, and the
 // alarm scheduler is told of each alarm a commit or a wake finds here.
 
@@ -59,32 +61,50 @@ func (r *Room) ClearAlarm() abi.Status {
 // Alarm implements engine.AlarmHost.
 func (r *Room) Alarm() (int64, bool) { return r.alarm.At, r.alarm.set() }
 
-// alarmObjects are the objects a commit of alarm a creates, after the
-// stored one: the index entry of a new alarm.
-func (r *Room) alarmObjects(a alarmState) []store.Object {
-	if !a.set() || a.Entry == r.storedAlarm.Entry {
+// alarmObjects are the objects a commit that stores alarm a where prev
+// was creates: the index entry of a new alarm.
+func alarmObjects(key Key, prev, a alarmState) []store.Object {
+	if !a.set() || a.Entry == prev.Entry {
 		return nil
 	}
-	e := a.entry(r.key)
+	e := a.entry(key)
 	return []store.Object{{Key: e.Key(), Body: []byte(e.Time().UTC().Format("2006-01-02T15:04:05.000Z"))}}
 }
 
 // alarmLanded follows a commit that stored alarm a where prev was: the
-// replaced entry becomes garbage and the scheduler hears of both
+// replaced entry goes (alarmGone) and the scheduler hears of the new one
 // (manager; any goroutine).
 func (m *Manager) alarmLanded(key Key, prev, a alarmState) {
 	if prev.Entry == a.Entry {
 		return
 	}
-	if prev.set() {
-		m.gc.add(prev.entry(key).Key())
-		if m.cfg.Alarms != nil {
-			m.cfg.Alarms.Unschedule(prev.entry(key))
-		}
-	}
+	m.alarmGone(key, prev)
 	if a.set() && m.cfg.Alarms != nil {
 		m.cfg.Alarms.Schedule(a.entry(key))
 	}
+}
+
+// alarmGone makes alarm a's index entry garbage and unschedules it: it is
+// no room's alarm any more (replaced, cleared, its room deleted).
+func (m *Manager) alarmGone(key Key, a alarmState) {
+	if !a.set() {
+		return
+	}
+	m.gc.add(a.entry(key).Key())
+	if m.cfg.Alarms != nil {
+		m.cfg.Alarms.Unschedule(a.entry(key))
+	}
+}
+
+// storedAlarmTime is the time of the alarm a stored manifest's room state
+// holds, or nil.
+func storedAlarmTime(man *snapshot.Manifest) *time.Time {
+	st, err := decodeState(man.RoomState)
+	if err != nil || !st.Alarm.set() {
+		return nil
+	}
+	at := time.UnixMilli(st.Alarm.At).UTC()
+	return &at
 }
 
 // alarmLoaded sets the room's alarm from the state it woke with, and

@@ -101,7 +101,6 @@ type commitJob struct {
 	// alarm is the room's alarm as the commit stores it, prevAlarm as the
 	// manifest it follows has it.
 	alarm, prevAlarm alarmState
-	alarmIndex       []store.Object // the new alarm's index entry, created with it
 	out              outbox
 	events           int
 	start            int64
@@ -281,7 +280,7 @@ func (r *Room) capture() (*commitJob, error) {
 		return nil, nil
 	}
 	return &commitJob{d: d, body: d.Manifest.Encode(), prev: r.etag, first: r.firstVersion == "", firstVersion: r.firstVersion,
-		alarm: r.alarm, prevAlarm: r.storedAlarm, alarmIndex: r.alarmObjects(r.alarm)}, nil
+		alarm: r.alarm, prevAlarm: r.storedAlarm}, nil
 }
 
 // writeCommit writes a captured snapshot: its segment (created), then its
@@ -294,7 +293,7 @@ func (m *Manager) writeCommit(ctx context.Context, key Key, job *commitJob) erro
 	if d.Segment != nil {
 		created = []store.Object{{Key: key.segmentKey(d.SegmentID), Body: d.Segment}}
 	}
-	created = append(created, job.alarmIndex...)
+	created = append(created, alarmObjects(key, job.prevAlarm, job.alarm)...)
 	etag, err := m.layout.commit(ctx, m.bucket, key, job.prev, job.first, created, job.body)
 	if err != nil {
 		// A commit that certainly did not land leaves what it created

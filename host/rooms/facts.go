@@ -135,8 +135,8 @@ type snapFact struct {
 	bytes   uint64 // the manifest and the segments it references
 	memory  uint32
 	taken   time.Time
-	version string    // the module version the snapshot names
-	alarm   time.Time // the room's alarm, zero if none
+	version string     // the module version the snapshot names
+	alarm   *time.Time // the room's alarm, nil if none
 
 	// last is the monotonic time of the room's last event, kept when the
 	// room leaves memory (0: unknown, the node has not run it).
@@ -254,9 +254,7 @@ func (m *Manager) snapshotFacts(ctx context.Context, out []RoomInfo, live map[Ke
 				e.memory = man.MemorySize()
 				e.taken = time.Unix(0, man.WallUnixNano).UTC()
 				e.version = man.ModuleHash
-				if st, err := decodeState(man.RoomState); err == nil && st.Alarm.set() {
-					e.alarm = time.UnixMilli(st.Alarm.At).UTC()
-				}
+				e.alarm = storedAlarmTime(man)
 			} else {
 				e.bytes = uint64(len(body)) // unreadable: at least the manifest
 			}
@@ -287,10 +285,7 @@ func (ri *RoomInfo) fill(e *snapFact) {
 	if ri.Version == "" {
 		ri.Version = e.version
 	}
-	if !e.alarm.IsZero() {
-		t := e.alarm
-		ri.Alarm = &t
-	}
+	ri.Alarm = e.alarm
 }
 
 // Totals are the node's room counters since it started.

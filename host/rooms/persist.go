@@ -661,13 +661,9 @@ func (r *Room) deleteStored(ctx context.Context) error {
 		return fmt.Errorf("deleting its manifest: %w", err)
 	}
 	r.man, r.manBody, r.etag, r.pages, r.image = nil, nil, "", nil, 0
-	for _, a := range []alarmState{r.alarm, r.storedAlarm} {
-		if a.set() {
-			m.gc.add(a.entry(r.key).Key())
-			if m.cfg.Alarms != nil {
-				m.cfg.Alarms.Unschedule(a.entry(r.key))
-			}
-		}
+	m.alarmGone(r.key, r.storedAlarm)
+	if r.alarm != r.storedAlarm {
+		m.alarmGone(r.key, r.alarm) // set by an event whose commit has not landed
 	}
 	r.alarm, r.storedAlarm = alarmState{}, alarmState{}
 	m.dropKept(r, warmChanged)

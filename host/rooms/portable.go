@@ -321,10 +321,7 @@ func (m *Manager) Inspect(ctx context.Context, key Key) (*RoomDetail, error) {
 			break
 		}
 		d.Module = man.ModuleHash
-		if st, err := decodeState(man.RoomState); err == nil && st.Alarm.set() {
-			at := time.UnixMilli(st.Alarm.At).UTC()
-			d.Alarm = &at
-		}
+		d.Alarm = storedAlarmTime(man)
 		si.Seq, si.Generation, si.Memory = man.Seq, man.Generation, man.MemorySize()
 		si.Taken = time.Unix(0, man.WallUnixNano).UTC()
 		si.Pages[0], si.Pages[1], si.Pages[2] = man.Pages()

@@ -43,7 +43,6 @@ func init() {
 		fail = 0 // the next alarm runs at once
 		retries = append(retries, strconv.Itoa(a.Retry))
 		late = time.Since(a.At).Milliseconds()
-		wk.Info("alarm run at " + strconv.FormatInt(a.At.UnixMilli(), 10) + " retry " + strconv.Itoa(a.Retry))
 		if again != 0 {
 			in := again
 			again = 0
